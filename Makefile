@@ -1,0 +1,51 @@
+# The README's commands. Each sets up what it needs by itself.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK := deploy/local/stack
+CODE := schemas producer outbox_relay consumer
+WITH_STACK_ENV = eval "$$($(STACK) env)" &&
+
+.PHONY: help venv up down status lint test bench demo
+
+help:
+	@echo "make demo   bring the local stack up and show it"
+	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
+	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
+	@echo "make lint   ruff and mypy on the four packages"
+	@echo "make down   stop every local process the stack started"
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+up:
+	$(STACK) up
+
+down:
+	$(STACK) down
+
+status:
+	$(STACK) status
+
+lint: venv
+	$(BIN)/ruff check $(CODE) tests
+	$(BIN)/ruff format --check $(CODE) tests
+	$(BIN)/mypy
+
+test: venv up
+	$(MAKE) --no-print-directory lint
+	$(WITH_STACK_ENV) $(BIN)/pytest
+
+bench: venv up
+	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks
+
+demo: venv up
+	$(STACK) status
+	@$(STACK) env

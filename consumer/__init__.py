@@ -1,0 +1,1 @@
+"""The long-running consumer that makes per-entity event streams correct in any arrival order."""

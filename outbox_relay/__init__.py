@@ -1,0 +1,1 @@
+"""Publishes the producers' outbox rows to Kafka and re-sends ranges on request."""

@@ -1,0 +1,91 @@
+"""Each real service works end to end through the fixtures."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.conftest import PgSchema, TopicFactory
+from tests.support.services import Services
+
+
+def _consume_all(consumer: Consumer, want: int, timeout_s: float = 30.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=want, timeout=0.5):
+            assert message.error() is None, message.error()
+            got.append(message.value())
+    return got
+
+
+def test_kafka_group_consumes_and_commits(services: Services, topic_factory: TopicFactory) -> None:
+    """Messages produced to a topic are consumed by a group whose commit is then stored."""
+    topic = topic_factory(partitions=1)
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap, "enable.idempotence": True})
+    sent = [f"m{i}".encode() for i in range(10)]
+    for value in sent:
+        producer.produce(topic, value=value, key=b"k")
+    assert producer.flush(30) == 0
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = {
+        "bootstrap.servers": services.kafka_bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    assert _consume_all(consumer, len(sent)) == sent
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+    checker = Consumer(config)
+    [committed] = checker.committed([TopicPartition(topic, 0)], timeout=30)
+    checker.close()
+    assert committed.offset == len(sent)
+
+
+def test_postgres_upsert_keeps_newer_version(pg_schema: PgSchema) -> None:
+    """A conditional upsert writes a newer version and leaves an older one unchanged."""
+    upsert = (
+        "INSERT INTO plans (id, plan, version) VALUES (%s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET plan = EXCLUDED.plan, version = EXCLUDED.version "
+        "WHERE plans.version < EXCLUDED.version"
+    )
+    with pg_schema.connect() as conn:
+        conn.execute("CREATE TABLE plans (id text PRIMARY KEY, plan text, version int)")
+        conn.execute(upsert, ("s1", "pro", 8))
+        stale = conn.execute(upsert, ("s1", "basic", 7)).rowcount
+        row = conn.execute("SELECT plan, version FROM plans WHERE id = 's1'").fetchone()
+    assert stale == 0
+    assert row == ("pro", 8)
+
+
+def test_redis_sorted_set_range_by_score(redis_client: redis.Redis, redis_prefix: str) -> None:
+    """ZADD then ZRANGEBYSCORE returns members in score order within the range."""
+    key = f"{redis_prefix}parked"
+    redis_client.zadd(key, {"e9": 9, "e7": 7, "e8": 8, "e12": 12})
+    assert redis_client.zrangebyscore(key, 7, 9) == [b"e7", b"e8", b"e9"]
+
+
+def test_redis_key_survives_restart_through_aof(
+    services: Services, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A key written before a Redis restart is there afterwards, with AOF the only persistence."""
+    assert redis_client.config_get("appendonly") == {"appendonly": "yes"}
+    assert redis_client.config_get("save") == {"save": ""}
+    key = f"{redis_prefix}durable"
+    redis_client.zadd(key, {"e8": 8})
+
+    services.restart("redis")
+
+    after = redis.Redis.from_url(services.redis_url)
+    try:
+        assert after.zrange(key, 0, -1, withscores=True) == [(b"e8", 8.0)]
+    finally:
+        after.close()
