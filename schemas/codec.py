@@ -1,0 +1,193 @@
+"""Envelope codec: orjson on the wire, checks compiled once from the envelope schema.
+
+``decode`` never interprets the JSON Schema per message: at import, each envelope
+property of the schema file becomes a small check function, and a message runs
+those checks in a loop. A schema keyword the codec cannot enforce fails the
+import, so the file and the codec cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any
+
+import orjson
+
+from schemas.errors import DecodeError, SchemaDefinitionError
+from schemas.event import Event
+from schemas.files import ecma_pattern, envelope_schema
+
+# Larger messages are refused before parsing (1 MiB).
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+# Reason codes: stable, low-cardinality, used as metric labels and DLQ headers.
+EMPTY = "empty"
+TOO_LARGE = "too_large"
+INVALID_UTF8 = "invalid_utf8"
+TOO_DEEP = "too_deep"
+NOT_JSON = "not_json"
+NOT_OBJECT = "not_object"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+OUT_OF_RANGE = "out_of_range"
+BAD_LENGTH = "bad_length"
+BAD_FORMAT = "bad_format"
+
+
+class _Invalid(Exception):  # noqa: N818 - internal signal, never escapes this module
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+
+Check = Callable[[Any], Any]
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
+_DOC_KEYWORDS = frozenset({"description", "title", "$comment"})
+
+
+def _string_check(spec: Mapping[str, Any]) -> Check:
+    low = spec.get("minLength", 0)
+    high = spec.get("maxLength")
+    pattern = ecma_pattern(spec["pattern"]) if "pattern" in spec else None
+
+    def check(value: Any) -> Any:
+        if type(value) is not str:
+            raise _Invalid(WRONG_TYPE, f"must be a string, not {_json_type(value)}")
+        if len(value) < low or (high is not None and len(value) > high):
+            raise _Invalid(BAD_LENGTH, f"length must be {low}..{high or 'any'}, is {len(value)}")
+        if pattern is not None and pattern.search(value) is None:
+            raise _Invalid(BAD_FORMAT, f"does not match {pattern.pattern}")
+        return value
+
+    return check
+
+
+def _integer_check(spec: Mapping[str, Any]) -> Check:
+    low = spec.get("minimum")
+    high = spec.get("maximum")
+
+    def check(value: Any) -> Any:
+        # JSON has one number type: 3.0 is the integer 3. Booleans are not numbers.
+        if type(value) is float and value.is_integer():
+            value = int(value)
+        if type(value) is not int:
+            raise _Invalid(WRONG_TYPE, f"must be an integer, not {_json_type(value)}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise _Invalid(OUT_OF_RANGE, f"must be an integer in {low}..{high}, is {value}")
+        return value
+
+    return check
+
+
+def _object_check(spec: Mapping[str, Any]) -> Check:
+    def check(value: Any) -> Any:
+        if type(value) is not dict:
+            raise _Invalid(WRONG_TYPE, f"must be an object, not {_json_type(value)}")
+        return value
+
+    return check
+
+
+_BUILDERS: dict[str, tuple[Callable[[Mapping[str, Any]], Check], frozenset[str]]] = {
+    "string": (_string_check, frozenset({"type", "minLength", "maxLength", "pattern"})),
+    "integer": (_integer_check, frozenset({"type", "minimum", "maximum"})),
+    "object": (_object_check, frozenset({"type"})),
+}
+
+
+def _compile_field(name: str, spec: Mapping[str, Any], defs: Mapping[str, Any]) -> Check:
+    if "$ref" in spec:
+        spec = defs[spec["$ref"].removeprefix("#/$defs/")]
+    builder, allowed = _BUILDERS.get(spec.get("type", ""), (None, frozenset()))
+    unknown = set(spec) - allowed - _DOC_KEYWORDS
+    if builder is None or unknown:
+        raise SchemaDefinitionError(f"envelope field {name}: codec cannot enforce {spec}")
+    return builder(spec)
+
+
+def _compile_envelope() -> tuple[tuple[str, Check], ...]:
+    schema = envelope_schema()
+    defs = schema.get("$defs", {})
+    properties = schema["properties"]
+    if set(schema["required"]) != set(properties) or set(properties) != set(_EVENT_FIELDS):
+        raise SchemaDefinitionError("envelope: required fields, properties and Event differ")
+    return tuple((name, _compile_field(name, properties[name], defs)) for name in _EVENT_FIELDS)
+
+
+_FIELDS = _compile_envelope()
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        message = str(exc)
+        if "UTF-8" in message:
+            raise DecodeError(INVALID_UTF8, "value is not valid UTF-8", raw) from exc
+        if "depth limit" in message or "recursion" in message.lower():
+            raise DecodeError(TOO_DEEP, "JSON nests deeper than 1024 levels", raw) from exc
+        raise DecodeError(NOT_JSON, f"value is not JSON ({message})", raw) from exc
+
+
+_CHECKS = dict(_FIELDS)
+
+
+def field_problem(name: str, value: Any) -> tuple[str, str] | None:
+    """``(reason, detail)`` when ``value`` breaks the envelope rule for field ``name``."""
+    try:
+        _CHECKS[name](value)
+    except _Invalid as bad:
+        return bad.reason, f"{name} {bad.detail}"
+    return None
+
+
+def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:
+    """Decode a Kafka value into an ``Event``; raise ``DecodeError`` saying exactly why not."""
+    if not raw:
+        raise DecodeError(EMPTY, "message has no value", raw)
+    if len(raw) > max_bytes:
+        raise DecodeError(TOO_LARGE, f"value is {len(raw)} bytes, over the {max_bytes} cap", raw)
+    doc = _parse(raw)
+    if type(doc) is not dict:
+        raise DecodeError(NOT_OBJECT, f"value is a JSON {_json_type(doc)}, not an object", raw)
+    values = []
+    for name, check in _FIELDS:
+        try:
+            values.append(check(doc[name]))
+        except KeyError:
+            raise DecodeError(MISSING_FIELD, f"{name} is missing", raw, name) from None
+        except _Invalid as bad:
+            raise DecodeError(bad.reason, f"{name} {bad.detail}", raw, name) from None
+    return Event(*values)
+
+
+def to_document(event: Event) -> dict[str, Any]:
+    """The envelope of ``event`` as a plain JSON-ready dict."""
+    return {
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "entity_type": event.entity_type,
+        "entity_id": event.entity_id,
+        "generation": event.generation,
+        "seq": event.seq,
+        "occurred_at": event.occurred_at,
+        "published_at": event.published_at,
+        "payload": event.payload,
+    }
+
+
+def encode(event: Event) -> bytes:
+    """The envelope of ``event`` as compact JSON bytes."""
+    return orjson.dumps(to_document(event))

@@ -1,0 +1,49 @@
+"""Errors of the contract. ``InorderError`` is the root every inorder package builds on."""
+
+from __future__ import annotations
+
+
+class InorderError(Exception):
+    """Raised for any failure inorder names; the root of every package's errors."""
+
+
+class ContractError(InorderError):
+    """Raised when something does not meet the event contract."""
+
+
+class DecodeError(ContractError):
+    """Raised when bytes from Kafka are not a valid event envelope.
+
+    ``reason`` is a short stable code (it labels metrics and dead-letter headers),
+    ``detail`` says what exactly is wrong, and ``raw`` keeps the bytes so that the
+    message can be dead-lettered whole.
+    """
+
+    def __init__(
+        self, reason: str, detail: str, raw: bytes | None, field: str | None = None
+    ) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.raw = raw
+        self.field = field
+
+
+class PayloadError(ContractError):
+    """Raised when a payload does not match the schema of its event type."""
+
+    def __init__(self, event_type: str, detail: str) -> None:
+        super().__init__(f"payload of {event_type}: {detail}")
+        self.event_type = event_type
+        self.detail = detail
+
+
+class UnknownEventTypeError(PayloadError):
+    """Raised when no payload schema is registered for an event type."""
+
+    def __init__(self, event_type: str) -> None:
+        super().__init__(event_type, "no payload schema is registered for this event type")
+
+
+class SchemaDefinitionError(ContractError):
+    """Raised when a schema file uses something the codec cannot enforce."""
