@@ -1,0 +1,33 @@
+"""The producer side: the outbox table, ``emit`` inside the caller's transaction, version helpers.
+
+Typical use, in the transaction that changes the entity::
+
+    with conn.transaction():
+        version, _ = versioning.bump(conn, "subscriptions", sub_id, set_values={"plan": "pro"})
+        emit(conn, OutboxEvent("subscription", sub_id, version.seq, "subscription.plan_changed",
+                               payload, generation=version.generation))
+"""
+
+from producer.errors import (
+    DuplicateEventError,
+    EntityExistsError,
+    EntityNotFoundError,
+    InvalidEventError,
+    NotInTransactionError,
+    ProducerError,
+)
+from producer.outbox import OutboxEvent, emit, emit_many
+from producer.versioning import Version
+
+__all__ = [
+    "DuplicateEventError",
+    "EntityExistsError",
+    "EntityNotFoundError",
+    "InvalidEventError",
+    "NotInTransactionError",
+    "OutboxEvent",
+    "ProducerError",
+    "Version",
+    "emit",
+    "emit_many",
+]

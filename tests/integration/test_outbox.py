@@ -1,0 +1,168 @@
+"""emit() and the outbox table against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from producer import (
+    DuplicateEventError,
+    InvalidEventError,
+    NotInTransactionError,
+    OutboxEvent,
+    emit,
+    emit_many,
+    migrate,
+)
+from tests.conftest import PgSchema
+
+PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
+
+
+def _event(seq: int = 1, **changes: Any) -> OutboxEvent:
+    fields: dict[str, Any] = {
+        "entity_type": "subscription",
+        "entity_id": "s1",
+        "seq": seq,
+        "event_type": "subscription.plan_changed",
+        "payload": PAYLOAD,
+    }
+    return OutboxEvent(**{**fields, **changes})
+
+
+@pytest.fixture
+def outbox(pg_schema: PgSchema) -> PgSchema:
+    with pg_schema.connect(autocommit=True) as conn:
+        migrate.apply(conn)
+    return pg_schema
+
+
+def _rows(schema: PgSchema) -> list[tuple[Any, ...]]:
+    with schema.connect() as conn:
+        return conn.execute(
+            "SELECT entity_type, entity_id, generation, seq, event_type, event_id, payload, "
+            "headers, published_at, publish_count FROM outbox ORDER BY id"
+        ).fetchall()
+
+
+def test_emit_writes_the_row_in_the_callers_transaction(outbox: PgSchema) -> None:
+    """emit inserts one row with every column; it appears only when the caller commits."""
+    with outbox.connect() as conn:
+        with conn.transaction():
+            emit(conn, _event(headers={"trace": "t1"}))
+            assert _rows(outbox) == []
+        assert _rows(outbox) == [
+            ("subscription", "s1", 1, 1, "subscription.plan_changed", "subscription:s1:1:1",
+             PAYLOAD, {"trace": "t1"}, None, 0),
+        ]  # fmt: skip
+
+
+def test_emit_never_commits_on_its_own(outbox: PgSchema) -> None:
+    """When the caller rolls back, the emitted row is gone with the state change."""
+    with outbox.connect() as conn:
+        conn.execute("SELECT 1")
+        emit(conn, _event())
+        conn.rollback()
+    assert _rows(outbox) == []
+
+
+def test_emit_refuses_without_a_transaction(outbox: PgSchema) -> None:
+    """emit on an autocommit or idle connection raises NotInTransactionError and writes nothing."""
+    with outbox.connect(autocommit=True) as conn, pytest.raises(NotInTransactionError):
+        emit(conn, _event())
+    with outbox.connect() as conn, pytest.raises(NotInTransactionError):
+        emit(conn, _event())
+    assert _rows(outbox) == []
+
+
+def test_duplicate_entity_version_is_a_named_error(outbox: PgSchema) -> None:
+    """A second event with the same (entity, generation, seq) raises DuplicateEventError."""
+    with outbox.connect() as conn:
+        with conn.transaction():
+            emit(conn, _event(seq=3))
+        with pytest.raises(DuplicateEventError) as caught, conn.transaction():
+            emit(conn, _event(seq=3, event_id="another-id"))
+    assert caught.value.constraint == "outbox_entity_seq_key"
+    assert "(subscription, s1, 1, 3)" in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"payload": {"plan": "gold", "price_cents": 1, "status": "active"}}, "plan"),
+        ({"payload": {"plan": "pro", "price_cents": -5, "status": "active"}}, "price_cents"),
+        ({"payload": {"plan": "pro"}}, "required"),
+        ({"event_type": "subscription.renamed"}, "no payload schema"),
+        ({"entity_type": "bad:type"}, "entity_type"),
+        ({"entity_id": ""}, "entity_id"),
+        ({"seq": 0}, "seq"),
+        ({"generation": True}, "generation"),
+    ],
+)
+def test_emit_rejects_events_that_break_the_contract(
+    outbox: PgSchema, changes: dict[str, Any], message: str
+) -> None:
+    """An event whose envelope or payload breaks its schema raises InvalidEventError naming why."""
+    with outbox.connect() as conn, conn.transaction():
+        conn.execute("SELECT 1")
+        with pytest.raises(InvalidEventError, match=message):
+            emit(conn, _event(**changes))
+    assert _rows(outbox) == []
+
+
+def test_emit_many_writes_all_events_in_one_call(outbox: PgSchema) -> None:
+    """emit_many writes every event it is given, in order."""
+    with outbox.connect() as conn, conn.transaction():
+        emit_many(conn, [_event(seq=s) for s in range(1, 51)])
+    assert [row[3] for row in _rows(outbox)] == list(range(1, 51))
+
+
+def test_insert_notifies_listeners_on_commit(outbox: PgSchema) -> None:
+    """A committed insert sends one NOTIFY on inorder_outbox naming the schema."""
+    with outbox.connect(autocommit=True) as listener:
+        listener.execute("LISTEN inorder_outbox")
+        with outbox.connect() as conn, conn.transaction():
+            emit_many(conn, [_event(seq=s) for s in (1, 2, 3)])
+        notes = list(listener.notifies(timeout=5, stop_after=1))
+    assert [(n.channel, n.payload) for n in notes] == [("inorder_outbox", outbox.name)]
+
+
+def test_migrations_are_idempotent_and_safe_concurrently(pg_schema: PgSchema) -> None:
+    """Migrating from four threads at once applies each file exactly once."""
+    applied: list[int] = []
+
+    def run() -> None:
+        with pg_schema.connect(autocommit=True) as conn:
+            applied.append(len(migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = len(migrate.available(migrate.OUTBOX)) + len(migrate.available(migrate.EXAMPLE))
+    assert sorted(applied) == [0, 0, 0, total]
+    with pg_schema.connect() as conn:
+        count = conn.execute("SELECT count(*) FROM inorder_migrations").fetchone()
+    assert count == (total,)
+
+
+def test_outbox_rejects_rows_that_break_the_envelope(outbox: PgSchema) -> None:
+    """Plain SQL cannot insert a row the codec would reject: CHECK constraints hold the contract."""
+    insert = (
+        "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload) "
+        "VALUES ('t', %s, %s, %s, %s, %s, %s)"
+    )
+    bad = [
+        ("a:b", "s1", 1, "x.y", "e1", "{}"),
+        ("sub", "", 1, "x.y", "e2", "{}"),
+        ("sub", "s1", 0, "x.y", "e3", "{}"),
+        ("sub", "s1", 1, "Bad Type", "e4", "{}"),
+        ("sub", "s1", 1, "x.y", "e5", "[1]"),
+    ]
+    for values in bad:
+        with outbox.connect() as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, values)

@@ -1,0 +1,60 @@
+"""A producer in any language can write the outbox with plain SQL (psql here, no Python)."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+
+import orjson
+
+import schemas
+from producer import migrate
+from tests.conftest import PgSchema
+
+# The statement the README shows for producers in other languages.
+PLAIN_SQL = """
+BEGIN;
+UPDATE subscriptions SET plan = 'enterprise', price_cents = 9900, version = version + 1
+ WHERE id = 'sql-1' AND NOT deleted
+RETURNING generation, version \\gset
+INSERT INTO outbox (topic, entity_type, entity_id, generation, seq, event_type, event_id, payload)
+VALUES ('inorder.events', 'subscription', 'sql-1', :generation, :version,
+        'subscription.plan_changed', 'subscription:sql-1:' || :generation || ':' || :version,
+        '{"plan": "enterprise", "price_cents": 9900, "status": "active"}');
+COMMIT;
+"""
+
+
+def test_row_written_with_psql_meets_the_contract(pg_schema: PgSchema) -> None:
+    """A version bump and outbox insert done in psql yields an envelope the codec accepts."""
+    with pg_schema.connect(autocommit=True) as conn:
+        migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
+        conn.execute(
+            "INSERT INTO subscriptions (id, plan, price_cents, version) "
+            "VALUES ('sql-1', 'pro', 2900, 4)"
+        )
+    subprocess.run(
+        ["psql", pg_schema.conninfo, "-v", "ON_ERROR_STOP=1", "-q"],
+        input=PLAIN_SQL, text=True, check=True, capture_output=True,
+    )  # fmt: skip
+
+    with pg_schema.connect() as conn:
+        row = conn.execute(
+            "SELECT event_id, event_type, entity_type, entity_id, generation, seq, created_at, "
+            "payload FROM outbox"
+        ).fetchone()
+    assert row is not None
+    event_id, event_type, entity_type, entity_id, generation, seq, created_at, payload = row
+    envelope = {
+        "event_id": event_id, "event_type": event_type, "entity_type": entity_type,
+        "entity_id": entity_id, "generation": generation, "seq": seq,
+        "occurred_at": created_at.isoformat(), "published_at": datetime.now(UTC).isoformat(),
+        "payload": payload,
+    }  # fmt: skip
+    event = schemas.decode(orjson.dumps(envelope))
+    schemas.default_payload_schemas().validate(event.event_type, event.payload)
+    assert (event.entity_id, event.version, event.event_id) == (
+        "sql-1",
+        (1, 5),
+        "subscription:sql-1:1:5",
+    )
