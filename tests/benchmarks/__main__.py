@@ -1,0 +1,67 @@
+"""Run benchmarks, merge their figures into bench-results.json and print them as a table.
+
+``python -m tests.benchmarks`` runs all; ``python -m tests.benchmarks codec emit`` runs some.
+Figures are compared side by side within one run; the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from tests.benchmarks.result import BenchResult
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUT = ROOT / "bench-results.json"
+SUITES = ("stack", "codec", "emit")
+
+
+def _machine() -> dict[str, object]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "system": platform.platform()}
+
+
+def _merge(results: list[BenchResult]) -> dict[str, object]:
+    existing = orjson.loads(OUTPUT.read_bytes()) if OUTPUT.exists() else {}
+    figures = dict(existing.get("results", {}))
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    for result in results:
+        figures[result.name] = {**asdict(result), "measured_at": stamp}
+    return {"machine": _machine(), "results": dict(sorted(figures.items()))}
+
+
+def _table(results: list[BenchResult]) -> Table:
+    table = Table(title="inorder benchmarks")
+    for column in ("benchmark", "value", "unit", "how"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for r in results:
+        value = f"{r.value:,.0f}" if r.value >= 1000 else f"{r.value:,.3g}"
+        table.add_row(r.name, value, r.unit, r.note)
+    return table
+
+
+def main(argv: list[str]) -> None:
+    """Run the named suites (all by default) and report."""
+    chosen = argv or list(SUITES)
+    unknown = set(chosen) - set(SUITES)
+    if unknown:
+        raise SystemExit(f"unknown benchmark suite(s) {sorted(unknown)}; choose from {SUITES}")
+    results: list[BenchResult] = []
+    for suite in chosen:
+        module = importlib.import_module(f"tests.benchmarks.bench_{suite}")
+        results.extend(module.run())
+    OUTPUT.write_bytes(orjson.dumps(_merge(results), option=orjson.OPT_INDENT_2))
+    Console().print(_table(results))
+    print(f"written to {OUTPUT}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
