@@ -26,7 +26,11 @@ SUITES = ("stack", "codec", "emit")
 
 
 def _machine() -> dict[str, object]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "system": platform.platform()}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "system": platform.platform(),
+    }
 
 
 def _merge(results: list[BenchResult]) -> dict[str, object]:

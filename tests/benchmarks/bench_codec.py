@@ -22,7 +22,7 @@ ROUNDS = 5
 
 
 def _messages() -> list[bytes]:
-    rng = random.Random(3)  # noqa: S311 - benchmark data, not a secret
+    rng = random.Random(3)
     plans = ("free", "basic", "pro", "enterprise")
     out = []
     for i in range(MESSAGES):

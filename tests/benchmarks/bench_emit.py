@@ -77,7 +77,9 @@ def run() -> list[BenchResult]:
             admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
     return [
         BenchResult("emit_per_s.one_per_tx", single, "rows/s", f"{SINGLE} transactions of 1"),
-        BenchResult("emit_per_s.emit_in_tx", batched, "rows/s", f"emit() x{PER_TX} per transaction"),
+        BenchResult(
+            "emit_per_s.emit_in_tx", batched, "rows/s", f"emit() x{PER_TX} per transaction"
+        ),
         BenchResult("emit_per_s.emit_many", many, "rows/s", f"emit_many() of {PER_TX} per tx"),
         BenchResult("emit_batched_vs_single", many / single, "x", "emit_many / one per tx"),
     ]

@@ -33,7 +33,6 @@ def _timed(command: str, env: dict[str, str]) -> float:
 def run() -> list[BenchResult]:
     """Measure cold, warm and no-op ``stack up`` on a throw-away stack."""
     state = tempfile.mkdtemp(prefix="inorder-bench-stack-")
-    os.chmod(state, 0o755)  # noqa: PTH101 - the postgres user must reach its data folder
     env = {**os.environ, **PORTS, "INORDER_STACK_DIR": state}
     try:
         cold = _timed("up", env)
