@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
 
+import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.conftest import PgSchema, TopicFactory
-from tests.support.services import Services
+from tests.support.services import STACK_SCRIPT, Services
 
 
 def _consume_all(consumer: Consumer, want: int, timeout_s: float = 30.0) -> list[bytes]:
@@ -89,3 +92,11 @@ def test_redis_key_survives_restart_through_aof(
         assert after.zrange(key, 0, -1, withscores=True) == [(b"e8", 8.0)]
     finally:
         after.close()
+
+
+def test_stack_up_when_running_is_a_no_op(services: Services) -> None:
+    """A second `stack up` finds every service answering and starts nothing."""
+    if not os.environ.get("INORDER_STACK_DIR"):
+        pytest.skip("services are not from deploy/local/stack")
+    done = subprocess.run([str(STACK_SCRIPT), "up"], capture_output=True, text=True, check=True)
+    assert done.stderr.count("already running") == 3, done.stderr

@@ -1,0 +1,58 @@
+"""The inorder-producer command: migrate, loadgen, and one-line errors for bad configuration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.conftest import PgSchema
+
+
+def _producer(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+    return subprocess.run(
+        [sys.executable, "-m", "producer", *args],
+        env={**base, **env}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _url(schema: PgSchema) -> str:
+    params = conninfo_to_dict(schema.conninfo)
+    return (
+        f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+        f"?options=-csearch_path%3D{schema.name}"
+    )
+
+
+def test_loadgen_migrates_and_reports_its_rate(pg_schema: PgSchema) -> None:
+    """loadgen creates the tables it needs, writes the events and prints how many and how fast."""
+    done = _producer(
+        "loadgen", "--entities", "5", "--events", "4", "--writers", "2", "--no-progress",
+        DATABASE_URL=_url(pg_schema),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with pg_schema.connect() as conn:
+        rows = conn.execute("SELECT count(*) FROM outbox").fetchone()
+    assert rows is not None
+    assert f"wrote {rows[0]} events from 20 operations" in done.stderr
+
+
+def test_missing_database_url_stops_with_one_line() -> None:
+    """Without DATABASE_URL the command exits 2 with one line naming the setting."""
+    done = _producer("migrate")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "inorder-producer: bad configuration: DATABASE_URL: Field required"
+    ]
+
+
+def test_unreachable_database_stops_with_one_line() -> None:
+    """A database that does not answer gives exit 2 and one line, not a traceback."""
+    done = _producer("migrate", DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("inorder-producer: cannot use PostgreSQL:")
