@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field
 
 from schemas import DEFAULT_TOPICS
+from schemas.config import InorderSettings, PostgresUrl
 
 
-class ProducerSettings(BaseSettings):
+class ProducerSettings(InorderSettings):
     """Where the producer's database is, and which topic its events name."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="ignore")
-
     # The producer's own database (the one holding the outbox table).
-    database_url: SecretStr = Field(
-        validation_alias=AliasChoices("DATABASE_URL", "INORDER_DATABASE_URL")
-    )
+    database_url: PostgresUrl
     # Topic written into each outbox row.
-    events_topic: str = Field(
-        default=DEFAULT_TOPICS.events, validation_alias="INORDER_EVENTS_TOPIC", min_length=1
-    )
-    log_level: str = Field(default="INFO", validation_alias="INORDER_LOG_LEVEL")
-
-    @field_validator("database_url")
-    @classmethod
-    def _is_postgres_url(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
-            raise ValueError("must be a postgresql:// URL, e.g. postgresql://user@host:5432/db")
-        return value
+    events_topic: str = Field(default=DEFAULT_TOPICS.events, min_length=1)
+    log_level: str = "INFO"

@@ -1,23 +1,150 @@
-"""Loading typed settings at an entry point: one clear line instead of a traceback."""
+"""Typed settings shared by the processes, and loading them at an entry point.
+
+Settings are read from the environment only in entry points. Each setting's
+variable is ``INORDER_<FIELD>`` unless it names another (``DATABASE_URL``,
+``KAFKA_BOOTSTRAP_SERVERS``). A bad value stops start-up with one line.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import TypeVar
+from typing import Annotated, Literal, Self, TypeVar
 
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.republish import worst_case_repair_s
 
 S = TypeVar("S", bound=BaseSettings)
+ENV_PREFIX = "INORDER_"
 
 
-def describe(exc: ValidationError) -> str:
-    """One line naming each bad setting (by its environment variable) and what is wrong."""
+class InorderSettings(BaseSettings):
+    """Base of every settings class: frozen, ``INORDER_`` prefix, unknown variables ignored."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+
+
+def _is_postgres_url(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+        raise ValueError("must be a postgresql:// URL, e.g. postgresql://user@host:5432/db")
+    return value
+
+
+# The DATABASE_URL setting: a postgresql:// URL, kept secret in logs and reprs.
+PostgresUrl = Annotated[
+    SecretStr,
+    AfterValidator(_is_postgres_url),
+    Field(validation_alias=AliasChoices("DATABASE_URL", "INORDER_DATABASE_URL")),
+]
+
+
+class KafkaClientSettings(InorderSettings):
+    """How to reach Kafka, including the security options librdkafka takes."""
+
+    kafka_bootstrap_servers: str = Field(
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "INORDER_KAFKA_BOOTSTRAP_SERVERS"),
+        min_length=1,
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    # CA bundle for SSL/SASL_SSL when the system store does not hold the broker's CA.
+    kafka_ssl_ca_location: str | None = None
+    # Any other librdkafka property, as a JSON object; explicit settings above win.
+    kafka_extra: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sasl_is_complete(self) -> Self:
+        if self.kafka_security_protocol.startswith("SASL") and not (
+            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                "INORDER_KAFKA_SECURITY_PROTOCOL is SASL: set INORDER_KAFKA_SASL_MECHANISM, "
+                "INORDER_KAFKA_SASL_USERNAME and INORDER_KAFKA_SASL_PASSWORD"
+            )
+        return self
+
+    def kafka_config(self) -> dict[str, str]:
+        """librdkafka properties for any client of this cluster."""
+        config = dict(self.kafka_extra)
+        config["bootstrap.servers"] = self.kafka_bootstrap_servers
+        config["security.protocol"] = self.kafka_security_protocol.lower()
+        if self.kafka_sasl_mechanism:
+            config["sasl.mechanism"] = self.kafka_sasl_mechanism
+        if self.kafka_sasl_username:
+            config["sasl.username"] = self.kafka_sasl_username
+        if self.kafka_sasl_password:
+            config["sasl.password"] = self.kafka_sasl_password.get_secret_value()
+        if self.kafka_ssl_ca_location:
+            config["ssl.ca.location"] = self.kafka_ssl_ca_location
+        return config
+
+
+class RepairTimingSettings(InorderSettings):
+    """How long gaps may take to repair: read by the sweeper, checked by the relay."""
+
+    # A parked entity whose oldest park is older than this is a gap to repair.
+    gap_deadline_s: float = Field(default=300.0, gt=0)
+    # Republish requests sent for one gap before it is handed to a person.
+    republish_max_attempts: int = Field(default=5, ge=1, le=50)
+    # Wait before the first repeat of a request; doubles each time, capped below.
+    republish_backoff_base_s: float = Field(default=30.0, gt=0)
+    republish_backoff_max_s: float = Field(default=3600.0, gt=0)
+
+    def worst_case_repair_s(self) -> float:
+        """Longest time after a park that the sweeper may still ask for a seq."""
+        return worst_case_repair_s(
+            self.gap_deadline_s,
+            self.republish_backoff_base_s,
+            self.republish_backoff_max_s,
+            self.republish_max_attempts,
+        )
+
+
+def _names(cls: type[BaseSettings]) -> dict[str, tuple[str, bool]]:
+    """Every name an error may use for a field -> (its variable, whether it is secret)."""
+    names: dict[str, tuple[str, bool]] = {}
+    for field, info in cls.model_fields.items():
+        alias = info.validation_alias
+        choices = [str(c) for c in alias.choices] if isinstance(alias, AliasChoices) else []
+        if isinstance(alias, str):
+            choices = [alias]
+        variable = choices[0] if choices else f"{ENV_PREFIX}{field}".upper()
+        secret = "SecretStr" in str(info.annotation)
+        for name in (field, *choices):
+            names[name] = (variable, secret)
+    return names
+
+
+def describe(exc: ValidationError, cls: type[BaseSettings]) -> str:
+    """One line naming each bad setting by its environment variable, and what is wrong.
+
+    Values of secret settings are never shown.
+    """
+    names = _names(cls)
     parts = []
     for error in exc.errors():
-        name = ".".join(str(p) for p in error["loc"]).upper() or "settings"
-        value = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
-        parts.append(f"{name}: {error['msg']}{value}")
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:
+            parts.append(message)
+            continue
+        variable, secret = names.get(str(error["loc"][0]), (str(error["loc"][0]), False))
+        if error["type"] == "missing":
+            shown = ""
+        elif secret:
+            shown = " (value hidden)"
+        else:
+            shown = f" (got {error.get('input')!r})"
+        parts.append(f"{variable}: {message}{shown}")
     return "; ".join(parts)
 
 
@@ -26,5 +153,5 @@ def load_or_exit(cls: type[S], program: str) -> S:
     try:
         return cls()
     except ValidationError as exc:
-        sys.stderr.write(f"{program}: bad configuration: {describe(exc)}\n")
+        sys.stderr.write(f"{program}: bad configuration: {describe(exc, cls)}\n")
         raise SystemExit(2) from None

@@ -17,10 +17,15 @@ def _json_dir() -> resources.abc.Traversable:
 
 
 @cache
-def envelope_schema() -> dict[str, Any]:
-    """The envelope schema, parsed once."""
-    parsed: dict[str, Any] = orjson.loads(_json_dir().joinpath("envelope.schema.json").read_bytes())
+def json_schema(name: str) -> dict[str, Any]:
+    """The top-level schema file ``<name>.schema.json``, parsed once."""
+    parsed: dict[str, Any] = orjson.loads(_json_dir().joinpath(f"{name}.schema.json").read_bytes())
     return parsed
+
+
+def envelope_schema() -> dict[str, Any]:
+    """The envelope schema."""
+    return json_schema("envelope")
 
 
 @cache

@@ -90,6 +90,11 @@ class PgSchema:
         """A connection string whose search_path is this schema, for code that connects itself."""
         return make_conninfo(self.database_url, options=f"-c search_path={self.name}")
 
+    @property
+    def url(self) -> str:
+        """A postgresql:// URL whose search_path is this schema, for processes configured by URL."""
+        return f"{self.database_url}?options=-csearch_path%3D{self.name}"
+
     def connect(self, **kwargs: object) -> psycopg.Connection:
         """A new connection whose search_path is this schema."""
         return psycopg.connect(self.conninfo, **kwargs)

@@ -6,8 +6,6 @@ import os
 import subprocess
 import sys
 
-from psycopg.conninfo import conninfo_to_dict
-
 from tests.conftest import PgSchema
 
 
@@ -19,19 +17,11 @@ def _producer(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _url(schema: PgSchema) -> str:
-    params = conninfo_to_dict(schema.conninfo)
-    return (
-        f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
-        f"?options=-csearch_path%3D{schema.name}"
-    )
-
-
 def test_loadgen_migrates_and_reports_its_rate(pg_schema: PgSchema) -> None:
     """loadgen creates the tables it needs, writes the events and prints how many and how fast."""
     done = _producer(
         "loadgen", "--entities", "5", "--events", "4", "--writers", "2", "--no-progress",
-        DATABASE_URL=_url(pg_schema),
+        DATABASE_URL=pg_schema.url,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     with pg_schema.connect() as conn:

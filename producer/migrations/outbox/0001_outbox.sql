@@ -16,12 +16,19 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at    timestamptz NOT NULL DEFAULT now(),
     published_at  timestamptz,               -- null until Kafka acknowledged delivery
     publish_count integer     NOT NULL DEFAULT 0,
+    failed_at     timestamptz,               -- set by the relay when the row cannot be sent
+    failure_reason text,
     CONSTRAINT outbox_event_id_key UNIQUE (event_id),
     CONSTRAINT outbox_entity_seq_key UNIQUE (entity_type, entity_id, generation, seq)
 );
 
--- The relay claims unpublished rows in id order; this index holds only those.
-CREATE INDEX IF NOT EXISTS outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+-- The relay claims pending rows in id order; this index holds only those.
+CREATE INDEX IF NOT EXISTS outbox_pending_idx ON outbox (id)
+    WHERE published_at IS NULL AND failed_at IS NULL;
+
+-- Retention deletes the oldest published rows first.
+CREATE INDEX IF NOT EXISTS outbox_published_at_idx ON outbox (published_at)
+    WHERE published_at IS NOT NULL;
 
 -- Wake the relay when rows commit, instead of it polling. One notification per
 -- statement (PostgreSQL folds identical ones within a transaction).

@@ -1,0 +1,22 @@
+"""Errors of the relay."""
+
+from __future__ import annotations
+
+from schemas.errors import InorderError
+
+
+class RelayError(InorderError):
+    """Raised for any failure the relay names."""
+
+
+class SchemaNotReadyError(RelayError):
+    """Raised when the outbox table is missing or older than this relay needs."""
+
+
+class RowProblem(RelayError):  # noqa: N818 - a verdict about a row, not a crash
+    """Raised when an outbox row cannot become a Kafka message; the row is marked failed."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail

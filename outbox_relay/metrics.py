@@ -1,0 +1,28 @@
+"""The relay's Prometheus metrics (names fixed by the design)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PUBLISHED = Counter("outbox_published_total", "Outbox rows delivered to Kafka")
+PUBLISH_FAILURES = Counter(
+    "outbox_publish_failures_total", "Deliveries Kafka refused or timed out", ["reason"]
+)
+ROWS_FAILED = Counter(
+    "outbox_rows_failed_total", "Rows marked failed because they cannot be sent", ["reason"]
+)
+BACKLOG = Gauge("outbox_backlog_rows", "Rows waiting to be published")
+FAILED_ROWS = Gauge("outbox_failed_rows", "Rows marked failed, waiting for a person")
+OLDEST_AGE = Gauge(
+    "outbox_oldest_unpublished_age_seconds", "Age of the oldest row waiting to be published"
+)
+REPUBLISHED = Counter("outbox_republished_total", "Rows re-sent for republish requests")
+REPUBLISH_REQUESTS = Counter(
+    "outbox_republish_requests_total", "Republish requests handled", ["outcome"]
+)
+PURGED = Counter("outbox_purged_total", "Published rows deleted past retention")
+PUBLISH_LATENCY = Histogram(
+    "outbox_publish_latency_seconds",
+    "From the row's transaction to Kafka's delivery report",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)

@@ -1,0 +1,128 @@
+"""Republish requests: re-send a range of one entity's rows and answer what was and was not sent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+from confluent_kafka import Producer
+
+from outbox_relay import metrics, store
+from outbox_relay.errors import RelayError
+from outbox_relay.kafka import send
+from outbox_relay.publisher import fail, prepare
+from outbox_relay.settings import RelaySettings
+from outbox_relay.store import Conn
+from schemas import PayloadSchemas
+from schemas.republish import RepublishRequest, RepublishResult, encode
+
+log = structlog.get_logger(__name__)
+
+# One request re-sends at most this many seqs; the sweeper asks again for the rest.
+MAX_RANGE = 10_000
+
+RangeKey = tuple[str, str, int, int, int]
+
+
+class RepublishDeliveryError(RelayError):
+    """Raised when Kafka did not take every re-sent row or the answer; the request is retried."""
+
+
+@dataclass(slots=True)
+class Cooldown:
+    """Ranges answered recently; a repeat within ``window_s`` re-sends nothing."""
+
+    window_s: float
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[RangeKey, float] = field(default_factory=dict)
+
+    def recent(self, key: RangeKey) -> bool:
+        """True when ``key`` was re-sent less than ``window_s`` ago."""
+        at = self._seen.get(key)
+        return at is not None and self.clock() - at < self.window_s
+
+    def note(self, key: RangeKey) -> None:
+        """Remember that ``key`` was re-sent now; forget entries past the window."""
+        now = self.clock()
+        if len(self._seen) > 10_000:
+            self._seen = {k: t for k, t in self._seen.items() if now - t < self.window_s}
+        self._seen[key] = now
+
+
+def bounded(request: RepublishRequest) -> RepublishRequest:
+    """The part of ``request`` one answer covers (at most ``MAX_RANGE`` seqs)."""
+    last = min(request.to_seq, request.from_seq + MAX_RANGE - 1)
+    if last == request.to_seq:
+        return request
+    return RepublishRequest(
+        request.request_id, request.entity_type, request.entity_id, request.generation,
+        request.from_seq, last, request.reason,
+    )  # fmt: skip
+
+
+def answer(
+    conn: Conn,
+    producer: Producer,
+    request: RepublishRequest,
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
+    cooldown: Cooldown,
+) -> RepublishResult:
+    """Re-send the rows of the request's range that exist, then publish the answer."""
+    request = bounded(request)
+    key: RangeKey = (
+        request.entity_type, request.entity_id, request.generation, request.from_seq,
+        request.to_seq,
+    )  # fmt: skip
+    repeat = cooldown.recent(key)
+    resent: list[int] = []
+    with conn.transaction():
+        rows, failed = store.rows_in_range(conn, *key)
+        by_id = {row.id: row for row in rows}
+        if not repeat and rows:
+            messages, unsendable = prepare(conn, rows, settings, schemas, request.request_id)
+            failed += [by_id[row_id].seq for row_id in unsendable]
+            created = {row.id: row.created_at.timestamp() for row in rows}
+            sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
+            for row_id, reason in sent.rejected:
+                fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
+                failed.append(by_id[row_id].seq)
+            if sent.failed:
+                raise RepublishDeliveryError(f"{len(sent.failed)} re-sent rows not delivered")
+            store.mark_published(conn, sent.delivered)
+            resent = sorted(by_id[row_id].seq for row_id in sent.delivered)
+    present = {row.seq for row in rows} | set(failed)
+    result = RepublishResult(
+        request.request_id, request.entity_type, request.entity_id, request.generation,
+        request.from_seq, request.to_seq, tuple(resent),
+        tuple(s for s in request.seqs if s not in present), tuple(sorted(failed)), repeat,
+    )  # fmt: skip
+    _publish(producer, settings.republish_results_topic, result, settings)
+    if not repeat:
+        cooldown.note(key)
+    metrics.REPUBLISHED.inc(len(resent))
+    metrics.REPUBLISH_REQUESTS.labels("cooldown" if repeat else "answered").inc()
+    log.info(
+        "republish_answered", request_id=request.request_id,
+        entity=f"{request.entity_type}:{request.entity_id}", generation=request.generation,
+        from_seq=request.from_seq, to_seq=request.to_seq, resent=len(resent),
+        missing=len(result.missing), failed=len(result.failed), cooldown=repeat,
+    )  # fmt: skip
+    return result
+
+
+def _publish(
+    producer: Producer, topic: str, result: RepublishResult, settings: RelaySettings
+) -> None:
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    producer.produce(topic, encode(result), result.key, on_delivery=on_delivery)
+    remaining = producer.flush(settings.delivery_timeout_ms / 1000 + 5)
+    if errors or remaining:
+        raise RepublishDeliveryError(f"republish answer not delivered: {errors or 'timed out'}")

@@ -1,0 +1,314 @@
+"""The relay against real PostgreSQL and Kafka: delivery, concurrency, crashes, repair."""
+
+from __future__ import annotations
+
+import signal
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+import schemas
+from schemas import headers
+from schemas.republish import RepublishRequest, decode_result, encode
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import relay_support as rs
+from tests.support.kafka import drain, wait_until
+from tests.support.services import Services
+
+
+@pytest.fixture
+def topics(topic_factory: TopicFactory) -> rs.RelayTopics:
+    return rs.RelayTopics(
+        topic_factory("events"), topic_factory("requests"), topic_factory("results")
+    )
+
+
+@pytest.fixture
+def outbox(pg_schema: PgSchema) -> PgSchema:
+    rs.prepare_outbox(pg_schema)
+    return pg_schema
+
+
+def _event_ids(services: Services, topic: str, expect: int) -> Counter[str]:
+    messages = drain(services.kafka_bootstrap, topic, expect=expect)
+    return Counter(schemas.decode(m.value()).event_id for m in messages)
+
+
+def test_every_committed_row_arrives_exactly_once(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """With one relay, each committed row is delivered once, keyed by entity, and marked."""
+    ids = rs.write_rows(outbox, topics.events, 600)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=100)
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0)
+    assert rs.count_rows(outbox, "publish_count = 1") == 600
+    messages = drain(services.kafka_bootstrap, topics.events, expect=600)
+    assert Counter(schemas.decode(m.value()).event_id for m in messages) == Counter(ids)
+    first = messages[0]
+    event = schemas.decode(first.value())
+    assert first.key() == event.key
+    assert (headers.EVENT_TYPE, b"subscription.plan_changed") in first.headers()
+
+
+def test_two_relays_publish_every_row_once(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """Two relays on one outbox skip each other's locked rows: every row arrives, once."""
+    ids = rs.write_rows(outbox, topics.events, 4000, entities=50)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=200)
+    with rs.running(settings), rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0, timeout_s=90)
+    assert _event_ids(services, topics.events, 4000) == Counter(ids)
+    assert rs.count_rows(outbox, "publish_count <> 1") == 0
+
+
+def test_kill_9_mid_batch_loses_nothing(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """A relay killed with SIGKILL while publishing loses no row; a new relay finishes the job."""
+    total = 30_000
+    ids = rs.write_rows(outbox, topics.events, total, entities=300)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=500)
+    env = rs.relay_env(settings)
+    first = rs.spawn(env, tmp_path / "relay.log")
+    wait_until(
+        lambda: rs.count_rows(outbox, "published_at IS NOT NULL") > 0, timeout_s=60, interval_s=0.02
+    )
+    first.kill()
+    first.wait(timeout=30)
+    assert rs.count_rows(outbox, "published_at IS NULL") > 0, "killed too late to test a crash"
+
+    second = rs.spawn(env, tmp_path / "relay.log")
+    try:
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0, timeout_s=120)
+    finally:
+        second.terminate()
+        second.wait(timeout=60)
+    seen = _event_ids(services, topics.events, total)
+    assert set(seen) == set(ids)
+
+
+def _request(services: Services, topic: str, request: RepublishRequest) -> None:
+    producer = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    producer.produce(topic, encode(request), request.key)
+    assert producer.flush(30) == 0
+
+
+def test_republish_resends_exactly_the_range_and_names_what_is_gone(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """A request re-sends exactly its range; after a purge the answer lists the missing seqs."""
+    rs.write_rows(outbox, topics.events, 10, entities=1)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, republish_cooldown_s=0)
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0)
+        _request(
+            services,
+            topics.requests,
+            RepublishRequest("req-1", "subscription", "s0", 1, 3, 7, "gap"),
+        )
+        [answer] = [
+            decode_result(m.value())
+            for m in drain(services.kafka_bootstrap, topics.results, expect=1)
+        ]
+        with outbox.connect() as conn:
+            conn.execute("DELETE FROM outbox WHERE seq <= 4")
+        _request(
+            services,
+            topics.requests,
+            RepublishRequest("req-2", "subscription", "s0", 1, 1, 12, "gap"),
+        )
+        answers = [
+            decode_result(m.value())
+            for m in drain(services.kafka_bootstrap, topics.results, expect=2)
+        ]
+
+    assert (answer.request_id, answer.resent, answer.missing, answer.cooldown) == (
+        "req-1",
+        (3, 4, 5, 6, 7),
+        (),
+        False,
+    )
+    second = answers[1]
+    assert (second.resent, second.missing, second.failed) == (
+        (5, 6, 7, 8, 9, 10),
+        (1, 2, 3, 4, 11, 12),
+        (),
+    )
+    resent = [
+        (dict(m.headers())[headers.REPUBLISH_REQUEST], schemas.decode(m.value()).seq)
+        for m in drain(services.kafka_bootstrap, topics.events, expect=21)
+        if headers.REPUBLISH_REQUEST in dict(m.headers())
+    ]
+    assert sorted(resent) == [(b"req-1", s) for s in range(3, 8)] + [
+        (b"req-2", s) for s in range(5, 11)
+    ]
+    assert rs.count_rows(outbox, "seq BETWEEN 5 AND 7 AND publish_count = 3") == 3
+
+
+def test_repeated_request_within_cooldown_resends_nothing(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """The same range asked twice within the cool-down is answered, but re-sent only once."""
+    rs.write_rows(outbox, topics.events, 5, entities=1)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, republish_cooldown_s=600)
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0)
+        for request_id in ("a", "b"):
+            _request(
+                services,
+                topics.requests,
+                RepublishRequest(request_id, "subscription", "s0", 1, 1, 5, "gap"),
+            )
+        answers = [
+            decode_result(m.value())
+            for m in drain(services.kafka_bootstrap, topics.results, expect=2)
+        ]
+    assert [(a.request_id, a.resent, a.cooldown) for a in answers] == [
+        ("a", (1, 2, 3, 4, 5), False),
+        ("b", (), True),
+    ]
+    assert len(drain(services.kafka_bootstrap, topics.events, expect=10)) == 10
+
+
+def test_row_that_cannot_be_sent_is_failed_and_blocks_nothing(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """A hand-written row with a bad payload is marked failed with a reason; rows after it go."""
+    rs.write_rows(outbox, topics.events, 3, entities=3)
+    with outbox.connect() as conn:
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id,"
+            " payload) VALUES (%s, 'subscription', 'bad', 1, 'subscription.plan_changed', 'bad-1', "
+            '\'{"plan": "platinum"}\')',
+            (topics.events,),
+        )
+    rs.write_rows(outbox, topics.events, 3, entities=3, start_seq=2)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL AND failed_at IS NULL") == 0)
+    with outbox.connect() as conn:
+        failed = conn.execute(
+            "SELECT event_id, failure_reason FROM outbox WHERE failed_at IS NOT NULL"
+        ).fetchall()
+    assert len(failed) == 1
+    assert failed[0][0] == "bad-1"
+    assert "price_cents" in failed[0][1] or "platinum" in failed[0][1]
+    assert rs.count_rows(outbox, "published_at IS NOT NULL") == 6
+
+
+def test_notify_wakes_the_relay_long_before_its_poll(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """With a 10-minute poll, a committed row is still published promptly: NOTIFY woke the relay."""
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, poll_interval_s=600)
+    with rs.running(settings):
+        time.sleep(1.0)  # let it go idle, waiting for the next poll
+        rs.write_rows(outbox, topics.events, 1)
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NOT NULL") == 1, timeout_s=20)
+
+
+def test_polling_alone_publishes_when_notifications_are_off(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """Without LISTEN the fallback poll still finds new rows."""
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, poll_interval_s=0.3)
+    with rs.running(settings, listen=False):
+        time.sleep(0.5)
+        rs.write_rows(outbox, topics.events, 5)
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NOT NULL") == 5)
+
+
+def test_retention_deletes_only_old_published_rows(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """Rows published before the retention window go; recent and pending rows stay."""
+    rs.write_rows(outbox, topics.events, 30, entities=3)
+    with outbox.connect() as conn:
+        conn.execute(
+            "UPDATE outbox SET published_at = now() - interval '2 hours', publish_count = 1"
+            " WHERE seq <= 4"
+        )
+        conn.execute("UPDATE outbox SET created_at = now() - interval '3 hours' WHERE seq > 4")
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, retention_s=3600, purge_batch_rows=2,
+        gap_deadline_s=60, republish_backoff_base_s=10, republish_max_attempts=2,
+    )  # fmt: skip
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox) == 18)
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0)
+    assert rs.count_rows(outbox, "seq <= 4") == 0
+
+
+def test_kafka_unreachable_leaves_rows_pending_and_not_ready(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """With no broker, rows stay unpublished and the relay reports Kafka as its problem."""
+    rs.write_rows(outbox, topics.events, 5)
+    settings = rs.settings_for(
+        outbox, f"127.0.0.1:{rs.free_port()}", topics, delivery_timeout_ms=1000
+    )
+    with rs.running(settings) as relay:
+        wait_until(lambda: "kafka" in relay.health.problems, timeout_s=30)
+        assert rs.count_rows(outbox, "published_at IS NULL") == 5
+    assert rs.count_rows(outbox, "publish_count > 0") == 0
+
+
+def test_sigterm_finishes_the_batch_and_exits_zero(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """SIGTERM stops the process with exit 0; what it claimed is either marked or still pending."""
+    ids = rs.write_rows(outbox, topics.events, 20_000, entities=100)
+    port = rs.free_port()
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, batch_size=500, http_port=port
+    )
+    log = tmp_path / "relay.log"
+    process = rs.spawn(rs.relay_env(settings), log)
+    wait_until(
+        lambda: rs.count_rows(outbox, "published_at IS NOT NULL") > 0, timeout_s=60, interval_s=0.02
+    )
+    for path, expected in (
+        ("/healthz", b"ok"),
+        ("/readyz", b"ready"),
+        ("/metrics", b"outbox_published_total"),
+    ):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            assert expected in response.read()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    assert '"relay_stopped"' in log.read_text()
+
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0, timeout_s=90)
+    assert set(_event_ids(services, topics.events, len(ids))) == set(ids)
+
+
+def test_missing_outbox_table_pauses_instead_of_crashing(
+    pg_schema: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """Before migrations the relay waits, not ready, saying to run the migration."""
+    settings = rs.settings_for(pg_schema, services.kafka_bootstrap, topics)
+    with rs.running(settings) as relay:
+        problems = wait_until(lambda: relay.health.problems.get("postgres"), timeout_s=20)
+    assert "inorder-producer migrate" in problems
+
+
+def test_ensure_topics_creates_only_missing_topics(services: Services, kafka_admin) -> None:
+    """ensure_topics creates what is missing, once."""
+    from schemas.topics import ensure_topics  # noqa: PLC0415
+
+    name = f"t.ensure.{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": services.kafka_bootstrap}
+    try:
+        assert ensure_topics(config, [name], 2) == [name]
+        assert ensure_topics(config, [name], 2) == []
+        assert len(kafka_admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+    finally:
+        kafka_admin.delete_topics([name])[name].result(timeout=30)

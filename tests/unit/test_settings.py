@@ -1,0 +1,72 @@
+"""Typed settings: one line per mistake, naming the variable, never showing a secret."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings, describe
+
+
+class _Db(KafkaClientSettings):
+    database_url: PostgresUrl
+
+
+def _problem(cls: type) -> str:
+    with pytest.raises(ValidationError) as caught:
+        cls()
+    return describe(caught.value, cls)
+
+
+def test_missing_settings_are_named_by_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Missing required settings are listed by the environment variable to set."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    assert _problem(_Db) == "KAFKA_BOOTSTRAP_SERVERS: Field required; DATABASE_URL: Field required"
+
+
+def test_secret_values_are_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad secret setting is named, but its value is hidden."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    monkeypatch.setenv("DATABASE_URL", "mysql://user:hunter2@db/x")
+    line = _problem(_Db)
+    assert "hunter2" not in line
+    assert line == (
+        "DATABASE_URL: must be a postgresql:// URL, e.g. postgresql://user@host:5432/db "
+        "(value hidden)"
+    )
+
+
+def test_bad_values_show_what_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-secret bad value is shown with the prefixed variable name."""
+    monkeypatch.setenv("INORDER_GAP_DEADLINE_S", "-5")
+    assert _problem(RepairTimingSettings) == (
+        "INORDER_GAP_DEADLINE_S: Input should be greater than 0 (got '-5')"
+    )
+
+
+def test_sasl_needs_its_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SASL without mechanism, user and password is refused with what to set."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    monkeypatch.setenv("INORDER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    assert "INORDER_KAFKA_SASL_MECHANISM" in _problem(KafkaClientSettings)
+
+
+def test_kafka_config_passes_security_and_extra_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security settings and INORDER_KAFKA_EXTRA reach librdkafka; explicit ones win."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "b1:9093")
+    monkeypatch.setenv("INORDER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("INORDER_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("INORDER_KAFKA_SASL_USERNAME", "relay")
+    monkeypatch.setenv("INORDER_KAFKA_SASL_PASSWORD", "s3cret")
+    monkeypatch.setenv(
+        "INORDER_KAFKA_EXTRA", '{"client.rack": "az1", "bootstrap.servers": "ignored"}'
+    )
+    assert KafkaClientSettings().kafka_config() == {
+        "bootstrap.servers": "b1:9093",
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "relay",
+        "sasl.password": "s3cret",
+        "client.rack": "az1",
+    }
