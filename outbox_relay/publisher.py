@@ -34,7 +34,7 @@ def prepare(
     republish_request: str | None = None,
 ) -> tuple[list[Message], list[int]]:  # fmt: skip
     """Messages for the sendable rows; rows that cannot be sent are marked failed."""
-    now = datetime.now(UTC)
+    now = datetime.now(UTC).isoformat()
     messages: list[Message] = []
     failed: list[int] = []
     for row in rows:

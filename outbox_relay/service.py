@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import psycopg
 import structlog
 from confluent_kafka import Consumer, KafkaException, Producer
+from psycopg.types.json import set_json_loads
 
 from outbox_relay import metrics, store
 from outbox_relay.errors import SchemaNotReadyError
@@ -56,6 +58,7 @@ class Relay:
         self._requests: Consumer | None = None
         self._next_purge = 0.0
         self._next_measure = 0.0
+        self._last_request_error: str | None = None
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand and return."""
@@ -121,8 +124,9 @@ class Relay:
             return
         for message in self._requests.consume(num_messages=50, timeout=0):
             if message.error() is not None:
-                log.warning("republish_request_error", error=str(message.error()))
+                self._request_error(str(message.error()))
                 continue
+            self._last_request_error = None
             try:
                 request = decode_request(message.value())
             except DecodeError as exc:
@@ -133,6 +137,12 @@ class Relay:
             else:
                 answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
             self._requests.commit(message=message, asynchronous=False)
+
+    def _request_error(self, error: str) -> None:
+        """Log a request-topic error once, not on every poll while it lasts."""
+        if error != self._last_request_error:
+            log.warning("republish_request_error", error=error)
+            self._last_request_error = error
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
@@ -190,6 +200,7 @@ class Relay:
         url = self.settings.database_url.get_secret_value()
         if self._conn is None:
             conn = psycopg.connect(url, autocommit=True)
+            set_json_loads(orjson.loads, conn)
             try:
                 store.check_schema(conn)
             except SchemaNotReadyError:

@@ -12,12 +12,11 @@ from functools import cache
 from typing import Any
 
 import orjson
-from jsonschema.protocols import Validator
 
 from schemas.errors import DecodeError
 from schemas.files import json_schema
 from schemas.keys import kafka_key
-from schemas.validation import validator_for
+from schemas.validation import Validator, first_error, validator_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +73,9 @@ def _decode(raw: bytes | None, name: str, cls: type) -> dict[str, Any]:
         doc = orjson.loads(raw or b"")
     except orjson.JSONDecodeError as exc:
         raise DecodeError("not_json", f"{name} is not JSON", raw) from exc
-    error = next(iter(_validator(name).iter_errors(doc)), None)
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(document)"
-        raise DecodeError("invalid", f"{name} {where}: {error.message}", raw)
+    problem = first_error(_validator(name), doc)
+    if problem is not None:
+        raise DecodeError("invalid", f"{name} {problem}", raw)
     return {f.name: doc[f.name] for f in fields(cls)}
 
 

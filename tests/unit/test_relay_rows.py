@@ -14,7 +14,7 @@ from outbox_relay.rows import OutboxRow, to_message
 from schemas import headers
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).isoformat()
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
 
@@ -68,8 +68,6 @@ def test_event_types_without_a_schema_pass_unchecked() -> None:
         ({"payload": [1, 2]}, "bad_payload"),
         ({"headers": {"n": 5}}, "bad_headers"),
         ({"headers": ["x"]}, "bad_headers"),
-        ({"entity_type": "Bad:Type"}, "bad_envelope"),
-        ({"seq": 0}, "bad_envelope"),
         ({"event_type": "x.y", "payload": {"blob": "z" * 20_000}}, "too_large"),
     ],
 )
