@@ -1,16 +1,85 @@
 """Entry points of ``inorder-consumer``, ``inorder-sweeper`` and ``inorder-admin``."""
 
+from __future__ import annotations
+
+import signal
 import sys
+from types import FrameType
+
+import psycopg
+import structlog
+
+from consumer.errors import RoutesError
+from consumer.routes import Route, parse_routes
+from consumer.service import ConsumerService
+from consumer.settings import ConsumerSettings
+from schemas import logs
+from schemas.config import load_or_exit
+from schemas.health import Health, serve
+
+CONSUMER = "inorder-consumer"
+
+
+def _fail(program: str, lines: list[str]) -> None:
+    for line in lines:
+        sys.stderr.write(f"{program}: {line}\n")
+    raise SystemExit(2)
+
+
+def _routes(settings: ConsumerSettings) -> list[Route]:
+    try:
+        text = settings.routes_file.read_text()
+    except OSError as exc:
+        _fail(CONSUMER, [f"cannot read INORDER_ROUTES_FILE {settings.routes_file}: {exc.strerror}"])
+    try:
+        return parse_routes(text, str(settings.routes_file))
+    except RoutesError as exc:
+        _fail(CONSUMER, exc.problems)
+    raise AssertionError("unreachable")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the consumer until SIGTERM or SIGINT; exit 0 after committing the batch in hand."""
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv:
+        _fail(CONSUMER, ["takes no arguments; it is configured by the environment"])
+    settings = load_or_exit(ConsumerSettings, CONSUMER)
+    routes = _routes(settings)
+    logs.configure(settings.log_level)
+    log = structlog.get_logger(__name__)
+    health = Health()
+    service = ConsumerService(settings, routes, health)
+    try:
+        service.connect_postgres()
+    except RoutesError as exc:
+        _fail(CONSUMER, exc.problems)
+    except psycopg.OperationalError as exc:
+        log.warning("postgres_unavailable", error=str(exc).strip().splitlines()[0], at="start")
+    try:
+        server = serve(health, settings.http_host, settings.http_port)
+    except OSError as exc:
+        _fail(CONSUMER, [f"cannot serve on {settings.http_host}:{settings.http_port} "
+                         f"({exc.strerror}); set INORDER_HTTP_PORT"])  # fmt: skip
+        return
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("consumer_stopping", signal=signal.Signals(signum).name)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("http_serving", host=settings.http_host, port=server.server_address[1])
+    try:
+        service.run()
+    except RoutesError as exc:
+        _fail(CONSUMER, exc.problems)
+    server.shutdown()
 
 
 def _not_yet(name: str) -> None:
     sys.stderr.write(f"{name}: not implemented yet\n")
     sys.exit(2)
-
-
-def main() -> None:
-    """Run the consumer."""
-    _not_yet("inorder-consumer")
 
 
 def sweeper_main() -> None:
@@ -21,3 +90,7 @@ def sweeper_main() -> None:
 def admin_main() -> None:
     """Run an operator command."""
     _not_yet("inorder-admin")
+
+
+if __name__ == "__main__":
+    main()

@@ -14,3 +14,5 @@ DLQ_DETAIL = "inorder-dlq-detail"
 DLQ_TOPIC = "inorder-dlq-topic"
 DLQ_PARTITION = "inorder-dlq-partition"
 DLQ_OFFSET = "inorder-dlq-offset"
+# Present when the dead-letter copy's value was cut; value = the original length.
+DLQ_TRUNCATED_FROM = "inorder-dlq-truncated-from"

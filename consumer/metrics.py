@@ -1,0 +1,29 @@
+"""The consumer's Prometheus metrics (names fixed by the design)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CONSUMED = Counter("events_consumed_total", "Messages taken from Kafka")
+APPLIED = Counter("events_applied_total", "Events whose effect was applied", ["route"])
+STALE = Counter(
+    "events_stale_total", "Events ignored because a newer or equal version was applied",
+    ["event_type"],
+)  # fmt: skip
+DEAD_LETTERED = Counter(
+    "events_dead_lettered_total", "Messages sent to the dead-letter topic", ["reason"]
+)
+BATCH_SIZE = Histogram(
+    "consumer_batch_size", "Messages per poll batch",
+    buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000),
+)  # fmt: skip
+BATCH_DURATION = Histogram(
+    "consumer_batch_duration_seconds", "Time to apply and commit one poll batch",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)  # fmt: skip
+APPLY_LATENCY = Histogram(
+    "event_apply_latency_seconds", "From the message's Kafka timestamp to its effect committed",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)  # fmt: skip
+LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
+PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")

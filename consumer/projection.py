@@ -1,0 +1,203 @@
+"""Last-writer-wins projections: per batch, the newest event of each entity, one upsert per table.
+
+The upsert writes a row only when its ``(generation, seq)`` is newer than the stored
+one, so stale and duplicate events change nothing, whatever order they arrive in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg import sql
+
+from consumer.errors import RoutesError
+from consumer.routes import ProjectionRoute
+from schemas import Event
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionTable:
+    """A projection route checked against its table, with its upsert statement built once."""
+
+    route: ProjectionRoute
+    statement: sql.Composed
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one batch did to one table."""
+
+    applied: list[Event] = field(default_factory=list)
+    stale: list[Event] = field(default_factory=list)
+    rejected: list[tuple[Event, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def newest_per_entity(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
+    """The newest event of each entity by (generation, seq), and the events it supersedes."""
+    newest: dict[str, Event] = {}
+    superseded: list[Event] = []
+    for event in events:
+        held = newest.get(event.entity_id)
+        if held is None:
+            newest[event.entity_id] = event
+        elif event.version > held.version:
+            superseded.append(held)
+            newest[event.entity_id] = event
+        else:
+            superseded.append(event)
+    return list(newest.values()), superseded
+
+
+def field_value(payload: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The payload value at a dotted path; None where the path does not exist."""
+    value: Any = payload
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def record(route: ProjectionRoute, event: Event) -> dict[str, Any]:
+    """One input record of the upsert: fields f0.. in the statement's column order."""
+    values: list[Any] = [event.entity_id]
+    if route.entity_type_column:
+        values.append(event.entity_type)
+    values += [event.generation, event.seq]
+    values += [field_value(event.payload, path) for path in route.columns.values()]
+    return {f"f{i}": v for i, v in enumerate(values)}
+
+
+def _target_columns(route: ProjectionRoute) -> list[str]:
+    keys = [route.key] if not route.entity_type_column else [route.key, route.entity_type_column]
+    return [*keys, route.generation_column, route.seq_column, *route.columns]
+
+
+def upsert_statement(route: ProjectionRoute, types: Mapping[str, str]) -> sql.Composed:
+    """``INSERT .. SELECT FROM jsonb_to_recordset .. ON CONFLICT DO UPDATE WHERE newer``."""
+    columns = _target_columns(route)  # the order record() writes f0, f1, ...
+    conflict = (
+        [route.key] if not route.entity_type_column else [route.entity_type_column, route.key]
+    )
+    schema, name = route.schema_and_table
+    table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    fields = [sql.Identifier(f"f{i}") for i in range(len(columns))]
+    updates = [c for c in columns if c not in conflict]
+    gen, seq = sql.Identifier(route.generation_column), sql.Identifier(route.seq_column)
+    return sql.SQL(
+        "INSERT INTO {table} AS t ({columns}) SELECT {fields} "
+        "FROM jsonb_to_recordset(%s::jsonb) AS r({typed}) "
+        "ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
+        "WHERE (t.{gen}, t.{seq}) < (EXCLUDED.{gen}, EXCLUDED.{seq}) "
+        "RETURNING t.{key}"
+    ).format(
+        table=table,
+        columns=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        fields=sql.SQL(", ").join(sql.SQL("r.{}").format(f) for f in fields),
+        typed=sql.SQL(", ").join(
+            sql.SQL("{} {}").format(f, sql.SQL(types[c]))
+            for f, c in zip(fields, columns, strict=True)
+        ),
+        conflict=sql.SQL(", ").join(map(sql.Identifier, conflict)),
+        updates=sql.SQL(", ").join(
+            sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates
+        ),
+        gen=gen,
+        seq=seq,
+        key=sql.Identifier(route.key),
+    )
+
+
+# ---------------------------------------------------------------- start-up check
+
+
+def _columns_of(conn: Conn, regclass: int) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+        (regclass,),
+    ).fetchall()
+    return dict(rows)
+
+
+def _unique_keys(conn: Conn, regclass: int) -> list[set[str]]:
+    rows = conn.execute(
+        "SELECT array_agg(a.attname) FROM pg_index i "
+        "CROSS JOIN LATERAL unnest(i.indkey) AS k(attnum) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid",
+        (regclass,),
+    ).fetchall()
+    return [set(row[0]) for row in rows]
+
+
+def check_table(conn: Conn, route: ProjectionRoute) -> ProjectionTable:
+    """Check the route's table against the database; ``RoutesError`` lists what is missing."""
+    where = f"route {route.stream}"
+    schema, name = route.schema_and_table
+    qualified = (sql.Identifier(schema, name) if schema else sql.Identifier(name)).as_string(conn)
+    found = conn.execute("SELECT to_regclass(%s)::oid", (qualified,)).fetchone()
+    if found is None or found[0] is None:
+        raise RoutesError([f"{where}: table {route.table} does not exist; create it first"])
+    types = _columns_of(conn, found[0])
+    problems = [
+        f"{where}: table {route.table} has no column {column!r}"
+        for column in _target_columns(route)
+        if column not in types
+    ]
+    conflict = {route.key} | ({route.entity_type_column} if route.entity_type_column else set())
+    if conflict not in _unique_keys(conn, found[0]):
+        problems.append(
+            f"{where}: table {route.table} needs a primary key or unique index on exactly "
+            f"({', '.join(sorted(conflict))}) for the upsert"
+        )
+    if problems:
+        raise RoutesError(problems)
+    return ProjectionTable(route, upsert_statement(route, types))
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def _write(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> set[str]:
+    payload = orjson.dumps([record(table.route, e) for e in events])
+    rows = conn.execute(table.statement, (payload.decode(),)).fetchall()
+    return {str(row[0]) for row in rows}
+
+
+def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcome:
+    """Write the newest event of each entity; runs inside the caller's transaction.
+
+    If the table refuses the batch (a value that does not fit its column), each
+    event is tried alone in a savepoint and only the refused ones are returned in
+    ``rejected``, with PostgreSQL's reason.
+    """
+    newest, superseded = newest_per_entity(events)
+    outcome = Outcome(stale=superseded)
+    try:
+        with conn.transaction():
+            applied = _write(conn, table, newest)
+    except (psycopg.errors.DataError, psycopg.errors.IntegrityError):
+        applied = set()
+        for event in newest:
+            try:
+                with conn.transaction():
+                    applied |= _write(conn, table, [event])
+            except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+                outcome.rejected.append((event, str(exc).strip().splitlines()[0]))
+    rejected = {id(e) for e, _ in outcome.rejected}
+    for event in newest:
+        if event.entity_id in applied:
+            outcome.applied.append(event)
+        elif id(event) not in rejected:
+            outcome.stale.append(event)
+    return outcome

@@ -1,0 +1,164 @@
+"""The routes file (TOML): which kind of handling each entity stream gets. Parsing only, no I/O.
+
+Example::
+
+    [[route]]
+    stream = "subscription"          # the events' entity_type
+    kind = "projection"
+    table = "billing_view"           # may be schema-qualified: "reporting.billing_view"
+    key = "subscription_id"          # the column that holds entity_id
+    [route.columns]                  # column = payload field (dotted for nested fields)
+    plan = "plan"
+    price_cents = "price_cents"
+
+Every problem in the file is reported, each naming the route and what to fix.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumer.errors import RoutesError
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+STREAM = re.compile(r"[a-z][a-z0-9_]{0,62}\Z")
+KINDS = ("projection", "step", "batch")
+_PROJECTION_KEYS = {
+    "stream", "kind", "table", "key", "columns", "generation_column", "seq_column",
+    "entity_type_column",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionRoute:
+    """Last writer wins: keep the newest (generation, seq) of each entity in one table row."""
+
+    stream: str
+    table: str
+    key: str
+    columns: Mapping[str, tuple[str, ...]]
+    generation_column: str = "generation"
+    seq_column: str = "seq"
+    # For a table shared by several streams: a column that holds the entity_type.
+    entity_type_column: str | None = None
+    kind: str = field(default="projection", init=False)
+
+    @property
+    def schema_and_table(self) -> tuple[str | None, str]:
+        """The table's schema (None: the search path) and name."""
+        schema, _, name = self.table.rpartition(".")
+        return (schema or None), name
+
+
+Route = ProjectionRoute
+
+
+def _identifier(problems: list[str], where: str, name: str, value: Any) -> str:
+    if not isinstance(value, str) or not IDENTIFIER.match(value):
+        problems.append(
+            f"{where}: {name} must be an SQL identifier (letters, digits, _), got {value!r}"
+        )
+        return ""
+    return value
+
+
+def _table(problems: list[str], where: str, value: Any) -> str:
+    parts = value.split(".") if isinstance(value, str) else [value]
+    if len(parts) > 2:
+        problems.append(f"{where}: table must be 'name' or 'schema.name', got {value!r}")
+        return ""
+    return ".".join(_identifier(problems, where, "table", p) for p in parts)
+
+
+def _columns(problems: list[str], where: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping) or not value:
+        problems.append(f"{where}: [route.columns] must map at least one column to a payload field")
+        return {}
+    out = {}
+    for column, path in value.items():
+        _identifier(problems, where, "a column", column)
+        if not isinstance(path, str) or not path or "" in path.split("."):
+            problems.append(f"{where}: column {column} must name a payload field, got {path!r}")
+            continue
+        out[column] = tuple(path.split("."))
+    return out
+
+
+def _projection(problems: list[str], where: str, spec: Mapping[str, Any]) -> ProjectionRoute:
+    for unknown in sorted(set(spec) - _PROJECTION_KEYS):
+        problems.append(f"{where}: unknown setting {unknown!r} for a projection route")
+    for required in ("table", "key", "columns"):
+        if required not in spec:
+            problems.append(f"{where}: a projection route needs {required!r}")
+    entity_type_column = spec.get("entity_type_column")
+    return ProjectionRoute(
+        stream=spec["stream"],
+        table=_table(problems, where, spec.get("table", "")) if "table" in spec else "",
+        key=_identifier(problems, where, "key", spec["key"]) if "key" in spec else "",
+        columns=_columns(problems, where, spec.get("columns")) if "columns" in spec else {},
+        generation_column=_identifier(
+            problems, where, "generation_column", spec.get("generation_column", "generation")
+        ),
+        seq_column=_identifier(problems, where, "seq_column", spec.get("seq_column", "seq")),
+        entity_type_column=(
+            _identifier(problems, where, "entity_type_column", entity_type_column)
+            if entity_type_column is not None
+            else None
+        ),
+    )
+
+
+def _route(problems: list[str], index: int, spec: Any) -> Route | None:
+    where = f"route {index + 1}"
+    if not isinstance(spec, Mapping):
+        problems.append(f"{where}: must be a table ([[route]])")
+        return None
+    stream = spec.get("stream")
+    if not isinstance(stream, str) or not STREAM.match(stream):
+        problems.append(
+            f"{where}: stream must be an entity_type like 'subscription', got {stream!r}"
+        )
+        return None
+    where = f"route {index + 1} ({stream})"
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        problems.append(f"{where}: unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+        return None
+    if kind != "projection":
+        problems.append(f"{where}: kind {kind!r} is not available in this version")
+        return None
+    return _projection(problems, where, spec)
+
+
+def parse_routes(text: str, source: str = "routes file") -> list[Route]:
+    """Parse and check a routes file; ``RoutesError`` lists every problem found."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RoutesError([f"{source}: not valid TOML ({exc})"]) from exc
+    problems: list[str] = []
+    specs = doc.get("route")
+    if not isinstance(specs, list) or not specs:
+        raise RoutesError([f"{source}: no [[route]] tables; route at least one stream"])
+    for unknown in sorted(set(doc) - {"route"}):
+        problems.append(f"{source}: unknown top-level key {unknown!r}")
+    routes: list[Route] = []
+    seen: dict[str, int] = {}
+    for index, spec in enumerate(specs):
+        route = _route(problems, index, spec)
+        if route is None:
+            continue
+        if route.stream in seen:
+            problems.append(
+                f"route {index + 1} ({route.stream}): stream already routed by route "
+                f"{seen[route.stream] + 1}; a stream has exactly one route"
+            )
+        seen[route.stream] = index
+        routes.append(route)
+    if problems:
+        raise RoutesError(problems)
+    return routes

@@ -1,0 +1,293 @@
+"""The consumer's main loop: poll a batch, apply it, dead-letter what cannot be used, commit.
+
+Commit order per batch: PostgreSQL, then the dead letters, then the Kafka offsets.
+When a dependency fails the batch is kept, the assignment paused, and the batch
+retried with backoff; nothing is skipped and no offset passes unapplied work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from psycopg.types.json import set_json_loads
+
+from consumer import deadletter, metrics, pipeline
+from consumer.errors import DependencyDownError
+from consumer.projection import ProjectionTable, check_table
+from consumer.router import Router
+from consumer.routes import Route
+from consumer.settings import ConsumerSettings
+from schemas.backoff import Backoff
+from schemas.health import Health
+from schemas.topics import ensure_topics
+
+log = structlog.get_logger(__name__)
+
+LAG_INTERVAL_S = 5.0
+
+
+class ConsumerService:
+    """One consumer process. ``run`` returns after ``stop`` once the batch in hand is committed."""
+
+    def __init__(self, settings: ConsumerSettings, routes: Sequence[Route], health: Health) -> None:
+        self.settings = settings
+        self.router = Router(routes)
+        self.health = health
+        self._stopping = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._tables: Mapping[str, ProjectionTable] = {}
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._revoked: set[tuple[str, int]] = set()
+        self._paused = False
+        self._lag_labels: set[tuple[str, str]] = set()
+        self._next_lag = 0.0
+
+    def stop(self) -> None:
+        """Ask the loop to finish the batch in hand, commit and leave the group."""
+        self._stopping = True
+
+    # ------------------------------------------------------------------ start and stop
+
+    def connect_postgres(self) -> None:
+        """Connect and check every projection table; ``RoutesError`` if a table does not fit."""
+        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
+        set_json_loads(orjson.loads, conn)
+        try:
+            self._tables = {s: check_table(conn, r) for s, r in self.router.routes.items()}
+        except Exception:
+            conn.close()
+            raise
+        self._conn = conn
+        self.health.cleared("postgres")
+
+    def _start_kafka(self) -> None:
+        config = self.settings.kafka_config()
+        if self.settings.create_topics:
+            ensure_topics(
+                config, [*self.settings.topics, self.settings.dead_letter_topic],
+                self.settings.topic_partitions,
+            )  # fmt: skip
+        dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
+        self._producer = Producer(
+            {**config, "client.id": "inorder-consumer-dlq", "enable.idempotence": True,
+             "acks": "all", "message.max.bytes": dlq_max}
+        )  # fmt: skip
+        self._consumer = Consumer(
+            {**config, "client.id": "inorder-consumer", "group.id": self.settings.group_id,
+             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+             "partition.assignment.strategy": "cooperative-sticky"}
+        )  # fmt: skip
+        self._consumer.subscribe(
+            self.settings.topics,
+            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost,
+        )  # fmt: skip
+        self.health.cleared("starting")
+        log.info("consumer_started", topics=self.settings.topics, group=self.settings.group_id)
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()  # leaves the group; offsets were committed per batch
+        if self._producer is not None:
+            self._producer.flush(10)
+        if self._conn is not None:
+            self._conn.close()
+        log.info("consumer_stopped")
+
+    # ------------------------------------------------------------------ rebalances
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions_assigned", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
+        self._revoked -= {(p.topic, p.partition) for p in partitions}
+        consumer.incremental_assign(partitions)
+        if self._paused:  # a batch is waiting on a dependency: new partitions wait too
+            consumer.pause(partitions)
+        self._ready_if_assigned()
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Batches are committed before the next poll, so nothing done is uncommitted here;
+        # a batch still waiting on a dependency drops these partitions' messages.
+        log.info("partitions_revoked", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
+        self._revoked |= {(p.topic, p.partition) for p in partitions}
+        for p in partitions:
+            label = (p.topic, str(p.partition))
+            if label in self._lag_labels:
+                metrics.LAG.remove(*label)
+                self._lag_labels.discard(label)
+        self._ready_if_assigned()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions_lost", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
+        self._on_revoke(consumer, partitions)
+
+    def _ready_if_assigned(self) -> None:
+        if self._consumer is not None and self._consumer.assignment():
+            self.health.cleared("assignment")
+        else:
+            self.health.blocked("assignment", "no partitions assigned")
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        """Consume until ``stop``."""
+        backoff = Backoff()
+        try:
+            while not self._stopping and self._consumer is None:
+                try:
+                    if self._conn is None:
+                        self.connect_postgres()
+                    self._start_kafka()
+                except (psycopg.OperationalError, KafkaException) as exc:
+                    self._wait_out(backoff, "startup", exc)
+            while not self._stopping:
+                self._poll_once()
+        finally:
+            self._close()
+
+    @property
+    def _kafka_consumer(self) -> Consumer:
+        if self._consumer is None:
+            raise KafkaException("Kafka consumer not started")
+        return self._consumer
+
+    def _poll_once(self) -> None:
+        messages = self._kafka_consumer.consume(
+            num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout_ms / 1000
+        )
+        self.health.beat()
+        self._report_lag()
+        usable = [m for m in messages if not _skip(m)]
+        if usable:
+            self._handle(usable)
+
+    def _handle(self, messages: list[Message]) -> None:
+        started = time.perf_counter()
+        metrics.CONSUMED.inc(len(messages))
+        metrics.BATCH_SIZE.observe(len(messages))
+        prepared = pipeline.prepare(messages, self.router, self.settings.max_message_bytes)
+        backoff = Backoff()
+        while messages:
+            try:
+                self._commit_batch(prepared)
+                break
+            except (psycopg.OperationalError, DependencyDownError, KafkaException) as exc:
+                self._pause()
+                self._wait_out(backoff, _dependency(exc), exc)
+                if self._stopping:
+                    log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
+                    return
+                messages = [m for m in messages if (m.topic(), m.partition()) not in self._revoked]
+                prepared = pipeline.prepare(messages, self.router, self.settings.max_message_bytes)
+        self._resume()
+        metrics.BATCH_DURATION.observe(time.perf_counter() - started)
+
+    def _commit_batch(self, prepared: pipeline.Prepared) -> None:
+        if self._conn is None:
+            self.connect_postgres()
+        if self._conn is None or self._producer is None:
+            raise DependencyDownError("not connected")
+        refused = pipeline.apply(self._conn, self._tables, prepared)
+        deadletter.send(
+            self._producer, self.settings.dead_letter_topic, prepared.dead + refused,
+            self.settings.dead_letter_max_value_bytes,
+        )  # fmt: skip
+        if refused or prepared.dead:
+            for dead in prepared.dead + refused:
+                log.warning(
+                    "event_dead_lettered", reason=dead.reason, detail=dead.detail[:200],
+                    topic=dead.message.topic(), partition=dead.message.partition(),
+                    offset=dead.message.offset(),
+                )  # fmt: skip
+        offsets = pipeline.next_offsets(prepared.messages)
+        try:
+            self._kafka_consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # The effects are committed and idempotent: a redelivery after this is harmless.
+            log.warning("offset_commit_failed", error=str(exc.args[0]))
+
+    # ------------------------------------------------------------------ dependencies
+
+    def _pause(self) -> None:
+        consumer = self._kafka_consumer
+        assignment = consumer.assignment()
+        if assignment:
+            consumer.pause(assignment)
+        self._paused = True
+        metrics.PAUSED.set(1)
+
+    def _resume(self) -> None:
+        if not self._paused:
+            return
+        consumer = self._kafka_consumer
+        assignment = consumer.assignment()
+        if assignment:
+            consumer.resume(assignment)
+        self._paused = False
+        metrics.PAUSED.set(0)
+        for dependency in ("postgres", "kafka", "redis"):
+            self.health.cleared(dependency)
+        log.info("consumption_resumed")
+
+    def _wait_out(self, backoff: Backoff, dependency: str, exc: Exception) -> None:
+        delay = backoff.failed()
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        self.health.blocked(dependency, detail)
+        log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay, paused=True)
+        if dependency == "postgres" and self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        deadline = time.monotonic() + delay
+        while not self._stopping and time.monotonic() < deadline:
+            self.health.beat()
+            if self._consumer is not None:
+                # Polling keeps the group membership alive and serves rebalances; paused
+                # partitions return nothing, and anything that does arrive is fetched again later.
+                for message in self._consumer.consume(num_messages=1, timeout=0.2):
+                    if message.error() is None:
+                        self._put_back(message)
+            else:
+                time.sleep(0.2)
+
+    def _put_back(self, message: Message) -> None:
+        """Fetch ``message`` again once consumption resumes, instead of dropping it."""
+        where = TopicPartition(
+            message.topic() or "", message.partition() or 0, message.offset() or 0
+        )
+        self._kafka_consumer.seek(where)
+        self._kafka_consumer.pause([where])
+
+    def _report_lag(self) -> None:
+        now = time.monotonic()
+        if now < self._next_lag or self._consumer is None:
+            return
+        self._next_lag = now + LAG_INTERVAL_S
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return
+        for position in self._consumer.position(assignment):
+            _, high = self._consumer.get_watermark_offsets(position, cached=True)
+            if position.offset >= 0 and high >= 0:
+                label = (position.topic, str(position.partition))
+                metrics.LAG.labels(*label).set(high - position.offset)
+                self._lag_labels.add(label)
+
+
+def _skip(message: Message) -> bool:
+    error = message.error()
+    if error is None:
+        return False
+    if error.code() != KafkaError._PARTITION_EOF:
+        log.warning("kafka_consume_error", error=str(error))
+    return True
+
+
+def _dependency(exc: Exception) -> str:
+    if isinstance(exc, psycopg.Error):
+        return "postgres"
+    return "kafka"

@@ -1,0 +1,34 @@
+"""Typed settings of ``inorder-consumer``, read from the environment only at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
+from schemas.config import KafkaClientSettings, PostgresUrl
+
+
+class ConsumerSettings(KafkaClientSettings):
+    """Everything the consumer needs; the addresses and the routes file are required."""
+
+    # The consumer's own database, where projections and step progress live.
+    database_url: PostgresUrl
+    routes_file: Path
+    # Topics to consume, as a JSON list.
+    topics: list[str] = Field(default_factory=lambda: [DEFAULT_TOPICS.events], min_length=1)
+    group_id: str = "inorder-consumer"
+    dead_letter_topic: str = DEFAULT_TOPICS.dead_letters
+    # Messages taken per poll, and how long one poll may wait for them.
+    batch_size: int = Field(default=500, ge=1, le=100_000)
+    poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    # Values larger are dead-lettered as too large (the codec's cap).
+    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
+    # Dead-letter copies are cut to this size; the original stays in its topic.
+    dead_letter_max_value_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
+    create_topics: bool = True
+    topic_partitions: int = Field(default=6, ge=1)
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=9401, ge=0, le=65535)
+    log_level: str = "INFO"

@@ -1,0 +1,93 @@
+"""The routes file: a valid file gives typed routes; every mistake is named with its route."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumer.errors import RoutesError
+from consumer.router import Router
+from consumer.routes import ProjectionRoute, parse_routes
+from schemas import Event
+
+VALID = """
+[[route]]
+stream = "subscription"
+kind = "projection"
+table = "reporting.billing_view"
+key = "subscription_id"
+[route.columns]
+plan = "plan"
+city = "address.city"
+"""
+
+
+def test_projection_route_is_parsed_with_defaults() -> None:
+    """A projection route keeps its table, key and column paths, with default version columns."""
+    [route] = parse_routes(VALID)
+    assert route == ProjectionRoute(
+        stream="subscription", table="reporting.billing_view", key="subscription_id",
+        columns={"plan": ("plan",), "city": ("address", "city")},
+    )  # fmt: skip
+    assert route.schema_and_table == ("reporting", "billing_view")
+    assert (route.generation_column, route.seq_column) == ("generation", "seq")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not toml [", "not valid TOML"),
+        ("", "no [[route]] tables"),
+        (VALID + VALID, "route 2 (subscription): stream already routed by route 1"),
+        (VALID.replace('"projection"', '"mirror"'), "unknown kind 'mirror'"),
+        (VALID.replace('"projection"', '"step"'), "kind 'step' is not available"),
+        (
+            VALID.replace('"subscription"\n', '"Sub:scription"\n', 1),
+            "stream must be an entity_type",
+        ),
+        (VALID.replace('table = "reporting.billing_view"\n', ""), "needs 'table'"),
+        (VALID.replace('key = "subscription_id"\n', ""), "needs 'key'"),
+        (
+            VALID.replace('"reporting.billing_view"', '"billing view"'),
+            "table must be an SQL identifier",
+        ),
+        (VALID.replace('"reporting.billing_view"', '"a.b.c"'), "'schema.name'"),
+        (VALID.replace('city = "address.city"', 'city = "address..city"'), "column city must name"),
+        (
+            VALID.replace('key = "subscription_id"', 'key = "id; drop table x"'),
+            "key must be an SQL",
+        ),
+        (
+            VALID.replace('kind = "projection"', 'kind = "projection"\nfilter = "x"'),
+            "unknown setting 'filter'",
+        ),
+        ("x = 1\n" + VALID, "unknown top-level key 'x'"),
+    ],
+)
+def test_each_mistake_is_named(text: str, problem: str) -> None:
+    """Each kind of mistake in the routes file raises RoutesError naming it."""
+    with pytest.raises(RoutesError) as caught:
+        parse_routes(text)
+    assert any(problem in p for p in caught.value.problems), caught.value.problems
+
+
+def test_all_problems_are_reported_together() -> None:
+    """Several mistakes in one file are all listed, not only the first."""
+    text = VALID.replace('"projection"', '"mirror"') + VALID.replace(
+        'key = "subscription_id"\n', ""
+    )
+    with pytest.raises(RoutesError) as caught:
+        parse_routes(text)
+    assert len(caught.value.problems) == 2
+
+
+def _event(entity_type: str) -> Event:
+    return Event("e", f"{entity_type}.x", entity_type, "1", 1, 1, "t", "t", {})
+
+
+def test_router_groups_by_stream_and_names_unrouted() -> None:
+    """Events go to their stream's list; undecoded entries are skipped, unrouted ones reported."""
+    router = Router(parse_routes(VALID))
+    routed = router.split([_event("subscription"), None, _event("invoice"), _event("subscription")])
+    assert list(routed.by_stream) == ["subscription"]
+    assert len(routed.by_stream["subscription"]) == 2
+    assert routed.unrouted == [2]
