@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,8 +68,8 @@ def apply(
     refused: list[DeadLetter] = []
     for stream, outcome in outcomes:
         metrics.APPLIED.labels(stream).inc(len(outcome.applied))
-        for event in outcome.stale:
-            metrics.STALE.labels(event.event_type).inc()
+        for event_type, count in Counter(e.event_type for e in outcome.stale).items():
+            metrics.STALE.labels(event_type).inc(count)
         for event in outcome.applied:
             metrics.APPLY_LATENCY.observe(max(0.0, now - prepared.timestamps[event.event_id]))
         if outcome.rejected and not by_event:

@@ -45,6 +45,8 @@ class ConsumerService:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._revoked: set[tuple[str, int]] = set()
+        # Next offset per partition whose effects are committed.
+        self._done: dict[tuple[str, int], int] = {}
         self._paused = False
         self._lag_labels: set[tuple[str, str]] = set()
         self._next_lag = 0.0
@@ -93,7 +95,8 @@ class ConsumerService:
 
     def _close(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()  # leaves the group; offsets were committed per batch
+            self._commit(self._done_offsets(), wait=True)
+            self._consumer.close()  # leaves the group
         if self._producer is not None:
             self._producer.flush(10)
         if self._conn is not None:
@@ -111,20 +114,26 @@ class ConsumerService:
         self._ready_if_assigned()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Batches are committed before the next poll, so nothing done is uncommitted here;
-        # a batch still waiting on a dependency drops these partitions' messages.
+        # What is done is committed now; a batch still waiting on a dependency drops these
+        # partitions' messages, and their new owner reads them from the committed offset.
         log.info("partitions_revoked", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
-        self._revoked |= {(p.topic, p.partition) for p in partitions}
+        self._commit(self._done_offsets(partitions), wait=True)
+        self._forget(partitions)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Another member may own these already: commit nothing for them.
+        log.warning("partitions_lost", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for p in partitions:
+            self._revoked.add((p.topic, p.partition))
+            self._done.pop((p.topic, p.partition), None)
             label = (p.topic, str(p.partition))
             if label in self._lag_labels:
                 metrics.LAG.remove(*label)
                 self._lag_labels.discard(label)
         self._ready_if_assigned()
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions_lost", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
-        self._on_revoke(consumer, partitions)
 
     def _ready_if_assigned(self) -> None:
         if self._consumer is not None and self._consumer.assignment():
@@ -204,12 +213,31 @@ class ConsumerService:
                     topic=dead.message.topic(), partition=dead.message.partition(),
                     offset=dead.message.offset(),
                 )  # fmt: skip
+        # The effects are committed, so the offsets may go asynchronously: a commit that is
+        # lost only means a redelivery, which is harmless. Stop and revoke commit synchronously.
         offsets = pipeline.next_offsets(prepared.messages)
+        for tp in offsets:
+            self._done[(tp.topic, tp.partition)] = tp.offset
+        self._commit(offsets, wait=False)
+
+    def _commit(self, offsets: list[TopicPartition], *, wait: bool) -> None:
+        if not offsets:
+            return
         try:
-            self._kafka_consumer.commit(offsets=offsets, asynchronous=False)
+            if wait:
+                self._kafka_consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self._kafka_consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as exc:
-            # The effects are committed and idempotent: a redelivery after this is harmless.
             log.warning("offset_commit_failed", error=str(exc.args[0]))
+
+    def _done_offsets(self, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
+        wanted = None if partitions is None else {(p.topic, p.partition) for p in partitions}
+        return [
+            TopicPartition(topic, partition, offset)
+            for (topic, partition), offset in self._done.items()
+            if wanted is None or (topic, partition) in wanted
+        ]
 
     # ------------------------------------------------------------------ dependencies
 

@@ -21,7 +21,7 @@ class ConsumerSettings(KafkaClientSettings):
     group_id: str = "inorder-consumer"
     dead_letter_topic: str = DEFAULT_TOPICS.dead_letters
     # Messages taken per poll, and how long one poll may wait for them.
-    batch_size: int = Field(default=500, ge=1, le=100_000)
+    batch_size: int = Field(default=1000, ge=1, le=100_000)
     poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
     # Values larger are dead-lettered as too large (the codec's cap).
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
