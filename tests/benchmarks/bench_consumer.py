@@ -59,16 +59,17 @@ SET generation = EXCLUDED.generation, seq = EXCLUDED.seq, plan = EXCLUDED.plan,
 WHERE ({}.generation, {}.seq) < (EXCLUDED.generation, EXCLUDED.seq)"""
 
 
+def _event(entity: int, version: int) -> Event:
+    payload = {"plan": ("free", "basic", "pro")[version % 3], "price_cents": version}
+    return Event(
+        f"subscription:b{entity}:1:{version}", "subscription.plan_changed", "subscription",
+        f"b{entity}", 1, version, "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z",
+        {**payload, "status": "active"},
+    )  # fmt: skip
+
+
 def _events() -> list[bytes]:
-    events = [
-        encode(Event(
-            f"subscription:b{e}:1:{v}", "subscription.plan_changed", "subscription", f"b{e}",
-            1, v, "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z",
-            {"plan": ("free", "basic", "pro")[v % 3], "price_cents": v, "status": "active"},
-        ))  # fmt: skip
-        for e in range(ENTITIES)
-        for v in range(1, VERSIONS + 1)
-    ]
+    events = [encode(_event(e, v)) for e in range(ENTITIES) for v in range(1, VERSIONS + 1)]
     random.Random(11).shuffle(events)
     return events
 
@@ -202,7 +203,9 @@ def _peak_rss_mib(url: str, bootstrap: str, topic: str, workdir: Path) -> float:
         while not _complete(url, table):
             time.sleep(0.1)
         status = Path(f"/proc/{process.pid}/status").read_text()
-        peak_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
+        peak_kib = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
