@@ -9,6 +9,7 @@ Deleting and re-creating a subscription starts a new generation of both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -52,6 +53,25 @@ def _ledger_event(
     )
 
 
+def _open(
+    conn: psycopg.Connection[Any], sub_id: str, plan: str, seats: int, topic: str,
+    start: Callable[[psycopg.Connection[Any], str, str, dict[str, Any]], Version],
+) -> Version:  # fmt: skip
+    """Start a generation of both entities (``versioning.create`` or ``recreate``) and emit it."""
+    with conn.transaction():
+        values = {"plan": plan, "price_cents": PLAN_PRICES_CENTS[plan]}
+        version = start(conn, "subscriptions", sub_id, values)
+        ledger = start(conn, "seat_ledgers", sub_id, {"seats": seats})
+        emit_many(
+            conn,
+            [
+                _subscription_event(sub_id, version, "created", plan, status="active", topic=topic),
+                _ledger_event(sub_id, ledger, "opened", {"seats": seats}, topic=topic),
+            ],
+        )
+    return version
+
+
 def create_subscription(
     conn: psycopg.Connection[Any],
     sub_id: str,
@@ -61,20 +81,7 @@ def create_subscription(
     topic: str = DEFAULT_TOPICS.events,
 ) -> Version:
     """Create a subscription and its seat ledger; emits ``subscription.created`` and ``opened``."""
-    price = PLAN_PRICES_CENTS[plan]
-    with conn.transaction():
-        version = versioning.create(
-            conn, "subscriptions", sub_id, {"plan": plan, "price_cents": price}
-        )
-        ledger = versioning.create(conn, "seat_ledgers", sub_id, {"seats": seats})
-        emit_many(
-            conn,
-            [
-                _subscription_event(sub_id, version, "created", plan, status="active", topic=topic),
-                _ledger_event(sub_id, ledger, "opened", {"seats": seats}, topic=topic),
-            ],
-        )
-    return version
+    return _open(conn, sub_id, plan, seats, topic, versioning.create)
 
 
 def change_plan(
@@ -136,17 +143,4 @@ def recreate_subscription(
     topic: str = DEFAULT_TOPICS.events,
 ) -> Version:
     """Re-create a deleted subscription as a new generation; its seqs restart at 1."""
-    price = PLAN_PRICES_CENTS[plan]
-    with conn.transaction():
-        version = versioning.recreate(
-            conn, "subscriptions", sub_id, {"plan": plan, "price_cents": price}
-        )
-        ledger = versioning.recreate(conn, "seat_ledgers", sub_id, {"seats": seats})
-        emit_many(
-            conn,
-            [
-                _subscription_event(sub_id, version, "created", plan, status="active", topic=topic),
-                _ledger_event(sub_id, ledger, "opened", {"seats": seats}, topic=topic),
-            ],
-        )
-    return version
+    return _open(conn, sub_id, plan, seats, topic, versioning.recreate)

@@ -34,6 +34,7 @@ from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from schemas import Event, decode, encode
 from schemas.health import Health
+from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 
 ENTITIES = 1000
@@ -92,18 +93,6 @@ def _topic(bootstrap: str) -> Iterator[str]:
         yield name
     finally:
         admin.delete_topics([name])[name].result(timeout=30)
-
-
-@contextmanager
-def _schema(url: str) -> Iterator[str]:
-    name = f"bench_consumer_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    try:
-        yield f"{url}?options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 def _table(url: str) -> str:
@@ -216,7 +205,11 @@ def run() -> list[BenchResult]:
     """Rates of raw consume, the projection consumer and the naive handler, and peak RSS."""
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    with _topic(bootstrap) as topic, _schema(url) as schema_url, tempfile.TemporaryDirectory() as d:
+    with (
+        _topic(bootstrap) as topic,
+        temp_schema(url, "bench_consumer") as schema_url,
+        tempfile.TemporaryDirectory() as d,
+    ):
         raw = _raw_consume(bootstrap, topic)
         projection = _projection(schema_url, bootstrap, topic, Path(d))
         naive = _naive(schema_url, bootstrap, topic)

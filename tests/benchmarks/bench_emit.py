@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from producer import OutboxEvent, emit, emit_many, migrate
+from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 
 SINGLE = 2000
@@ -61,20 +59,14 @@ def _rate(
 
 def run() -> list[BenchResult]:
     """Rates of the three ways to write the outbox, measured side by side."""
-    url = os.environ["DATABASE_URL"]
-    schema = f"bench_emit_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        conninfo = make_conninfo(url, options=f"-c search_path={schema}")
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            migrate.apply(conn)
-            single = _rate(conn, _one_per_tx, _events("single", SINGLE))
-            batched = _rate(conn, _emit_per_event, _events("batched", BATCHED))
-            many = _rate(conn, _emit_many, _events("many", BATCHED))
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    with (
+        temp_schema(os.environ["DATABASE_URL"], "bench_emit") as url,
+        psycopg.connect(url, autocommit=True) as conn,
+    ):
+        migrate.apply(conn)
+        single = _rate(conn, _one_per_tx, _events("single", SINGLE))
+        batched = _rate(conn, _emit_per_event, _events("batched", BATCHED))
+        many = _rate(conn, _emit_many, _events("many", BATCHED))
     return [
         BenchResult("emit_per_s.one_per_tx", single, "rows/s", f"{SINGLE} transactions of 1"),
         BenchResult(

@@ -23,31 +23,19 @@ import psycopg
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from psycopg import sql
 
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from producer import OutboxEvent, emit_many, migrate
 from schemas import decode
 from schemas.health import Health
+from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 
 BACKLOG = 50_000
 RATE_ROWS_S = 1000
 LATENCY_S = 10.0
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
-
-
-@contextmanager
-def _schema(url: str) -> Iterator[str]:
-    name = f"bench_relay_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    try:
-        yield f"{url}?options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 @contextmanager
@@ -220,7 +208,7 @@ def run() -> list[BenchResult]:
     """Relay throughput, its ratio to raw produce, and latency with and without NOTIFY."""
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    with _schema(url) as schema_url, _topics(bootstrap, 4) as topics:
+    with temp_schema(url, "bench_relay") as schema_url, _topics(bootstrap, 4) as topics:
         relay_rate, values = _throughput(schema_url, bootstrap, topics[0])
         raw_rate = _raw_produce(bootstrap, topics[1], values)
         notify = _latencies(schema_url, bootstrap, topics[2], listen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from consumer.settings import ConsumerSettings
 from schemas import Event, encode
 from schemas.health import Health
 from tests.conftest import PgSchema
+from tests.support.threads import serving
 
 BILLING_VIEW = """
 CREATE TABLE billing_view (
@@ -115,16 +115,9 @@ def settings_for(
 @contextmanager
 def running(settings: ConsumerSettings) -> Iterator[ConsumerService]:
     """A consumer serving in a background thread until the block ends."""
-    routes = parse_routes(settings.routes_file.read_text())
-    service = ConsumerService(settings, routes, Health())
-    thread = threading.Thread(target=service.run, name="consumer", daemon=True)
-    thread.start()
-    try:
+    service = ConsumerService(settings, parse_routes(settings.routes_file.read_text()), Health())
+    with serving("consumer", service.run, service.stop):
         yield service
-    finally:
-        service.stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive(), "consumer did not stop"
 
 
 def consumer_env(settings: ConsumerSettings) -> dict[str, str]:

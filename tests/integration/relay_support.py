@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from outbox_relay.settings import RelaySettings
 from producer import OutboxEvent, emit_many, migrate
 from schemas.health import Health
 from tests.conftest import PgSchema
+from tests.support.threads import serving
 
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
@@ -90,14 +90,8 @@ def settings_for(
 def running(settings: RelaySettings, *, listen: bool = True) -> Iterator[Relay]:
     """A relay serving in a background thread until the block ends."""
     relay = Relay(settings, Health(), listen=listen)
-    thread = threading.Thread(target=relay.run, name="relay", daemon=True)
-    thread.start()
-    try:
+    with serving("relay", relay.run, relay.stop):
         yield relay
-    finally:
-        relay.stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive(), "relay did not stop"
 
 
 def relay_env(settings: RelaySettings) -> dict[str, str]:
