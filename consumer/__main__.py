@@ -7,9 +7,10 @@ import sys
 from types import FrameType
 
 import psycopg
+import redis
 import structlog
 
-from consumer.errors import RoutesError
+from consumer.errors import RoutesError, StoreNotDurableError
 from consumer.routes import Route, parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
@@ -49,13 +50,16 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure(settings.log_level)
     log = structlog.get_logger(__name__)
     health = Health()
-    service = ConsumerService(settings, routes, health)
     try:
+        service = ConsumerService(settings, routes, health)
         service.connect_postgres()
+        service.connect_redis()
     except RoutesError as exc:
         _fail(CONSUMER, exc.problems)
-    except psycopg.OperationalError as exc:
-        log.warning("postgres_unavailable", error=str(exc).strip().splitlines()[0], at="start")
+    except StoreNotDurableError as exc:
+        _fail(CONSUMER, [str(exc)])
+    except (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("dependency_unavailable", error=str(exc).strip().splitlines()[0], at="start")
     try:
         server = serve(health, settings.http_host, settings.http_port)
     except OSError as exc:
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         service.run()
     except RoutesError as exc:
         _fail(CONSUMER, exc.problems)
+    except StoreNotDurableError as exc:
+        _fail(CONSUMER, [str(exc)])
     server.shutdown()
 
 

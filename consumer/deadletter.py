@@ -18,6 +18,7 @@ from schemas import headers
 # Reason codes of the consumer's own (the codec's come from schemas.codec).
 UNKNOWN_STREAM = "unknown_stream"
 PROJECTION_REJECTED = "projection_rejected"
+PARK_CAP_REACHED = "park_cap_reached"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,5 +19,9 @@ class RoutesError(ConsumerError):
         self.problems = list(problems)
 
 
+class StoreNotDurableError(ConsumerError):
+    """Raised at start-up when step routes would park events in a Redis that can lose them."""
+
+
 class DependencyDownError(ConsumerError):
     """Raised when PostgreSQL, Redis or Kafka cannot take the batch; the batch is retried."""

@@ -25,5 +25,17 @@ APPLY_LATENCY = Histogram(
     "event_apply_latency_seconds", "From the message's Kafka timestamp to its effect committed",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )  # fmt: skip
+PARKED = Counter(
+    "events_parked_total", "Early events parked waiting for a predecessor", ["event_type"]
+)
+REORDER_DISTANCE = Histogram(
+    "event_reorder_distance", "How far ahead of the next expected seq an early event arrived",
+    buckets=(1, 2, 3, 5, 10, 25, 100, 1000),
+)  # fmt: skip
+GAPS_ESCALATED = Counter(
+    "event_gaps_escalated_total", "Gaps escalated (deadline passed or parking cap reached)",
+    ["event_type"],
+)  # fmt: skip
+NEEDS_REVIEW = Gauge("steps_needs_review", "Step entities stopped until a person looks at them")
 LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
 PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")

@@ -25,6 +25,7 @@ class Prepared:
     by_stream: Mapping[str, list[Event]]
     dead: list[DeadLetter]
     timestamps: Mapping[str, float]
+    raw: Mapping[str, bytes]
 
 
 def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prepared:
@@ -32,6 +33,7 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
     events: list[Event | None] = []
     dead: list[DeadLetter] = []
     stamps: dict[str, float] = {}
+    raw: dict[str, bytes] = {}
     for message in messages:
         try:
             event = decode(message.value(), max_bytes=max_bytes)
@@ -41,6 +43,7 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
         else:
             events.append(event)
             stamps[event.event_id] = message.timestamp()[1] / 1000
+            raw[event.event_id] = message.value() or b""
     routed = router.split(events)
     for index in routed.unrouted:
         stream = events[index].entity_type  # type: ignore[union-attr]
@@ -49,13 +52,13 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
                 messages[index], deadletter.UNKNOWN_STREAM, f"no route for stream {stream!r}"
             )
         )
-    return Prepared(messages, routed.by_stream, dead, stamps)
+    return Prepared(messages, routed.by_stream, dead, stamps, raw)
 
 
-def apply(
+def apply_projections(
     conn: Conn, tables: Mapping[str, ProjectionTable], prepared: Prepared
 ) -> list[DeadLetter]:
-    """Apply every routed event in one transaction; return events the tables refused.
+    """Apply every projection route's events in one transaction; return events refused.
 
     Metrics are counted only after the transaction committed.
     """
@@ -63,7 +66,8 @@ def apply(
     outcomes = []
     with conn.transaction():
         for stream, events in prepared.by_stream.items():
-            outcomes.append((stream, apply_projection(conn, tables[stream], events)))
+            if stream in tables:
+                outcomes.append((stream, apply_projection(conn, tables[stream], events)))
     now = time.time()
     refused: list[DeadLetter] = []
     for stream, outcome in outcomes:
@@ -79,6 +83,18 @@ def apply(
             for e, reason in outcome.rejected
         ]
     return refused
+
+
+def held_letters(prepared: Prepared, held: Sequence[Event]) -> list[DeadLetter]:
+    """Dead-letter copies (for the held topic) of events a full parking set refused."""
+    if not held:
+        return []
+    by_event = _message_by_event(prepared)
+    return [
+        DeadLetter(by_event[e.event_id], deadletter.PARK_CAP_REACHED, f"entity {e.entity_id} "
+                   f"has reached its parking cap at seq {e.seq}")
+        for e in held
+    ]  # fmt: skip
 
 
 def _message_by_event(prepared: Prepared) -> dict[str, Message]:

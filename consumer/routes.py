@@ -11,6 +11,21 @@ Example::
     plan = "plan"
     price_cents = "price_cents"
 
+A step route names a function per event type; types without one still advance
+the entity's sequence::
+
+    [[route]]
+    stream = "seat_ledger"
+    kind = "step"
+    max_parked = 1000                # per entity; beyond it events are held
+    park_ttl_s = 604800
+    [route.handlers]
+    "seat_ledger.seats_added" = "billing.steps:add_seats"
+    [route.handlers."seat_ledger.closed"]
+    function = "billing.steps:send_goodbye"
+    external = true                  # has an effect outside PostgreSQL
+    idempotent = false               # so an interrupted call needs a person
+
 Every problem in the file is reported, each naming the route and what to fix.
 """
 
@@ -27,6 +42,9 @@ from consumer.errors import RoutesError
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 STREAM = re.compile(r"[a-z][a-z0-9_]{0,62}\Z")
 KINDS = ("projection", "step", "batch")
+_STEP_KEYS = {"stream", "kind", "handlers", "max_parked", "park_ttl_s"}
+_HANDLER_KEYS = {"function", "external", "idempotent"}
+FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 _PROJECTION_KEYS = {
     "stream", "kind", "table", "key", "columns", "generation_column", "seq_column",
     "entity_type_column",
@@ -54,7 +72,29 @@ class ProjectionRoute:
         return (schema or None), name
 
 
-Route = ProjectionRoute
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """The function that performs one event type's step, as ``module:function``."""
+
+    function: str
+    # The function acts outside PostgreSQL (an email, an HTTP call): attempts are recorded.
+    external: bool = False
+    # Calling it twice is harmless, so an interrupted attempt may be retried automatically.
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepRoute:
+    """Ordered steps: every event applied once, in seq order; early arrivals are parked."""
+
+    stream: str
+    handlers: Mapping[str, Handler]
+    max_parked: int = 1000
+    park_ttl_s: int = 7 * 86_400
+    kind: str = field(default="step", init=False)
+
+
+Route = ProjectionRoute | StepRoute
 
 
 def _identifier(problems: list[str], where: str, name: str, value: Any) -> str:
@@ -128,10 +168,63 @@ def _route(problems: list[str], index: int, spec: Any) -> Route | None:
     if kind not in KINDS:
         problems.append(f"{where}: unknown kind {kind!r}; use one of {', '.join(KINDS)}")
         return None
+    if kind == "step":
+        return _step(problems, where, spec)
     if kind != "projection":
         problems.append(f"{where}: kind {kind!r} is not available in this version")
         return None
     return _projection(problems, where, spec)
+
+
+def _handler(problems: list[str], where: str, event_type: str, spec: Any) -> Handler | None:
+    if isinstance(spec, str):
+        spec = {"function": spec}
+    if not isinstance(spec, Mapping):
+        problems.append(f"{where}: handler for {event_type} must be 'module:function' or a table")
+        return None
+    for unknown in sorted(set(spec) - _HANDLER_KEYS):
+        problems.append(f"{where}: unknown setting {unknown!r} for handler {event_type}")
+    function = spec.get("function")
+    if not isinstance(function, str) or not FUNCTION.match(function):
+        problems.append(
+            f"{where}: handler for {event_type} must be 'module:function', got {function!r}"
+        )
+        return None
+    flags = {k: spec.get(k, False) for k in ("external", "idempotent")}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            problems.append(f"{where}: {name} of handler {event_type} must be true or false")
+    return Handler(function, flags["external"] is True, flags["idempotent"] is True)
+
+
+def _positive(
+    problems: list[str], where: str, spec: Mapping[str, Any], name: str, default: int
+) -> int:
+    value = spec.get(name, default)
+    if type(value) is not int or value < 1:
+        problems.append(f"{where}: {name} must be a whole number >= 1, got {value!r}")
+        return default
+    return value
+
+
+def _step(problems: list[str], where: str, spec: Mapping[str, Any]) -> StepRoute:
+    for unknown in sorted(set(spec) - _STEP_KEYS):
+        problems.append(f"{where}: unknown setting {unknown!r} for a step route")
+    raw = spec.get("handlers", {})
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: [route.handlers] must map event types to functions")
+        raw = {}
+    handlers = {}
+    for event_type, handler_spec in raw.items():
+        handler = _handler(problems, where, event_type, handler_spec)
+        if handler is not None:
+            handlers[event_type] = handler
+    return StepRoute(
+        stream=spec["stream"],
+        handlers=handlers,
+        max_parked=_positive(problems, where, spec, "max_parked", 1000),
+        park_ttl_s=_positive(problems, where, spec, "park_ttl_s", 7 * 86_400),
+    )
 
 
 def parse_routes(text: str, source: str = "routes file") -> list[Route]:

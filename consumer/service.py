@@ -13,16 +13,20 @@ from typing import Any
 
 import orjson
 import psycopg
+import redis
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
 
 from consumer import deadletter, metrics, pipeline
-from consumer.errors import DependencyDownError
+from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
+from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
-from consumer.routes import Route
+from consumer.routes import ProjectionRoute, Route, StepRoute
 from consumer.settings import ConsumerSettings
+from consumer.step_runner import StepRunner
+from consumer.steps import StepStore, create_tables, resolve
 from schemas.backoff import Backoff
 from schemas.health import Health
 from schemas.topics import ensure_topics
@@ -30,6 +34,10 @@ from schemas.topics import ensure_topics
 log = structlog.get_logger(__name__)
 
 LAG_INTERVAL_S = 5.0
+# How often the count of step entities waiting for a person is read.
+REVIEW_INTERVAL_S = 30.0
+# Redis failures that mean "unreachable", as opposed to a bug in a command.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 class ConsumerService:
@@ -39,6 +47,11 @@ class ConsumerService:
         self.settings = settings
         self.router = Router(routes)
         self.health = health
+        # Handlers are imported once; an unimportable one is a start-up error.
+        self._stores = {
+            r.stream: StepStore(r, resolve(r)) for r in routes if isinstance(r, StepRoute)
+        }
+        self._runner: StepRunner | None = None
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
         self._tables: Mapping[str, ProjectionTable] = {}
@@ -50,6 +63,7 @@ class ConsumerService:
         self._paused = False
         self._lag_labels: set[tuple[str, str]] = set()
         self._next_lag = 0.0
+        self._next_review = 0.0
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand, commit and leave the group."""
@@ -62,20 +76,45 @@ class ConsumerService:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
         set_json_loads(orjson.loads, conn)
         try:
-            self._tables = {s: check_table(conn, r) for s, r in self.router.routes.items()}
+            self._tables = {
+                s: check_table(conn, r)
+                for s, r in self.router.routes.items()
+                if isinstance(r, ProjectionRoute)
+            }
+            if self._stores:
+                create_tables(conn)
         except Exception:
             conn.close()
             raise
         self._conn = conn
         self.health.cleared("postgres")
 
+    def connect_redis(self) -> None:
+        """Connect the parking store when step routes exist, refusing one that can lose data."""
+        if not self._stores or self._runner is not None:
+            return
+        if self.settings.redis_url is None:
+            raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
+        client = redis.Redis.from_url(
+            self.settings.redis_url.get_secret_value(), socket_timeout=10,
+            socket_connect_timeout=5, health_check_interval=30,
+        )  # fmt: skip
+        client.ping()
+        problem = durability_problem(client)
+        if problem is not None and not self.settings.park_store_trusted:
+            client.close()
+            raise StoreNotDurableError(problem)
+        self._runner = StepRunner(self._stores, ParkingLot(client, self.settings.redis_key_prefix))
+        self.health.cleared("redis")
+
     def _start_kafka(self) -> None:
         config = self.settings.kafka_config()
         if self.settings.create_topics:
             ensure_topics(
-                config, [*self.settings.topics, self.settings.dead_letter_topic],
+                config,
+                [*self.settings.topics, self.settings.dead_letter_topic, self.settings.held_topic],
                 self.settings.topic_partitions,
-            )  # fmt: skip
+            )
         dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
         self._producer = Producer(
             {**config, "client.id": "inorder-consumer-dlq", "enable.idempotence": True,
@@ -151,8 +190,9 @@ class ConsumerService:
                 try:
                     if self._conn is None:
                         self.connect_postgres()
+                    self.connect_redis()
                     self._start_kafka()
-                except (psycopg.OperationalError, KafkaException) as exc:
+                except (psycopg.OperationalError, KafkaException, *REDIS_DOWN) as exc:
                     self._wait_out(backoff, "startup", exc)
             while not self._stopping:
                 self._poll_once()
@@ -171,6 +211,7 @@ class ConsumerService:
         )
         self.health.beat()
         self._report_lag()
+        self._report_reviews()
         usable = [m for m in messages if not _skip(m)]
         if usable:
             self._handle(usable)
@@ -185,7 +226,12 @@ class ConsumerService:
             try:
                 self._commit_batch(prepared)
                 break
-            except (psycopg.OperationalError, DependencyDownError, KafkaException) as exc:
+            except (
+                psycopg.OperationalError,
+                DependencyDownError,
+                KafkaException,
+                *REDIS_DOWN,
+            ) as exc:
                 self._pause()
                 self._wait_out(backoff, _dependency(exc), exc)
                 if self._stopping:
@@ -201,9 +247,16 @@ class ConsumerService:
             self.connect_postgres()
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
-        refused = pipeline.apply(self._conn, self._tables, prepared)
+        refused = pipeline.apply_projections(self._conn, self._tables, prepared)
+        held = []
+        if self._runner is not None:
+            held = self._runner.process(self._conn, prepared.by_stream, prepared.raw)
         deadletter.send(
             self._producer, self.settings.dead_letter_topic, prepared.dead + refused,
+            self.settings.dead_letter_max_value_bytes,
+        )  # fmt: skip
+        deadletter.send(
+            self._producer, self.settings.held_topic, pipeline.held_letters(prepared, held),
             self.settings.dead_letter_max_value_bytes,
         )  # fmt: skip
         if refused or prepared.dead:
@@ -290,6 +343,19 @@ class ConsumerService:
         self._kafka_consumer.seek(where)
         self._kafka_consumer.pause([where])
 
+    def _report_reviews(self) -> None:
+        now = time.monotonic()
+        if not self._stores or now < self._next_review or self._conn is None:
+            return
+        self._next_review = now + REVIEW_INTERVAL_S
+        try:
+            row = self._conn.execute(
+                "SELECT count(*) FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL"
+            ).fetchone()
+        except psycopg.OperationalError:
+            return  # the next batch notices and pauses
+        metrics.NEEDS_REVIEW.set(row[0] if row else 0)
+
     def _report_lag(self) -> None:
         now = time.monotonic()
         if now < self._next_lag or self._consumer is None:
@@ -318,4 +384,6 @@ def _skip(message: Message) -> bool:
 def _dependency(exc: Exception) -> str:
     if isinstance(exc, psycopg.Error):
         return "postgres"
+    if isinstance(exc, redis.RedisError):
+        return "redis"
     return "kafka"

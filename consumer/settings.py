@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.config import KafkaClientSettings, PostgresUrl
+
+
+def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
+    if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://")):
+        raise ValueError("must be a redis:// or rediss:// URL, e.g. redis://host:6379/0")
+    return value
+
+
+# The REDIS_URL setting, kept secret (it may hold a password).
+RedisUrl = Annotated[
+    SecretStr | None,
+    AfterValidator(_is_redis_url),
+    Field(default=None, validation_alias=AliasChoices("REDIS_URL", "INORDER_REDIS_URL")),
+]
 
 
 class ConsumerSettings(KafkaClientSettings):
@@ -20,6 +35,14 @@ class ConsumerSettings(KafkaClientSettings):
     topics: list[str] = Field(default_factory=lambda: [DEFAULT_TOPICS.events], min_length=1)
     group_id: str = "inorder-consumer"
     dead_letter_topic: str = DEFAULT_TOPICS.dead_letters
+    # Where parked events live; required when the routes file has a step route.
+    redis_url: RedisUrl
+    # Key prefix of every parking key in Redis.
+    redis_key_prefix: str = Field(default="inorder", pattern=r"^[A-Za-z0-9_.:-]+$")
+    # Start step routes on a Redis whose persistence cannot be read (a managed store).
+    park_store_trusted: bool = False
+    # Events refused by a full parking set go here, with the reason.
+    held_topic: str = DEFAULT_TOPICS.held
     # Messages taken per poll, and how long one poll may wait for them.
     batch_size: int = Field(default=1000, ge=1, le=100_000)
     poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)

@@ -134,7 +134,10 @@ def consumer_env(settings: ConsumerSettings) -> dict[str, str]:
         INORDER_HTTP_PORT=str(settings.http_port),
         INORDER_BATCH_SIZE=str(settings.batch_size),
         INORDER_KAFKA_EXTRA=orjson.dumps(settings.kafka_extra).decode(),
+        INORDER_REDIS_KEY_PREFIX=settings.redis_key_prefix,
     )
+    if settings.redis_url is not None:
+        env["REDIS_URL"] = settings.redis_url.get_secret_value()
     return env
 
 

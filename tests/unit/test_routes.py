@@ -39,7 +39,7 @@ def test_projection_route_is_parsed_with_defaults() -> None:
         ("", "no [[route]] tables"),
         (VALID + VALID, "route 2 (subscription): stream already routed by route 1"),
         (VALID.replace('"projection"', '"mirror"'), "unknown kind 'mirror'"),
-        (VALID.replace('"projection"', '"step"'), "kind 'step' is not available"),
+        (VALID.replace('"projection"', '"batch"'), "kind 'batch' is not available"),
         (
             VALID.replace('"subscription"\n', '"Sub:scription"\n', 1),
             "stream must be an entity_type",

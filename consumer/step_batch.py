@@ -1,0 +1,123 @@
+"""Applying a batch of step events: one transaction for most, step by step for external calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from consumer.steps import Conn, Plan, Progress, StepFailedError, StepStore, plan
+from schemas import Event
+
+log = structlog.get_logger(__name__)
+
+# A batch whose functions keep failing gives up after stopping this many entities.
+MAX_FAILURES_PER_BATCH = 50
+Events = Mapping[str, Sequence[Event]]
+
+
+def _firsts(events: Events) -> dict[str, Event]:
+    return {entity: min(evs, key=lambda e: e.version) for entity, evs in events.items()}
+
+
+def _apply_together(
+    conn: Conn, store: StepStore, events: Events, skip: set[str]
+) -> dict[str, Plan]:
+    """One transaction: lock, plan, claim and run every entity not in ``skip``.
+
+    Entities whose due steps include an external call are added to ``skip``.
+    """
+    plans: dict[str, Plan] = {}
+    applied: list[Event] = []
+    with conn.transaction():
+        progress = store.lock(conn, _firsts(events))
+        for entity_id in sorted(events):
+            entity_plan = plan(progress[entity_id], events[entity_id])
+            plans[entity_id] = entity_plan
+            if entity_id in skip or not entity_plan.apply:
+                continue
+            if any(store.external(e) for e in entity_plan.apply):
+                skip.add(entity_id)
+                continue
+            if not store.claim(conn, entity_id, progress[entity_id], entity_plan.end):
+                entity_plan.stale += entity_plan.apply
+                entity_plan.apply = []
+                continue
+            store.run(conn, entity_id, entity_plan.apply)
+            applied += entity_plan.apply
+        store.record(conn, applied)
+    return plans
+
+
+def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -> bool:
+    """One step in its own transaction; an external call is recorded, committed, before it."""
+    entry = store.functions.get(event.event_type)
+    external = entry is not None and entry[0].external
+    if entry is not None and external:
+        with conn.transaction():
+            fresh = store.begin_attempt(conn, event)
+        if not fresh and not entry[0].idempotent:
+            with conn.transaction():
+                store.stop(
+                    conn, event.entity_id, event.seq,
+                    f"needs_review: an earlier call of {entry[0].function} may have taken "
+                    "effect; confirm it before the step is retried",
+                )  # fmt: skip
+            return False
+    with conn.transaction():
+        store.lock(conn, {event.entity_id: event})
+        if not store.claim(conn, event.entity_id, start, Progress(event.generation, event.seq)):
+            return False
+        store.run(conn, event.entity_id, [event])
+        if external:
+            store.finish_attempt(conn, event)
+        store.record(conn, [event])
+    return True
+
+
+def _apply_one_by_one(
+    conn: Conn, store: StepStore, entity_id: str, events: Sequence[Event]
+) -> Plan:
+    """Apply an entity's due steps in separate transactions, in order."""
+    done = Plan()
+    pending = list(events)
+    while pending:
+        with conn.transaction():
+            progress = store.lock(conn, _firsts({entity_id: pending}))[entity_id]
+        step_plan = plan(progress, pending)
+        done.stale += step_plan.stale
+        done.end = step_plan.end
+        if not step_plan.apply:
+            done.park += step_plan.park
+            break
+        event = step_plan.apply[0]
+        pending = [e for e in pending if e is not event and e not in step_plan.stale]
+        if not _apply_single(conn, store, progress, event):
+            done.park += pending
+            break
+        done.apply.append(event)
+    return done
+
+
+def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]:
+    """Apply every entity's due steps; return each entity's plan (applied, to park, stale).
+
+    A function that raises rolls the batch back; its entity is stopped for a person at
+    that seq and the batch is applied again without it.
+    """
+    skip: set[str] = set()
+    for _ in range(MAX_FAILURES_PER_BATCH):
+        try:
+            plans = _apply_together(conn, store, events, skip)
+            break
+        except StepFailedError as failed:
+            with conn.transaction():
+                store.stop(
+                    conn, failed.entity_id, failed.event.seq, f"step failed: {failed.error!r}"
+                )
+    else:
+        raise RuntimeError(f"more than {MAX_FAILURES_PER_BATCH} step functions failed in one batch")
+    for entity_id in skip:
+        if plans[entity_id].apply:
+            plans[entity_id] = _apply_one_by_one(conn, store, entity_id, events[entity_id])
+    return plans

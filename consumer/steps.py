@@ -1,0 +1,275 @@
+"""Ordered steps: each event's function runs once, in (generation, seq) order, per entity.
+
+``plan`` is the pure decision for one entity (apply, park, stale); ``StepStore``
+runs a batch of plans in one PostgreSQL transaction. Progress rows are locked in
+entity order first, so two consumers racing on an entity take turns, and each run
+of steps is claimed with a conditional update: zero rows means someone else
+applied it, and nothing runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import structlog
+
+from consumer.errors import RoutesError
+from consumer.routes import Handler, StepRoute
+from schemas import Event
+
+log = structlog.get_logger(__name__)
+Conn = psycopg.Connection[Any]
+StepFunction = Callable[[Conn, Event], None]
+
+DDL = """
+CREATE TABLE IF NOT EXISTS inorder_step_progress (
+    route          text        NOT NULL,
+    entity_id      text        NOT NULL,
+    generation     bigint      NOT NULL,
+    last_applied   bigint      NOT NULL,      -- 0: waiting for seq 1 of this generation
+    held_at        timestamptz,               -- parking cap reached; events went to the held topic
+    stopped_at_seq bigint,                    -- needs a person before this seq can be applied
+    stop_reason    text,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (route, entity_id)
+);
+CREATE TABLE IF NOT EXISTS inorder_step_log (
+    route      text        NOT NULL,
+    entity_id  text        NOT NULL,
+    generation bigint      NOT NULL,
+    seq        bigint      NOT NULL,
+    event_id   text        NOT NULL,
+    event_type text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (route, entity_id, generation, seq)
+);
+CREATE TABLE IF NOT EXISTS inorder_step_attempts (
+    route        text        NOT NULL,
+    entity_id    text        NOT NULL,
+    generation   bigint      NOT NULL,
+    seq          bigint      NOT NULL,
+    event_id     text        NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz,
+    PRIMARY KEY (route, entity_id, generation, seq)
+);
+"""
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where an entity stands: the generation and the last seq applied in it."""
+
+    generation: int
+    last_applied: int
+    stopped: bool = False
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to do with one entity's events: runs to apply, events to park, stale events."""
+
+    apply: list[Event] = field(default_factory=list)
+    park: list[Event] = field(default_factory=list)
+    stale: list[Event] = field(default_factory=list)
+    start: Progress | None = None
+    end: Progress | None = None
+
+
+def plan(progress: Progress, events: Iterable[Event]) -> Plan:
+    """Decide, for one entity, which events apply now (in order), which park, which are stale.
+
+    A newer generation starts over at seq 1; anything of an older generation is stale.
+    An entity stopped for a person applies nothing and parks what is newer.
+    """
+    result = Plan(start=progress)
+    generation, last = progress.generation, progress.last_applied
+    seen: set[tuple[int, int]] = set()
+    for event in sorted(events, key=lambda e: e.version):
+        if event.version in seen or event.generation < generation:
+            result.stale.append(event)
+            continue
+        seen.add(event.version)
+        same = event.generation == generation
+        if same and event.seq <= last:
+            result.stale.append(event)
+        elif progress.stopped:
+            result.park.append(event)
+        elif (same and event.seq == last + 1) or (not same and event.seq == 1):
+            result.apply.append(event)
+            generation, last = event.generation, event.seq
+        else:
+            result.park.append(event)
+    result.end = Progress(generation, last, progress.stopped)
+    return result
+
+
+def reorder_distance(progress: Progress, event: Event) -> int:
+    """How far ahead of the next expected seq an early event is (1 = the one after next)."""
+    if event.generation != progress.generation:
+        return event.seq
+    return event.seq - progress.last_applied - 1
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def resolve(route: StepRoute) -> dict[str, tuple[Handler, StepFunction]]:
+    """Import every handler of the route; ``RoutesError`` names those that cannot be imported."""
+    found: dict[str, tuple[Handler, StepFunction]] = {}
+    problems = []
+    for event_type, handler in route.handlers.items():
+        module_name, _, name = handler.function.partition(":")
+        try:
+            function = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            problems.append(
+                f"route {route.stream}: handler {handler.function} for {event_type} "
+                f"cannot be imported ({exc})"
+            )
+            continue
+        if not callable(function):
+            problems.append(f"route {route.stream}: handler {handler.function} is not callable")
+            continue
+        found[event_type] = (handler, function)
+    if problems:
+        raise RoutesError(problems)
+    return found
+
+
+# ---------------------------------------------------------------- I/O
+
+
+class StepFailedError(Exception):
+    """Raised inside a batch when a step function raised; the batch is rolled back."""
+
+    def __init__(self, entity_id: str, event: Event, error: BaseException) -> None:
+        super().__init__(f"{entity_id} seq {event.seq}: {error!r}")
+        self.entity_id = entity_id
+        self.event = event
+        self.error = error
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What a batch of step plans did."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    applied: int = 0
+
+
+class StepStore:
+    """PostgreSQL side of one step route."""
+
+    def __init__(
+        self, route: StepRoute, functions: Mapping[str, tuple[Handler, StepFunction]]
+    ) -> None:
+        self.route = route
+        self.functions = functions
+
+    def external(self, event: Event) -> bool:
+        """True when the event's function acts outside PostgreSQL."""
+        entry = self.functions.get(event.event_type)
+        return entry is not None and entry[0].external
+
+    def lock(self, conn: Conn, first_events: Mapping[str, Event]) -> dict[str, Progress]:
+        """Create missing progress rows, then lock all of them in entity order."""
+        ids = sorted(first_events)
+        conn.execute(
+            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
+            "SELECT %s, e, g, 0 FROM unnest(%s::text[], %s::bigint[]) AS t(e, g) "
+            "ON CONFLICT DO NOTHING",
+            (self.route.stream, ids, [first_events[i].generation for i in ids]),
+        )
+        rows = conn.execute(
+            "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
+            "FROM inorder_step_progress WHERE route = %s AND entity_id = ANY(%s) "
+            "ORDER BY entity_id FOR UPDATE",
+            (self.route.stream, ids),
+        ).fetchall()
+        return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
+
+    def claim(self, conn: Conn, entity_id: str, start: Progress, end: Progress | None) -> bool:
+        """Advance progress from ``start`` to ``end`` only if it is still at ``start``."""
+        if end is None:
+            return False
+        found = conn.execute(
+            "UPDATE inorder_step_progress SET generation = %s, last_applied = %s, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s AND generation = %s "
+            "AND last_applied = %s AND stopped_at_seq IS NULL RETURNING 1",
+            (end.generation, end.last_applied, self.route.stream, entity_id,
+             start.generation, start.last_applied),
+        ).fetchone()  # fmt: skip
+        return found is not None
+
+    def run(self, conn: Conn, entity_id: str, events: Sequence[Event]) -> None:
+        """Call each event's function in order; types without one only advance the sequence."""
+        for event in events:
+            entry = self.functions.get(event.event_type)
+            if entry is None:
+                continue
+            try:
+                entry[1](conn, event)
+            except Exception as exc:  # a user function's failure, reported upward
+                raise StepFailedError(entity_id, event, exc) from exc
+
+    def record(self, conn: Conn, applied: Sequence[Event]) -> None:
+        """Write the step log of everything applied in this transaction, in one statement."""
+        if applied:
+            conn.execute(
+                "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
+                "event_type) SELECT %s, * FROM unnest(%s::text[], %s::bigint[], %s::bigint[], "
+                "%s::text[], %s::text[])",
+                (self.route.stream, [e.entity_id for e in applied], [e.generation for e in applied],
+                 [e.seq for e in applied], [e.event_id for e in applied],
+                 [e.event_type for e in applied]),
+            )  # fmt: skip
+
+    def stop(self, conn: Conn, entity_id: str, seq: int, reason: str) -> None:
+        """Stop an entity before ``seq`` until a person looks at it."""
+        conn.execute(
+            "UPDATE inorder_step_progress SET stopped_at_seq = %s, stop_reason = %s, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            (seq, reason[:1000], self.route.stream, entity_id),
+        )
+        log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)
+
+    def hold(self, conn: Conn, entity_id: str) -> bool:
+        """Mark an entity held (parking cap reached); True if it was not held before."""
+        found = conn.execute(
+            "UPDATE inorder_step_progress SET held_at = now() WHERE route = %s AND entity_id = %s "
+            "AND held_at IS NULL RETURNING 1",
+            (self.route.stream, entity_id),
+        ).fetchone()
+        return found is not None
+
+    def begin_attempt(self, conn: Conn, event: Event) -> bool:
+        """Record an external call before making it; False if an earlier one never finished."""
+        found = conn.execute(
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
+        ).fetchone()
+        return found is not None
+
+    def finish_attempt(self, conn: Conn, event: Event) -> None:
+        """Mark an external call done, in the transaction that records its step."""
+        conn.execute(
+            "UPDATE inorder_step_attempts SET completed_at = now() WHERE route = %s "
+            "AND entity_id = %s AND generation = %s AND seq = %s",
+            (self.route.stream, event.entity_id, event.generation, event.seq),
+        )
+
+
+def create_tables(conn: Conn) -> None:
+    """Create the consumer's own step tables if they are missing."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_step_tables'))")
+        conn.execute(DDL)

@@ -1,0 +1,37 @@
+"""Step functions used by the tests: each records what it applied in ``applied_steps``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import Event
+
+TABLE = """
+CREATE TABLE applied_steps (
+    entity_id text NOT NULL, generation bigint NOT NULL, seq bigint NOT NULL,
+    event_type text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""  # no key on purpose: a step applied twice shows up twice
+CALLS: list[tuple[str, int]] = []
+
+
+def record(conn: Any, event: Event) -> None:
+    """Append the step to the log table."""
+    conn.execute(
+        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
+        " VALUES (%s, %s, %s, %s)",
+        (event.entity_id, event.generation, event.seq, event.event_type),
+    )
+
+
+def fail_at_13(conn: Any, event: Event) -> None:
+    """Record the step, except seq 13, which fails."""
+    if event.seq == 13:
+        raise ValueError("seq 13 is refused")
+    record(conn, event)
+
+
+def call_out(conn: Any, event: Event) -> None:
+    """Stand-in for an external call: remembered in memory, and recorded."""
+    CALLS.append((event.entity_id, event.seq))
+    record(conn, event)

@@ -1,0 +1,74 @@
+"""Helpers for step tests: a route, its stores, and reading what was applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from consumer.parking import ParkingLot
+from consumer.routes import parse_routes
+from consumer.step_runner import StepRunner
+from consumer.steps import StepStore, create_tables, resolve
+from schemas import Event, encode
+from tests.conftest import PgSchema
+from tests.integration import step_handlers
+
+STREAM = "ledger"
+
+
+def routes_text(handler: str = "record", *, max_parked: int = 1000, extra: str = "") -> str:
+    """A routes file with one step route for the ``ledger`` stream."""
+    return (
+        f'[[route]]\nstream = "{STREAM}"\nkind = "step"\nmax_parked = {max_parked}\n'
+        f'[route.handlers]\n"ledger.added" = "tests.integration.step_handlers:{handler}"\n{extra}'
+    )
+
+
+def step(
+    seq: int, entity: str = "a", generation: int = 1, event_type: str = "ledger.added"
+) -> Event:
+    """A ledger event."""
+    return Event(
+        f"{entity}:{generation}:{seq}", event_type, STREAM, entity, generation, seq,
+        "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z", {"amount": seq},
+    )  # fmt: skip
+
+
+def prepare(schema: PgSchema) -> None:
+    """Create the step tables and the log table the handlers write."""
+    with schema.connect(autocommit=True) as conn:
+        create_tables(conn)
+        conn.execute(step_handlers.TABLE)
+
+
+def runner(client: redis.Redis, prefix: str, text: str) -> StepRunner:
+    """A StepRunner for the routes in ``text``, parking under ``prefix``."""
+    [route] = parse_routes(text)
+    store = StepStore(route, resolve(route))  # type: ignore[arg-type]
+    return StepRunner({STREAM: store}, ParkingLot(client, prefix.rstrip(":")))
+
+
+def feed(run: StepRunner, conn: Any, events: list[Event]) -> list[Event]:
+    """Give one batch to the runner; return events it could not park (held)."""
+    return run.process(conn, {STREAM: events}, {e.event_id: encode(e) for e in events})
+
+
+def applied(schema: PgSchema, entity: str = "a") -> list[tuple[int, int]]:
+    """(generation, seq) of every applied step of an entity, in the order applied."""
+    with schema.connect() as conn:
+        rows = conn.execute(
+            "SELECT generation, seq FROM applied_steps WHERE entity_id = %s ORDER BY applied_at",
+            (entity,),
+        ).fetchall()
+    return [(int(g), int(s)) for g, s in rows]
+
+
+def progress(schema: PgSchema, entity: str = "a") -> tuple[Any, ...] | None:
+    """(generation, last_applied, held, stopped_at_seq, stop_reason) of an entity."""
+    with schema.connect() as conn:
+        return conn.execute(
+            "SELECT generation, last_applied, held_at IS NOT NULL, stopped_at_seq, stop_reason "
+            "FROM inorder_step_progress WHERE route = %s AND entity_id = %s",
+            (STREAM, entity),
+        ).fetchone()

@@ -1,0 +1,138 @@
+"""Step routes through real Kafka, PostgreSQL and Redis: the seed example, races, restarts."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import consumer_support as cs
+from tests.integration import step_support as ss
+from tests.support.kafka import wait_until
+from tests.support.services import Services
+
+
+@pytest.fixture
+def steps_db(pg_schema: PgSchema) -> PgSchema:
+    ss.prepare(pg_schema)
+    return pg_schema
+
+
+@pytest.fixture
+def routes(tmp_path: Path) -> Path:
+    path = tmp_path / "routes.toml"
+    path.write_text(ss.routes_text())
+    return path
+
+
+def _settings(
+    db: PgSchema, services: Services, routes: Path, topic: str, dlq: str, prefix: str, **kw
+):
+    return cs.settings_for(
+        db, services.kafka_bootstrap, routes, topic, dlq, REDIS_URL=services.redis_url,
+        redis_key_prefix=prefix.rstrip(":"), **kw,
+    )  # fmt: skip
+
+
+def test_seed_example_through_kafka_and_redis(
+    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
+    redis_client: redis.Redis, redis_prefix: str,
+) -> None:  # fmt: skip
+    """Applied up to 6; 8 arrives and parks; 7 arrives; 7 then 8 apply; last_applied is 8."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
+    with cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in range(1, 7)])
+        wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 6)
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(8)])
+        key = f"{settings.redis_key_prefix}:park:{{ledger:a}}"
+        wait_until(lambda: redis_client.zcard(key) == 1)
+        assert ss.progress(steps_db)[1] == 6
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(7)])
+        wait_until(lambda: ss.progress(steps_db)[1] == 8)
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 9)]
+    assert not redis_client.exists(key)
+
+
+def test_two_consumers_racing_apply_every_step_exactly_once(
+    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """Two consumer groups get the same shuffled events; each seq of each entity applies once."""
+    topic, dlq = topic_factory("events", partitions=3), topic_factory("dlq")
+    events = [ss.step(s, f"e{e}") for e in range(20) for s in range(1, 51)]
+    random.Random(4).shuffle(events)
+    first = _settings(steps_db, services, routes, topic, dlq, redis_prefix, batch_size=37)
+    second = _settings(steps_db, services, routes, topic, dlq, redis_prefix, batch_size=53)
+    with cs.running(first), cs.running(second):
+        cs.send_events(services.kafka_bootstrap, topic, events)
+        wait_until(lambda: _done(steps_db, 20, 50), timeout_s=90)
+    for entity in range(20):
+        assert ss.applied(steps_db, f"e{entity}") == [(1, s) for s in range(1, 51)]
+
+
+def _done(db: PgSchema, entities: int, last: int) -> bool:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM inorder_step_progress WHERE last_applied = %s", (last,)
+        ).fetchone()
+    return bool(row and row[0] == entities)
+
+
+def test_redis_restart_while_parked_loses_nothing(
+    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
+    redis_client: redis.Redis, redis_prefix: str,
+) -> None:  # fmt: skip
+    """Events parked before a Redis restart (AOF) are still there and drain afterwards."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
+    key = f"{settings.redis_key_prefix}:park:{{ledger:a}}"
+    with cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in (1, 3, 4, 5)])
+        wait_until(lambda: redis_client.zcard(key) == 3)
+        time.sleep(1.2)  # appendfsync everysec
+        services.restart("redis")
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(2)])
+        wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 5, timeout_s=60)
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 6)]
+
+
+def _consumer(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "consumer"], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_non_durable_redis_stops_start_up_unless_trusted(
+    steps_db: PgSchema, services: Services, routes: Path, redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """With AOF off the consumer refuses to start, saying how to override; the override works."""
+    settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
+    env = {**cs.consumer_env(settings), "REDIS_URL": services.redis_url}
+    redis_client.config_set("appendonly", "no")
+    try:
+        refused = _consumer(env)
+        _, err = refused.communicate(timeout=60)
+        assert refused.returncode == 2
+        assert err.strip().splitlines() == [
+            "inorder-consumer: Redis has AOF off (appendonly no), so parked events could be "
+            "lost in a restart; turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if "
+            "the store is durable some other way"
+        ]
+        trusted = _consumer({**env, "INORDER_PARK_STORE_TRUSTED": "true"})
+        time.sleep(3)
+        assert trusted.poll() is None, "the override did not let the consumer start"
+        trusted.send_signal(signal.SIGTERM)
+        trusted.communicate(timeout=60)
+        assert trusted.returncode == 0
+    finally:
+        redis_client.config_set("appendonly", "yes")

@@ -1,0 +1,145 @@
+"""Step routes against real PostgreSQL and Redis: order, parking, caps, external calls, failures."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import PgSchema
+from tests.integration import step_handlers
+from tests.integration import step_support as ss
+
+
+@pytest.fixture
+def steps_db(pg_schema: PgSchema) -> PgSchema:
+    ss.prepare(pg_schema)
+    return pg_schema
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_permutation_with_duplicates_applies_each_step_once_in_order(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, data: st.DataObject
+) -> None:
+    """30 steps shuffled with duplicates, in batches, through PostgreSQL and Redis: 1..30 once."""
+    entity = f"e{data.draw(st.integers(0, 10**9))}"
+    events = [ss.step(seq, entity) for seq in range(1, 31)]
+    delivered = data.draw(
+        st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=15)))
+    )
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(delivered) - 1), max_size=6, unique=True)))
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
+            assert ss.feed(run, conn, delivered[start:end]) == []
+    assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 31)]
+    assert ss.progress(steps_db, entity)[:2] == (1, 30)
+    assert not redis_client.exists(run.lot.entity_key(ss.STREAM, entity))
+    assert redis_client.zscore(run.lot.index_key(ss.STREAM), entity) is None
+
+
+def test_early_event_is_parked_in_redis_until_its_predecessor(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Up to 6 applied; 8 sits in the entity's sorted set and index; 7 arrives and both apply."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(s) for s in range(1, 7)])
+        ss.feed(run, conn, [ss.step(8)])
+        key = run.lot.entity_key(ss.STREAM, "a")
+        assert [score for _, score in redis_client.zrange(key, 0, -1, withscores=True)] == [8.0]
+        assert redis_client.zscore(run.lot.index_key(ss.STREAM), "a") is not None
+        assert ss.progress(steps_db)[:2] == (1, 6)
+        ss.feed(run, conn, [ss.step(7)])
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 9)]
+    assert not redis_client.exists(key)
+
+
+def test_full_parking_set_holds_the_entity_and_loses_nothing(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """At its cap an entity's next early event is handed back to be held; the entity is marked."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(max_parked=3))
+    with steps_db.connect(autocommit=True) as conn:
+        held = ss.feed(run, conn, [ss.step(s) for s in (3, 4, 5, 6)])
+    assert [e.seq for e in held] == [6]
+    assert ss.progress(steps_db)[2] is True
+    assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 3
+
+
+def test_failing_function_stops_only_its_entity(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A function that raises stops its entity at that seq; other entities carry on."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_at_13"))
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(s, e) for e in ("a", "b") for s in range(1, 13)])
+        ss.feed(run, conn, [ss.step(13, "a"), ss.step(14, "a"), ss.step(15, "a"), ss.step(13, "b")])
+    _, last, _, stopped_at, reason = ss.progress(steps_db, "a")
+    assert (last, stopped_at) == (12, 13)
+    assert "seq 13 is refused" in reason
+    assert ss.applied(steps_db, "a") == [(1, s) for s in range(1, 13)]
+    assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 3
+    assert ss.progress(steps_db, "b")[3] is not None  # b hit the same refusal at 13
+
+
+EXTERNAL = (
+    '[route.handlers."ledger.mailed"]\n'
+    'function = "tests.integration.step_handlers:call_out"\nexternal = true\n'
+)
+
+
+def test_interrupted_external_call_needs_review_and_is_not_retried(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """An external call recorded as started but never finished stops the entity for a person."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(extra=EXTERNAL))
+    step_handlers.CALLS.clear()
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2, event_type="ledger.mailed")])
+        assert step_handlers.CALLS == [("a", 2)]
+        conn.execute(  # as if the process died during the call for seq 3
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES ('ledger', 'a', 1, 3, 'a:1:3')"
+        )
+        ss.feed(run, conn, [ss.step(3, event_type="ledger.mailed"), ss.step(4)])
+    assert step_handlers.CALLS == [("a", 2)]
+    _, last, _, stopped_at, reason = ss.progress(steps_db)
+    assert (last, stopped_at) == (2, 3)
+    assert reason.startswith("needs_review")
+
+
+def test_interrupted_idempotent_external_call_is_retried(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A call declared idempotent is simply made again after an interruption."""
+    run = ss.runner(
+        redis_client, redis_prefix, ss.routes_text(extra=EXTERNAL + "idempotent = true\n")
+    )
+    step_handlers.CALLS.clear()
+    with steps_db.connect(autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES ('ledger', 'a', 1, 1, 'a:1:1')"
+        )
+        ss.feed(run, conn, [ss.step(1, event_type="ledger.mailed"), ss.step(2)])
+    assert step_handlers.CALLS == [("a", 1)]
+    assert ss.progress(steps_db)[:2] == (1, 2)
+
+
+def test_new_generation_starts_over_and_discards_old_parked_events(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Generation 2's seq 1 starts over; parked generation-1 events are dropped as stale."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2), ss.step(5)])
+        ss.feed(run, conn, [ss.step(1, generation=2), ss.step(2, generation=2)])
+        ss.feed(run, conn, [ss.step(3, generation=1)])
+    assert ss.applied(steps_db) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert ss.progress(steps_db)[:2] == (2, 2)
+    assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "a"))

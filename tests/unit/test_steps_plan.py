@@ -1,0 +1,105 @@
+"""The pure step decision: apply in order, park early, ignore stale, start a new generation."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consumer.routes import Handler, StepRoute, parse_routes
+from consumer.steps import Progress, plan, reorder_distance
+from schemas import Event
+
+
+def _e(seq: int, generation: int = 1, entity: str = "s1") -> Event:
+    return Event(f"{entity}:{generation}:{seq}", "l.x", "l", entity, generation, seq, "t", "t", {})
+
+
+def _seqs(events: list[Event]) -> list[tuple[int, int]]:
+    return [e.version for e in events]
+
+
+def test_seed_example_six_then_eight_then_seven() -> None:
+    """Applied up to 6: 8 parks; then 7 applies (and 8 is due)."""
+    parked = plan(Progress(1, 6), [_e(8)])
+    assert (_seqs(parked.apply), _seqs(parked.park)) == ([], [(1, 8)])
+    now = plan(Progress(1, 6), [_e(7), _e(8)])
+    assert _seqs(now.apply) == [(1, 7), (1, 8)]
+    assert now.end == Progress(1, 8)
+
+
+def test_duplicates_and_old_seqs_are_stale() -> None:
+    """Seqs already applied, and second copies in one batch, are stale."""
+    result = plan(Progress(1, 5), [_e(3), _e(6), _e(6), _e(5)])
+    assert _seqs(result.apply) == [(1, 6)]
+    assert sorted(_seqs(result.stale)) == [(1, 3), (1, 5), (1, 6)]
+
+
+def test_new_generation_starts_over_and_old_one_is_stale() -> None:
+    """A newer generation starts over at seq 1; old-generation events after it are stale."""
+    result = plan(Progress(1, 9), [_e(10), _e(1, 2), _e(2, 2)])
+    assert _seqs(result.apply) == [(1, 10), (2, 1), (2, 2)]
+    assert result.end == Progress(2, 2)
+    late = plan(result.end, [_e(11), _e(12, 1)])
+    assert (_seqs(late.apply), _seqs(late.stale)) == ([], [(1, 11), (1, 12)])
+
+
+def test_newer_generation_without_its_first_seq_parks() -> None:
+    """A newer generation's seq 3 waits for its seq 1 and 2."""
+    result = plan(Progress(1, 4), [_e(3, 2)])
+    assert _seqs(result.park) == [(2, 3)]
+    assert reorder_distance(Progress(1, 4), _e(3, 2)) == 3
+
+
+def test_stopped_entity_applies_nothing_and_parks_the_rest() -> None:
+    """An entity waiting for a person parks its due events instead of applying them."""
+    result = plan(Progress(1, 4, stopped=True), [_e(5), _e(6), _e(2)])
+    assert (_seqs(result.apply), _seqs(result.park), _seqs(result.stale)) == (
+        [], [(1, 5), (1, 6)], [(1, 2)],
+    )  # fmt: skip
+
+
+@given(
+    order=st.permutations(list(range(1, 31))),
+    duplicates=st.lists(st.integers(1, 30), max_size=15),
+    cuts=st.lists(st.integers(1, 44), max_size=8, unique=True),
+    data=st.data(),
+)
+def test_any_permutation_with_duplicates_applies_each_step_once_in_order(
+    order: list[int], duplicates: list[int], cuts: list[int], data: st.DataObject
+) -> None:
+    """Delivered in any order with duplicates, in batches, with parking: 1..30 once, in order."""
+    delivered = data.draw(st.permutations(order + duplicates))
+    progress = Progress(1, 0)
+    parked: dict[int, Event] = {}
+    applied: list[int] = []
+    bounds = sorted({c for c in cuts if c < len(delivered)})
+    for start, end in zip([0, *bounds], [*bounds, len(delivered)], strict=True):
+        batch = plan(progress, [_e(s) for s in delivered[start:end]])
+        applied += [e.seq for e in batch.apply]
+        progress = batch.end or progress
+        parked.update({e.seq: e for e in batch.park})
+        while True:  # drain, as the runner does after every batch
+            drained = plan(progress, list(parked.values()))
+            for event in drained.apply + drained.stale:
+                parked.pop(event.seq, None)
+            if not drained.apply:
+                break
+            applied += [e.seq for e in drained.apply]
+            progress = drained.end or progress
+    assert applied == list(range(1, 31))
+    assert parked == {}
+
+
+def test_step_route_is_parsed_with_handlers_and_flags() -> None:
+    """Handlers may be a 'module:function' string or a table with external/idempotent."""
+    [route] = parse_routes(
+        '[[route]]\nstream = "seat_ledger"\nkind = "step"\nmax_parked = 50\n'
+        '[route.handlers]\n"seat_ledger.seats_added" = "billing.steps:add"\n'
+        '[route.handlers."seat_ledger.closed"]\nfunction = "billing.mail:bye"\nexternal = true\n'
+    )
+    assert route == StepRoute(
+        "seat_ledger",
+        {"seat_ledger.seats_added": Handler("billing.steps:add"),
+         "seat_ledger.closed": Handler("billing.mail:bye", external=True)},
+        max_parked=50,
+    )  # fmt: skip
