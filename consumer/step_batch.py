@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import psycopg
 import structlog
 
-from consumer.steps import Conn, Plan, Progress, StepFailedError, StepStore, plan
+from consumer.steps import (
+    Conn,
+    PipelinedError,
+    Plan,
+    Progress,
+    StepFailedError,
+    StepStore,
+    plan,
+)
 from schemas import Event
 
 log = structlog.get_logger(__name__)
@@ -20,33 +29,67 @@ def _firsts(events: Events) -> dict[str, Event]:
     return {entity: min(evs, key=lambda e: e.version) for entity, evs in events.items()}
 
 
-def _apply_together(
-    conn: Conn, store: StepStore, events: Events, skip: set[str]
-) -> dict[str, Plan]:
-    """One transaction: lock, plan, claim and run every entity not in ``skip``.
+def _cut(entity_plan: Plan, limit: tuple[int, int]) -> None:
+    """Apply only the steps before ``limit``; park that one and those after it."""
+    keep = [e for e in entity_plan.apply if e.version < limit]
+    entity_plan.park = [e for e in entity_plan.apply if e.version >= limit] + entity_plan.park
+    entity_plan.apply = keep
+    entity_plan.end = Progress(keep[-1].generation, keep[-1].seq) if keep else entity_plan.start
 
-    Entities whose due steps include an external call are added to ``skip``.
+
+def _apply_together(
+    conn: Conn,
+    store: StepStore,
+    events: Events,
+    skip: set[str],
+    limits: Mapping[str, tuple[int, int]],
+    *,
+    pipelined: bool,
+) -> dict[str, Plan]:
+    """One transaction: lock, plan, claim all runs in one statement, run the functions.
+
+    Entities whose due steps include an external call are added to ``skip``; an entity
+    in ``limits`` applies only the steps before its limit.
     """
     plans: dict[str, Plan] = {}
-    applied: list[Event] = []
     with conn.transaction():
         progress = store.lock(conn, _firsts(events))
+        claims = []
         for entity_id in sorted(events):
             entity_plan = plan(progress[entity_id], events[entity_id])
             plans[entity_id] = entity_plan
-            if entity_id in skip or not entity_plan.apply:
+            if entity_id in limits:
+                _cut(entity_plan, limits[entity_id])
+            if entity_id in skip or not entity_plan.apply or entity_plan.end is None:
                 continue
             if any(store.external(e) for e in entity_plan.apply):
                 skip.add(entity_id)
                 continue
-            if not store.claim(conn, entity_id, progress[entity_id], entity_plan.end):
+            claims.append((entity_id, progress[entity_id], entity_plan.end))
+        claimed = store.claim_many(conn, claims)
+        applied: list[Event] = []
+        for entity_id, _, _ in claims:
+            entity_plan = plans[entity_id]
+            if entity_id not in claimed:  # another consumer applied these meanwhile
                 entity_plan.stale += entity_plan.apply
                 entity_plan.apply = []
-                continue
-            store.run(conn, entity_id, entity_plan.apply)
-            applied += entity_plan.apply
-        store.record(conn, applied)
+            else:
+                applied += entity_plan.apply
+        if pipelined:
+            with conn.pipeline():
+                _run_all(conn, store, plans, claimed, pipelined=True)
+                store.record(conn, applied)
+        else:
+            _run_all(conn, store, plans, claimed, pipelined=False)
+            store.record(conn, applied)
     return plans
+
+
+def _run_all(
+    conn: Conn, store: StepStore, plans: Mapping[str, Plan], claimed: set[str], *, pipelined: bool
+) -> None:
+    for entity_id in sorted(claimed):
+        store.run(conn, entity_id, plans[entity_id].apply, pipelined=pipelined)
 
 
 def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -> bool:
@@ -102,21 +145,31 @@ def _apply_one_by_one(
 def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]:
     """Apply every entity's due steps; return each entity's plan (applied, to park, stale).
 
-    A function that raises rolls the batch back; its entity is stopped for a person at
-    that seq and the batch is applied again without it.
+    A function that raises rolls the batch back; the batch is applied again with that
+    entity's earlier steps only, and the entity is stopped at the failing seq for a person.
     """
     skip: set[str] = set()
+    limits: dict[str, tuple[int, int]] = {}
+    reasons: dict[str, str] = {}
+    pipelined = True
     for _ in range(MAX_FAILURES_PER_BATCH):
         try:
-            plans = _apply_together(conn, store, events, skip)
+            plans = _apply_together(conn, store, events, skip, limits, pipelined=pipelined)
             break
+        except (PipelinedError, psycopg.errors.InFailedSqlTransaction):
+            pipelined = False  # find out, statement by statement, whose step failed
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) or not pipelined:
+                raise
+            pipelined = False
         except StepFailedError as failed:
-            with conn.transaction():
-                store.stop(
-                    conn, failed.entity_id, failed.event.seq, f"step failed: {failed.error!r}"
-                )
+            limits[failed.entity_id] = failed.event.version
+            reasons[failed.entity_id] = f"step failed: {failed.error!r}"
     else:
         raise RuntimeError(f"more than {MAX_FAILURES_PER_BATCH} step functions failed in one batch")
+    for entity_id, limit in limits.items():
+        with conn.transaction():
+            store.stop(conn, entity_id, limit[1], reasons[entity_id])
     for entity_id in skip:
         if plans[entity_id].apply:
             plans[entity_id] = _apply_one_by_one(conn, store, entity_id, events[entity_id])

@@ -147,6 +147,10 @@ def resolve(route: StepRoute) -> dict[str, tuple[Handler, StepFunction]]:
 # ---------------------------------------------------------------- I/O
 
 
+class PipelinedError(Exception):
+    """Raised when a pipelined statement failed and cannot be traced to one entity."""
+
+
 class StepFailedError(Exception):
     """Raised inside a batch when a step function raised; the batch is rolled back."""
 
@@ -209,14 +213,44 @@ class StepStore:
         ).fetchone()  # fmt: skip
         return found is not None
 
-    def run(self, conn: Conn, entity_id: str, events: Sequence[Event]) -> None:
-        """Call each event's function in order; types without one only advance the sequence."""
+    def claim_many(self, conn: Conn, claims: Sequence[tuple[str, Progress, Progress]]) -> set[str]:
+        """``claim`` for many entities in one statement; returns the entities claimed."""
+        if not claims:
+            return set()
+        columns = list(zip(*[
+            (e, s.generation, s.last_applied, n.generation, n.last_applied) for e, s, n in claims
+        ], strict=True))  # fmt: skip
+        rows = conn.execute(
+            "UPDATE inorder_step_progress AS p SET generation = c.ng, last_applied = c.nl, "
+            "updated_at = now() FROM unnest(%s::text[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[], %s::bigint[]) AS c(e, sg, sl, ng, nl) WHERE p.route = %s "
+            "AND p.entity_id = c.e AND p.generation = c.sg AND p.last_applied = c.sl "
+            "AND p.stopped_at_seq IS NULL RETURNING p.entity_id",
+            (*[list(c) for c in columns], self.route.stream),
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def run(
+        self, conn: Conn, entity_id: str, events: Sequence[Event], *, pipelined: bool = False
+    ) -> None:
+        """Call each event's function in order; types without one only advance the sequence.
+
+        A function's own failure becomes ``StepFailedError``; a lost connection stays what
+        it is. In pipeline mode a database error may belong to another entity's statement,
+        so it becomes ``PipelinedError`` and the caller runs the batch again unpipelined.
+        """
         for event in events:
             entry = self.functions.get(event.event_type)
             if entry is None:
                 continue
             try:
                 entry[1](conn, event)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                if pipelined:
+                    raise PipelinedError(str(exc)) from exc
+                raise StepFailedError(entity_id, event, exc) from exc
             except Exception as exc:  # a user function's failure, reported upward
                 raise StepFailedError(entity_id, event, exc) from exc
 

@@ -35,3 +35,10 @@ def call_out(conn: Any, event: Event) -> None:
     """Stand-in for an external call: remembered in memory, and recorded."""
     CALLS.append((event.entity_id, event.seq))
     record(conn, event)
+
+
+def bad_sql_for_a_at_13(conn: Any, event: Event) -> None:
+    """Record the step; for entity a at seq 13 run SQL that fails (after queuing its insert)."""
+    record(conn, event)
+    if event.entity_id == "a" and event.seq == 13:
+        conn.execute("INSERT INTO no_such_table VALUES (1)")

@@ -143,3 +143,18 @@ def test_new_generation_starts_over_and_discards_old_parked_events(
     assert ss.applied(steps_db) == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert ss.progress(steps_db)[:2] == (2, 2)
     assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "a"))
+
+
+def test_failing_sql_in_a_function_stops_the_right_entity(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A statement that fails inside one entity's step stops that entity only, at that seq."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("bad_sql_for_a_at_13"))
+    with steps_db.connect(autocommit=True) as conn:
+        batch = [ss.step(s, e) for s in range(1, 16) for e in ("a", "b", "c")]
+        ss.feed(run, conn, batch)
+    assert ss.progress(steps_db, "a")[1:4] == (12, False, 13)
+    assert "no_such_table" in ss.progress(steps_db, "a")[4]
+    for entity in ("b", "c"):
+        assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 16)]
+    assert ss.applied(steps_db, "a") == [(1, s) for s in range(1, 13)]
