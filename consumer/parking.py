@@ -64,6 +64,13 @@ class ParkingLot:
                 )  # fmt: skip
             return [int(size) for size in pipe.execute()]
 
+    def indexed(self, route: str, entity_ids: Sequence[str]) -> list[str]:
+        """The entities among ``entity_ids`` that have (or just had) something parked."""
+        if not entity_ids:
+            return []
+        scores = self.client.zmscore(self.index_key(route), list(entity_ids))
+        return [e for e, score in zip(entity_ids, scores, strict=True) if score is not None]
+
     def fetch(self, route: str, entity_ids: Sequence[str], limit: int) -> dict[str, list[bytes]]:
         """The lowest-seq parked events of each entity (up to ``limit`` each)."""
         if not entity_ids:

@@ -72,8 +72,8 @@ class StepRunner:
             metrics.PARKED.labels(event.event_type).inc()
             metrics.REORDER_DISTANCE.observe(reorder_distance(entity_plan.end, event))
         self._hold(conn, store, held)
-        advanced = {e for e, p in plans.items() if p.apply}
-        self._drain(conn, store, sorted(advanced | {e.entity_id for _, e in early}))
+        advanced = self.lot.indexed(route.stream, sorted(e for e, p in plans.items() if p.apply))
+        self._drain(conn, store, sorted(set(advanced) | {e.entity_id for _, e in early}))
         return held
 
     def _hold(self, conn: Conn, store: StepStore, held: Sequence[Event]) -> None:

@@ -1,0 +1,177 @@
+"""Step routes: in-order rate, against the projection consumer and with early arrivals.
+
+Events: 500 entities x 60 steps, interleaved entity by entity. The step function
+appends one row per step (the test handler). On the same topic, the projection
+consumer writes the newest step of each entity. A second topic carries the same
+events with 10% of them moved up to 5 places earlier within their entity, so they
+park and drain. Last, 10,000 events are parked straight into Redis to measure
+memory per parked event against the event's own size.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from consumer.parking import ParkingLot
+from consumer.routes import parse_routes
+from consumer.service import ConsumerService
+from consumer.settings import ConsumerSettings
+from consumer.steps import create_tables
+from schemas import Event, encode
+from schemas.health import Health
+from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.result import BenchResult
+from tests.integration import step_handlers
+from tests.support.threads import serving
+
+ENTITIES = 500
+STEPS = 60
+PARKED = 10_000
+STEP_ROUTES = """[[route]]
+stream = "ledger"
+kind = "step"
+[route.handlers]
+"ledger.added" = "tests.integration.step_handlers:record"
+"""
+PROJECTION_ROUTES = """[[route]]
+stream = "ledger"
+kind = "projection"
+table = "ledger_view"
+key = "entity_id"
+[route.columns]
+amount = "amount"
+"""
+
+
+def _event(entity: int, seq: int) -> Event:
+    return Event(
+        f"l{entity}:1:{seq}", "ledger.added", "ledger", f"l{entity}", 1, seq,
+        "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z", {"amount": seq},
+    )  # fmt: skip
+
+
+def _in_order() -> list[Event]:
+    return [_event(e, s) for s in range(1, STEPS + 1) for e in range(ENTITIES)]
+
+
+def _reordered() -> list[Event]:
+    rng = random.Random(9)
+    per_entity = []
+    for e in range(ENTITIES):
+        seqs = list(range(1, STEPS + 1))
+        for index in range(STEPS):
+            if rng.random() < 0.1:
+                to = max(0, index - rng.randint(1, 5))
+                seqs.insert(to, seqs.pop(index))
+        per_entity.append([_event(e, s) for s in seqs])
+    return [per_entity[e][i] for i in range(STEPS) for e in range(ENTITIES)]
+
+
+@contextmanager
+def _topic(bootstrap: str, events: list[Event]) -> Iterator[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    name = f"bench.steps.{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 6, 1)])[name].result(timeout=30)
+    try:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for event in events:
+            producer.produce(name, encode(event), event.key)
+            producer.poll(0)
+        producer.flush(120)
+        yield name
+    finally:
+        admin.delete_topics([name])[name].result(timeout=30)
+
+
+def _run(url: str, topic: str, routes: Path, done: str, prefix: str) -> float:
+    settings = ConsumerSettings(
+        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        REDIS_URL=os.environ["REDIS_URL"], routes_file=routes, topics=[topic],
+        group_id=f"bench-{uuid.uuid4().hex[:8]}", create_topics=False, http_port=0,
+        dead_letter_topic=f"{topic}.dlq", held_topic=f"{topic}.held", poll_timeout_ms=100,
+        redis_key_prefix=prefix,
+    )  # fmt: skip
+    service = ConsumerService(settings, parse_routes(routes.read_text()), Health())
+    started = time.perf_counter()
+    with serving("bench-consumer", service.run, service.stop), psycopg.connect(url) as conn:
+        while True:
+            row = conn.execute(done).fetchone()
+            conn.rollback()
+            if row and row[0] == ENTITIES:
+                break
+            time.sleep(0.05)
+    return ENTITIES * STEPS / (time.perf_counter() - started)
+
+
+def _fresh_tables(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS applied_steps, inorder_step_progress, inorder_step_log")
+        conn.execute(step_handlers.TABLE)
+        create_tables(conn)
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS ledger_view (entity_id text PRIMARY KEY,"
+            " generation bigint, seq bigint, amount bigint)"
+        )
+        conn.execute("TRUNCATE ledger_view")
+
+
+def _redis_bytes_per_parked(prefix: str) -> tuple[float, float]:
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    lot = ParkingLot(client, prefix)
+    events = [_event(e, s) for e in range(PARKED // 100) for s in range(2, 102)]
+    before = int(client.info("memory")["used_memory"])
+    lot.park("ledger", [(e.entity_id, e.seq, encode(e)) for e in events], 1000, 3600)
+    after = int(client.info("memory")["used_memory"])
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+    return (after - before) / len(events), sum(len(encode(e)) for e in events) / len(events)
+
+
+def run() -> list[BenchResult]:
+    """Step rates in order and reordered, against projection; Redis bytes per parked event."""
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    prefix = f"bench.{uuid.uuid4().hex[:6]}"
+    progress = "SELECT count(*) FROM inorder_step_progress WHERE last_applied = 60"
+    projected = "SELECT count(*) FROM ledger_view WHERE seq = 60"
+    with (
+        temp_schema(os.environ["DATABASE_URL"], "bench_steps") as url,
+        tempfile.TemporaryDirectory() as folder,
+        _topic(bootstrap, _in_order()) as ordered,
+        _topic(bootstrap, _reordered()) as shuffled,
+    ):
+        steps_file, projection_file = Path(folder, "steps.toml"), Path(folder, "projection.toml")
+        steps_file.write_text(STEP_ROUTES)
+        projection_file.write_text(PROJECTION_ROUTES)
+        _fresh_tables(url)
+        in_order = _run(url, ordered, steps_file, progress, prefix)
+        projection = _run(url, ordered, projection_file, projected, prefix)
+        _fresh_tables(url)
+        reordered = _run(url, shuffled, steps_file, progress, prefix)
+    per_event, payload = _redis_bytes_per_parked(prefix)
+    how = f"{ENTITIES} entities x {STEPS} steps, one row written per step"
+    return [
+        BenchResult("steps_inorder_per_s", in_order, "steps/s", how),
+        BenchResult("steps_projection_per_s", projection, "events/s", "same topic, projection"),
+        BenchResult("steps_vs_projection", in_order / projection, "x", "goal >= 0.5"),
+        BenchResult("steps_reordered_per_s", reordered, "steps/s", "10% up to 5 places early"),
+        BenchResult("steps_reordered_vs_inorder", reordered / in_order, "x", "goal >= 0.8"),
+        BenchResult("redis_bytes_per_parked_event", per_event, "bytes", f"{PARKED:,} parked"),
+        BenchResult(
+            "redis_parked_vs_payload", per_event / payload, "x", f"event is {payload:.0f} B"
+        ),
+    ]
