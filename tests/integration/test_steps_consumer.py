@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from schemas import decode, headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import step_support as ss
-from tests.support.kafka import wait_until
+from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
 
@@ -136,3 +137,20 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
         assert trusted.returncode == 0
     finally:
         redis_client.config_set("appendonly", "yes")
+
+
+def test_full_parking_set_sends_events_to_the_held_topic(
+    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """Past the cap, early events go to the held topic with the reason; the entity is held."""
+    topic, dlq, held = topic_factory("events", 1), topic_factory("dlq"), topic_factory("held")
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ss.routes_text(max_parked=2))
+    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix, held_topic=held)
+    with cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in (3, 4, 5, 6)])
+        letters = drain(services.kafka_bootstrap, held, expect=2)
+    assert [decode(m.value()).seq for m in letters] == [5, 6]
+    assert {dict(m.headers())[headers.DLQ_REASON] for m in letters} == {b"park_cap_reached"}
+    assert ss.progress(steps_db)[2] is True

@@ -7,6 +7,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
@@ -158,3 +159,30 @@ def test_failing_sql_in_a_function_stops_the_right_entity(
     for entity in ("b", "c"):
         assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 16)]
     assert ss.applied(steps_db, "a") == [(1, s) for s in range(1, 13)]
+
+
+def test_event_types_without_a_function_still_advance(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A type the route has no function for takes its place in the order; nothing waits on it."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2, event_type="ledger.noted"), ss.step(3)])
+    assert ss.applied(steps_db) == [(1, 1), (1, 3)]
+    assert ss.progress(steps_db)[:2] == (1, 3)
+
+
+def test_leftover_of_an_applied_event_is_removed_on_drain(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A parked copy of a seq already applied (a crash before its removal) is cleared, not rerun."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    key = run.lot.entity_key(ss.STREAM, "a")
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2)])
+        run.lot.park(
+            ss.STREAM, [("a", 2, encode(ss.step(2))), ("a", 5, encode(ss.step(5)))], 10, 60
+        )
+        ss.feed(run, conn, [ss.step(3)])
+    assert [m for m, _ in redis_client.zrange(key, 0, -1, withscores=True)] == [encode(ss.step(5))]
+    assert ss.applied(steps_db) == [(1, 1), (1, 2), (1, 3)]
