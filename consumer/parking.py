@@ -108,17 +108,6 @@ class ParkingLot:
             if size:
                 self.client.zadd(self.index_key(route), {entity_id: now}, nx=True)
 
-    def parked_total(self, routes: Sequence[str]) -> int:
-        """Events parked across the routes (sum of every indexed entity's set size)."""
-        total = 0
-        for route in routes:
-            entities: list[bytes] = self.client.zrange(self.index_key(route), 0, -1)  # type: ignore[assignment]
-            with self.client.pipeline(transaction=False) as pipe:
-                for entity in entities:
-                    pipe.zcard(self.entity_key(route, entity.decode()))
-                total += sum(pipe.execute())
-        return total
-
 
 def durability_problem(client: redis.Redis) -> str | None:
     """Why parked events could be lost in this Redis, or None when AOF is on."""
