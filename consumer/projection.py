@@ -67,14 +67,24 @@ def field_value(payload: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
+def _field(payload: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    # Most mapped fields are top-level: one dict lookup, no loop.
+    return payload.get(path[0]) if len(path) == 1 else field_value(payload, path)
+
+
 def record(route: ProjectionRoute, event: Event) -> dict[str, Any]:
     """One input record of the upsert: fields f0.. in the statement's column order."""
     values: list[Any] = [event.entity_id]
     if route.entity_type_column:
         values.append(event.entity_type)
     values += [event.generation, event.seq]
-    values += [field_value(event.payload, path) for path in route.columns.values()]
-    return {f"f{i}": v for i, v in enumerate(values)}
+    payload = event.payload
+    values += [_field(payload, path) for path in route.columns.values()]
+    return dict(zip(_FIELD_NAMES, values, strict=False))
+
+
+# Record field names f0, f1, ... (a route has at most a few dozen columns).
+_FIELD_NAMES = tuple(f"f{i}" for i in range(1600))
 
 
 def _target_columns(route: ProjectionRoute) -> list[str]:
