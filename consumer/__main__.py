@@ -13,7 +13,8 @@ import structlog
 from consumer.errors import RoutesError, StoreNotDurableError
 from consumer.routes import Route, parse_routes
 from consumer.service import ConsumerService
-from consumer.settings import ConsumerSettings
+from consumer.settings import ConsumerSettings, SweeperSettings
+from consumer.sweeper import Sweeper
 from schemas import logs
 from schemas.config import load_or_exit
 from schemas.health import Health, serve
@@ -88,9 +89,53 @@ def _not_yet(name: str) -> None:
     sys.exit(2)
 
 
-def sweeper_main() -> None:
-    """Run the gap sweeper."""
-    _not_yet("inorder-sweeper")
+SWEEPER = "inorder-sweeper"
+
+
+def sweeper_main(argv: list[str] | None = None) -> None:
+    """Run the gap sweeper until SIGTERM or SIGINT."""
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv:
+        _fail(SWEEPER, ["takes no arguments; it is configured by the environment"])
+    settings = load_or_exit(SweeperSettings, SWEEPER)
+    if settings.redis_url is None:
+        _fail(SWEEPER, ["bad configuration: REDIS_URL: Field required"])
+    try:
+        routes = parse_routes(settings.routes_file.read_text(), str(settings.routes_file))
+    except OSError as exc:
+        _fail(SWEEPER, [f"cannot read INORDER_ROUTES_FILE {settings.routes_file}: {exc.strerror}"])
+        return
+    except RoutesError as exc:
+        _fail(SWEEPER, exc.problems)
+        return
+    logs.configure(settings.log_level)
+    log = structlog.get_logger(__name__)
+    health = Health()
+    try:
+        sweeper = Sweeper(settings, routes, health)
+        sweeper.connect()
+    except RoutesError as exc:
+        _fail(SWEEPER, exc.problems)
+        return
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        _fail(SWEEPER, [f"cannot start: {str(exc).strip().splitlines()[0]}"])
+        return
+    server = serve(health, settings.http_host, settings.http_port)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("sweeper_stopping", signal=signal.Signals(signum).name)
+        sweeper.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "sweeper_started",
+        port=server.server_address[1],
+        holder=sweeper.io.lease.holder,
+    )
+    sweeper.run()
+    server.shutdown()
 
 
 def admin_main() -> None:

@@ -37,5 +37,20 @@ GAPS_ESCALATED = Counter(
     ["event_type"],
 )  # fmt: skip
 NEEDS_REVIEW = Gauge("steps_needs_review", "Step entities stopped until a person looks at them")
+PARKED_CURRENT = Gauge("events_parked_current", "Events parked now, over all routes and entities")
+PARKED_OLDEST_AGE = Gauge(
+    "events_parked_oldest_age_seconds", "Age of the oldest park, by the consumers' clock"
+)
+GAPS_OPEN = Gauge("gaps_open", "Gaps by status", ["status"])
+GAP_HEAL_TIME = Histogram(
+    "gap_time_to_heal_seconds", "From a gap's detection to its range being applied",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 7200),
+)  # fmt: skip
+REPUBLISH_REQUESTED = Counter("republish_requests_sent_total", "Republish requests sent")
+SWEEP_DURATION = Histogram(
+    "sweep_duration_seconds", "One sweep over every route's overdue entities",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+)  # fmt: skip
+SWEEPER_ACTIVE = Gauge("sweeper_active", "1 while this sweeper holds the lease")
 LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
 PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")

@@ -88,10 +88,16 @@ class ParkingLot:
             return
         with self.client.pipeline(transaction=False) as pipe:
             for entity_id in entities:
-                key = self.entity_key(route, entity_id)
-                pipe.zrem(key, *members[entity_id])
-                pipe.zcard(key)
-            sizes = pipe.execute()[1::2]
+                pipe.zrem(self.entity_key(route, entity_id), *members[entity_id])
+            pipe.execute()
+        self.unindex_empty(route, entities)
+
+    def unindex_empty(self, route: str, entities: Sequence[str]) -> None:
+        """Drop from the route's index the entities whose parked set is empty."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for entity_id in entities:
+                pipe.zcard(self.entity_key(route, entity_id))
+            sizes = pipe.execute()
         emptied = [e for e, size in zip(entities, sizes, strict=True) if size == 0]
         if emptied:
             self.client.zrem(self.index_key(route), *emptied)

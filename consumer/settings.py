@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
-from schemas.config import KafkaClientSettings, PostgresUrl
+from schemas.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
 
 
 def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
@@ -55,3 +55,19 @@ class ConsumerSettings(KafkaClientSettings):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=9401, ge=0, le=65535)
     log_level: str = "INFO"
+
+
+class SweeperSettings(ConsumerSettings, RepairTimingSettings):
+    """The consumer's settings plus the sweeper's; ``inorder-admin`` reads the same."""
+
+    republish_requests_topic: str = DEFAULT_TOPICS.republish_requests
+    republish_results_topic: str = DEFAULT_TOPICS.republish_results
+    sweeper_group_id: str = "inorder-sweeper"
+    # How often the active sweeper looks for overdue gaps.
+    sweep_interval_s: float = Field(default=5.0, gt=0)
+    # A sweeper that stops renewing loses the lease after this long; a standby takes over.
+    lease_ttl_s: float = Field(default=15.0, gt=0)
+    # How often the parked-events gauges are recomputed (cost grows with parked entities).
+    gauge_interval_s: float = Field(default=15.0, gt=0)
+    # Overdue entities handled per route and sweep; the rest wait for the next sweep.
+    max_overdue_per_sweep: int = Field(default=1000, ge=1)

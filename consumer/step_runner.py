@@ -76,6 +76,10 @@ class StepRunner:
         self._drain(conn, store, sorted(set(advanced) | {e.entity_id for _, e in early}))
         return held
 
+    def drain(self, conn: Conn, stream: str, entity_ids: Sequence[str]) -> None:
+        """Apply whatever parked events of these entities are due now (after a person acted)."""
+        self._drain(conn, self.stores[stream], sorted(entity_ids))
+
     def _hold(self, conn: Conn, store: StepStore, held: Sequence[Event]) -> None:
         for event in held:
             with conn.transaction():

@@ -200,6 +200,15 @@ class StepStore:
         ).fetchall()
         return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
 
+    def read(self, conn: Conn, entity_ids: Sequence[str]) -> dict[str, Progress]:
+        """Progress of the given entities, without locking them."""
+        rows = conn.execute(
+            "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
+            "FROM inorder_step_progress WHERE route = %s AND entity_id = ANY(%s)",
+            (self.route.stream, list(entity_ids)),
+        ).fetchall()
+        return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
+
     def claim(self, conn: Conn, entity_id: str, start: Progress, end: Progress | None) -> bool:
         """Advance progress from ``start`` to ``end`` only if it is still at ``start``."""
         if end is None:

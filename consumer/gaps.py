@@ -1,0 +1,174 @@
+"""Gaps: seqs an entity waits for past the deadline. The range is a pure decision; the rest is SQL.
+
+A gap is open from detection until its range is applied (healed), the relay says the
+seqs are gone (unrecoverable, the entity is held), or a person skips it (skipped).
+At most one unresolved gap per (route, entity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from consumer.steps import Progress
+from schemas import Event
+
+Conn = psycopg.Connection[Any]
+UNRESOLVED = ("open", "requested", "unrecoverable")
+
+DDL = """
+CREATE TABLE IF NOT EXISTS inorder_gaps (
+    id              bigserial   PRIMARY KEY,
+    route           text        NOT NULL,
+    entity_id       text        NOT NULL,
+    generation      bigint      NOT NULL,
+    from_seq        bigint      NOT NULL,
+    to_seq          bigint      NOT NULL,
+    event_type      text        NOT NULL,      -- of the first parked event, for metrics
+    status          text        NOT NULL CHECK (status IN
+                        ('open', 'requested', 'healed', 'unrecoverable', 'skipped')),
+    first_seen      timestamptz NOT NULL DEFAULT now(),
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    missing         bigint[],                  -- seqs the relay no longer has
+    resolved_at     timestamptz,
+    resolved_by     text,
+    reason          text
+);
+CREATE UNIQUE INDEX IF NOT EXISTS inorder_gaps_unresolved
+    ON inorder_gaps (route, entity_id) WHERE status IN ('open', 'requested', 'unrecoverable');
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """One gap as stored."""
+
+    id: int
+    route: str
+    entity_id: str
+    generation: int
+    from_seq: int
+    to_seq: int
+    event_type: str
+    status: str
+    first_seen: datetime
+    attempts: int
+    next_attempt_at: datetime
+    missing: list[int] | None
+    resolved_at: datetime | None
+    resolved_by: str | None
+    reason: str | None
+
+
+_COLUMNS = (
+    "id, route, entity_id, generation, from_seq, to_seq, event_type, status, first_seen, "
+    "attempts, next_attempt_at, missing, resolved_at, resolved_by, reason"
+)
+
+
+def missing_range(progress: Progress, first_parked: Event) -> tuple[int, int, int] | None:
+    """``(generation, from_seq, to_seq)`` an entity waits for, or None if nothing is missing."""
+    if first_parked.generation == progress.generation:
+        start = progress.last_applied + 1
+    elif first_parked.generation > progress.generation:
+        start = 1
+    else:
+        return None
+    if start > first_parked.seq - 1:
+        return None
+    return first_parked.generation, start, first_parked.seq - 1
+
+
+def healed(gap: Gap, progress: Progress) -> bool:
+    """True once the entity has applied past the gap (or moved to a newer generation)."""
+    if progress.generation != gap.generation:
+        return progress.generation > gap.generation
+    return progress.last_applied >= gap.to_seq
+
+
+def create_tables(conn: Conn) -> None:
+    """Create the gaps table if it is missing."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_gap_tables'))")
+        conn.execute(DDL)
+
+
+def unresolved(conn: Conn, route: str | None = None) -> list[Gap]:
+    """Open, requested and unrecoverable gaps, oldest first."""
+    with conn.cursor(row_factory=class_row(Gap)) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE status IN ('open', 'requested', "  # noqa: S608
+            "'unrecoverable') AND (%s::text IS NULL OR route = %s) ORDER BY first_seen",
+            (route, route),
+        ).fetchall()
+
+
+def listing(conn: Conn, status: str | None, limit: int) -> list[Gap]:
+    """Gaps, newest first, optionally of one status."""
+    with conn.cursor(row_factory=class_row(Gap)) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE (%s::text IS NULL OR status = %s) "  # noqa: S608
+            "ORDER BY id DESC LIMIT %s",
+            (status, status, limit),
+        ).fetchall()
+
+
+def get(conn: Conn, gap_id: int) -> Gap | None:
+    """One gap by id."""
+    with conn.cursor(row_factory=class_row(Gap)) as cur:
+        query = f"SELECT {_COLUMNS} FROM inorder_gaps WHERE id = %s"  # noqa: S608
+        return cur.execute(query, (gap_id,)).fetchone()
+
+
+def find(conn: Conn, route: str, entity_id: str) -> Gap | None:
+    """The entity's unresolved gap, if any."""
+    with conn.cursor(row_factory=class_row(Gap)) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE route = %s AND entity_id = %s "  # noqa: S608
+            "AND status IN ('open', 'requested', 'unrecoverable')",
+            (route, entity_id),
+        ).fetchone()
+
+
+def open_gap(
+    conn: Conn, route: str, entity_id: str, span: tuple[int, int, int], event_type: str
+) -> bool:
+    """Record a newly seen gap; False if the entity already has an unresolved one."""
+    row = conn.execute(
+        "INSERT INTO inorder_gaps (route, entity_id, generation, from_seq, to_seq, event_type, "
+        "status) VALUES (%s, %s, %s, %s, %s, %s, 'open') ON CONFLICT DO NOTHING RETURNING id",
+        (route, entity_id, *span, event_type),
+    ).fetchone()
+    return row is not None
+
+
+def requested(conn: Conn, gap: Gap, delay_s: float) -> None:
+    """Count one more republish request and when the next one is due."""
+    conn.execute(
+        "UPDATE inorder_gaps SET status = 'requested', attempts = attempts + 1, "
+        "next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s",
+        (delay_s, gap.id),
+    )
+
+
+def resolve(
+    conn: Conn, gap: Gap, status: str, by: str, reason: str, missing: list[int] | None = None
+) -> None:
+    """Close a gap as healed, unrecoverable or skipped, saying who and why."""
+    conn.execute(
+        "UPDATE inorder_gaps SET status = %s, resolved_at = CASE WHEN %s = 'unrecoverable' "
+        "THEN NULL ELSE now() END, resolved_by = %s, reason = %s, "
+        "missing = coalesce(%s, missing) WHERE id = %s",
+        (status, status, by, reason, missing, gap.id),
+    )
+
+
+def status_counts(conn: Conn) -> dict[str, int]:
+    """Number of gaps per status."""
+    rows = conn.execute("SELECT status, count(*) FROM inorder_gaps GROUP BY status").fetchall()
+    return {status: int(count) for status, count in rows}

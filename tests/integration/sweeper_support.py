@@ -1,0 +1,108 @@
+"""Helpers for sweeper tests: the whole pipeline (relay, consumer, sweeper) on one test's names."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from consumer.routes import parse_routes
+from consumer.settings import SweeperSettings
+from consumer.sweeper import Sweeper
+from producer import migrate
+from schemas.health import Health
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import relay_support as rs
+from tests.integration import step_support as ss
+from tests.integration.consumer_support import running as consumer_running
+from tests.support.services import Services
+from tests.support.threads import serving
+
+# Short enough for a test, long enough that an ordinary reorder never counts as a gap.
+FAST_REPAIR = {
+    "gap_deadline_s": 1.0,
+    "republish_backoff_base_s": 1.0,
+    "republish_max_attempts": 3,
+    "sweep_interval_s": 0.3,
+    "lease_ttl_s": 3.0,
+    "gauge_interval_s": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One test's topics, routes file and settings."""
+
+    db: PgSchema
+    services: Services
+    topics: rs.RelayTopics
+    settings: SweeperSettings
+
+
+def pipeline(
+    db: PgSchema, services: Services, topic_factory: TopicFactory, tmp: Path, prefix: str, **kw: Any
+) -> Pipeline:
+    """Create the tables and topics and build settings shared by consumer, sweeper and admin."""
+    ss.prepare(db)
+    with db.connect(autocommit=True) as conn:
+        migrate.apply(conn)
+    topics = rs.RelayTopics(
+        topic_factory("events"), topic_factory("requests"), topic_factory("results")
+    )
+    routes = tmp / "routes.toml"
+    routes.write_text(ss.routes_text())
+    settings = SweeperSettings(
+        DATABASE_URL=db.url, KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
+        REDIS_URL=services.redis_url, routes_file=routes, topics=[topics.events],
+        dead_letter_topic=topic_factory("dlq"), held_topic=topic_factory("held"),
+        republish_requests_topic=topics.requests, republish_results_topic=topics.results,
+        group_id=f"c-{uuid.uuid4().hex[:8]}", sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
+        redis_key_prefix=prefix.rstrip(":"), create_topics=False, http_port=0,
+        poll_timeout_ms=100, **{**FAST_REPAIR, **kw},
+    )  # fmt: skip
+    return Pipeline(db, services, topics, settings)
+
+
+def write_outbox(p: Pipeline, seqs: range, entity: str = "a") -> None:
+    """Commit ledger events for ``entity`` with these seqs to the outbox (plain SQL)."""
+    with p.db.connect() as conn:
+        for seq in seqs:
+            conn.execute(
+                "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+                "payload) VALUES (%s, 'ledger', %s, %s, 'ledger.added', %s, %s)",
+                (p.topics.events, entity, seq, f"{entity}:1:{seq}", f'{{"amount": {seq}}}'),
+            )
+        conn.commit()
+
+
+@contextmanager
+def running(p: Pipeline, *, sweeper: bool = True) -> Iterator[Sweeper | None]:
+    """Relay, consumer and (optionally) a sweeper serving until the block ends."""
+    relay = rs.settings_for(p.db, p.services.kafka_bootstrap, p.topics, poll_interval_s=0.2)
+    with ExitStack() as stack:
+        stack.enter_context(rs.running(relay))
+        stack.enter_context(consumer_running(p.settings))
+        found = None
+        if sweeper:
+            found = start_sweeper(p, stack)
+        yield found
+
+
+def start_sweeper(p: Pipeline, stack: ExitStack) -> Sweeper:
+    """A sweeper in a thread, stopped when ``stack`` closes."""
+    found = Sweeper(p.settings, parse_routes(p.settings.routes_file.read_text()), Health())
+    found.connect()
+    stack.enter_context(serving("sweeper", found.run, found.stop))
+    return found
+
+
+def gap_rows(p: Pipeline) -> list[tuple[Any, ...]]:
+    """(status, from_seq, to_seq, attempts, resolved_by, reason) of every gap, oldest first."""
+    with p.db.connect() as conn:
+        return conn.execute(
+            "SELECT status, from_seq, to_seq, attempts, resolved_by, reason FROM inorder_gaps "
+            "ORDER BY id"
+        ).fetchall()
