@@ -9,7 +9,9 @@ from types import FrameType
 import psycopg
 import redis
 import structlog
+from rich.console import Console
 
+from consumer import admin
 from consumer.errors import RoutesError, StoreNotDurableError
 from consumer.routes import Route, parse_routes
 from consumer.service import ConsumerService
@@ -138,9 +140,24 @@ def sweeper_main(argv: list[str] | None = None) -> None:
     server.shutdown()
 
 
-def admin_main() -> None:
-    """Run an operator command."""
-    _not_yet("inorder-admin")
+ADMIN = "inorder-admin"
+
+
+def admin_main(argv: list[str] | None = None) -> None:
+    """Run one operator command; exit 1 with one line when it cannot be done."""
+    args = sys.argv[1:] if argv is None else argv
+    admin.parse_only(args)  # usage errors first, before any connection
+    settings = load_or_exit(SweeperSettings, ADMIN)
+    logs.configure("WARNING")
+    try:
+        admin.run(args, settings, Console())
+    except admin.AdminError as exc:
+        sys.stderr.write(f"{ADMIN}: {exc}\n")
+        raise SystemExit(1) from None
+    except RoutesError as exc:
+        _fail(ADMIN, exc.problems)
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        _fail(ADMIN, [f"cannot connect: {str(exc).strip().splitlines()[0]}"])
 
 
 if __name__ == "__main__":

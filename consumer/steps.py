@@ -47,6 +47,16 @@ CREATE TABLE IF NOT EXISTS inorder_step_log (
     applied_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (route, entity_id, generation, seq)
 );
+CREATE TABLE IF NOT EXISTS inorder_step_skips (
+    route      text        NOT NULL,
+    entity_id  text        NOT NULL,
+    generation bigint      NOT NULL,
+    from_seq   bigint      NOT NULL,
+    to_seq     bigint      NOT NULL,
+    skipped_by text        NOT NULL,
+    reason     text        NOT NULL,
+    skipped_at timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE IF NOT EXISTS inorder_step_attempts (
     route        text        NOT NULL,
     entity_id    text        NOT NULL,

@@ -8,7 +8,8 @@ ENTITY_TYPE = "inorder-entity-type"
 # Present when the relay re-sent the event for a republish request; value = request id.
 REPUBLISH_REQUEST = "inorder-republish-request"
 
-# On dead letters: why, and where the message came from.
+# On dead letters: why, and where the message came from. All start with DLQ_PREFIX.
+DLQ_PREFIX = "inorder-dlq-"
 DLQ_REASON = "inorder-dlq-reason"
 DLQ_DETAIL = "inorder-dlq-detail"
 DLQ_TOPIC = "inorder-dlq-topic"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,7 +21,7 @@ from tests.conftest import PgSchema, TopicFactory
 from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
 from tests.integration.consumer_support import running as consumer_running
-from tests.support.services import Services
+from tests.support.services import ROOT, Services
 from tests.support.threads import serving
 
 # Short enough for a test, long enough that an ordinary reorder never counts as a gap.
@@ -106,3 +109,36 @@ def gap_rows(p: Pipeline) -> list[tuple[Any, ...]]:
             "SELECT status, from_seq, to_seq, attempts, resolved_by, reason FROM inorder_gaps "
             "ORDER BY id"
         ).fetchall()
+
+
+def env(p: Pipeline) -> dict[str, str]:
+    """Environment for inorder-sweeper / inorder-admin processes with the pipeline's settings."""
+    s = p.settings
+    out = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    out.update(
+        DATABASE_URL=p.db.url, KAFKA_BOOTSTRAP_SERVERS=p.services.kafka_bootstrap,
+        REDIS_URL=p.services.redis_url, INORDER_ROUTES_FILE=str(s.routes_file),
+        INORDER_TOPICS=f'["{s.topics[0]}"]', INORDER_HELD_TOPIC=s.held_topic,
+        INORDER_DEAD_LETTER_TOPIC=s.dead_letter_topic,
+        INORDER_REPUBLISH_REQUESTS_TOPIC=s.republish_requests_topic,
+        INORDER_REPUBLISH_RESULTS_TOPIC=s.republish_results_topic,
+        INORDER_SWEEPER_GROUP_ID=s.sweeper_group_id, INORDER_REDIS_KEY_PREFIX=s.redis_key_prefix,
+        INORDER_HTTP_PORT="0", INORDER_CREATE_TOPICS="false",
+        # The test's step functions live in this repository's tests package.
+        PYTHONPATH=str(ROOT),
+        **{f"INORDER_{k.upper()}": str(v) for k, v in FAST_REPAIR.items()},
+    )  # fmt: skip
+    return out
+
+
+def tool(name: str) -> str:
+    """Path of one of the project's console scripts in this environment."""
+    return str(Path(sys.executable).parent / name)
+
+
+def admin(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run inorder-admin with the pipeline's environment."""
+    return subprocess.run(
+        [tool("inorder-admin"), *args], env=env(p), capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip

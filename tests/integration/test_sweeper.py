@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+import redis
 from prometheus_client import REGISTRY
 
 from tests.conftest import PgSchema, TopicFactory
@@ -38,4 +42,77 @@ def test_lost_event_is_detected_republished_and_healed(
     assert (status, first, last, by) == ("healed", 3, 3, "sweeper")
     assert attempts >= 1
     assert _escalations() - before == 1
+    assert ss.applied(pg_schema) == [(1, s) for s in range(1, 6)]
+
+
+def test_purged_row_makes_the_gap_unrecoverable_until_a_person_skips_it(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """The relay no longer has seq 3: the entity is held; `inorder-admin skip` releases it."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    sw.write_outbox(p, range(1, 6))
+    with pg_schema.connect() as conn:
+        conn.execute("DELETE FROM outbox WHERE seq = 3")  # purged before anyone asked
+        conn.commit()
+    with sw.running(p):
+        wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["unrecoverable"], timeout_s=60)
+        assert ss.progress(pg_schema)[1:3] == (2, True)
+        assert (
+            "no open gap"
+            in sw.admin(p, "skip", "ledger:zz", "--through", "3", "--reason", "x").stderr
+        )
+        wrong = sw.admin(p, "skip", "ledger:a", "--through", "7", "--reason", "lost upstream")
+        assert (wrong.returncode, "outside ledger:a's open gap 3..3" in wrong.stderr) == (1, True)
+        empty = sw.admin(p, "skip", "ledger:a", "--through", "3", "--reason", " ")
+        assert "--reason must say why" in empty.stderr
+        done = sw.admin(
+            p, "skip", "ledger:a", "--through", "3", "--reason", "lost upstream", "--by", "ana"
+        )
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: ss.progress(pg_schema)[1] == 5)
+    [(status, first, last, _, by, reason)] = sw.gap_rows(p)
+    assert (status, first, last, by, reason) == ("skipped", 3, 3, "ana", "lost upstream")
+    assert ss.applied(pg_schema) == [(1, 1), (1, 2), (1, 4), (1, 5)]
+    with pg_schema.connect() as conn:
+        skips = conn.execute(
+            "SELECT from_seq, to_seq, skipped_by FROM inorder_step_skips"
+        ).fetchall()
+    assert skips == [(3, 3, "ana")]
+    assert ss.progress(pg_schema)[2] is False
+
+
+def test_standby_sweeper_takes_over_when_the_active_one_dies(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str, redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    """kill -9 of the lease holder: the standby takes the lease and the gap still heals."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    lease = f"{p.settings.redis_key_prefix}:sweeper:lease"
+    logs = tmp_path / "sweepers.log"
+    with logs.open("ab") as sink:
+        first = subprocess.Popen(
+            [sw.tool("inorder-sweeper")], env=sw.env(p), stdout=sink, stderr=sink
+        )
+        wait_until(
+            lambda: (redis_client.get(lease) or b"").split(b":")[1:2] == [str(first.pid).encode()]
+        )
+        second = subprocess.Popen(
+            [sw.tool("inorder-sweeper")], env=sw.env(p), stdout=sink, stderr=sink
+        )
+    try:
+        time.sleep(1.0)
+        first.kill()
+        first.wait(timeout=30)
+        sw.write_outbox(p, range(1, 6))
+        with pg_schema.connect() as conn:
+            conn.execute("UPDATE outbox SET published_at = now() WHERE seq = 3")
+            conn.commit()
+        with sw.running(p, sweeper=False):
+            wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)
+        holder = redis_client.get(lease) or b""
+        assert holder.split(b":")[1] == str(second.pid).encode()
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
     assert ss.applied(pg_schema) == [(1, s) for s in range(1, 6)]
