@@ -136,7 +136,7 @@ def _apply_one_by_one(
         event = step_plan.apply[0]
         pending = [e for e in pending if e is not event and e not in step_plan.stale]
         if not _apply_single(conn, store, progress, event):
-            done.park += pending
+            done.park += [event, *pending]  # it waits too, for a person or the next try
             break
         done.apply.append(event)
     return done

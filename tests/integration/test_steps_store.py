@@ -112,6 +112,8 @@ def test_interrupted_external_call_needs_review_and_is_not_retried(
     _, last, _, stopped_at, reason = ss.progress(steps_db)
     assert (last, stopped_at) == (2, 3)
     assert reason.startswith("needs_review")
+    parked = redis_client.zrange(run.lot.entity_key(ss.STREAM, "a"), 0, -1, withscores=True)
+    assert [score for _, score in parked] == [3.0, 4.0]  # the stopped step waits as well
 
 
 def test_interrupted_idempotent_external_call_is_retried(

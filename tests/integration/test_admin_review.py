@@ -1,0 +1,68 @@
+"""inorder-admin review: a person confirms or retries an external step that was interrupted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import step_support as ss
+from tests.integration import sweeper_support as sw
+from tests.integration.test_steps_store import EXTERNAL
+from tests.support.services import Services
+
+
+@pytest.fixture
+def stopped(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_client: redis.Redis, redis_prefix: str,
+) -> sw.Pipeline:  # fmt: skip
+    """Entity a: seq 1 applied, the external call for seq 2 interrupted, seq 3 parked behind it."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    p.settings.routes_file.write_text(ss.routes_text(extra=EXTERNAL))
+    run = ss.runner(redis_client, redis_prefix, p.settings.routes_file.read_text())
+    with pg_schema.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1)])
+        conn.execute(
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES ('ledger', 'a', 1, 2, 'a:1:2')"
+        )
+        ss.feed(run, conn, [ss.step(2, event_type="ledger.mailed"), ss.step(3)])
+    assert ss.progress(pg_schema)[1:4] == (1, False, 2)
+    listed = sw.admin(p, "--json", "review", "list")
+    assert '"stopped_at": 2' in listed.stdout
+    return p
+
+
+def test_review_confirm_advances_past_the_step_without_calling_again(
+    stopped: sw.Pipeline, pg_schema: PgSchema
+) -> None:
+    """Confirm: the earlier call took effect, so seq 2 counts as applied and 3 follows."""
+    done = sw.admin(stopped, "review", "confirm", "ledger:a", "--by", "ana")
+    assert done.returncode == 0, done.stderr
+    assert ss.progress(pg_schema)[1:4] == (3, False, None)
+    assert ss.applied(pg_schema) == [(1, 1), (1, 3)]  # seq 2's function did not run again
+    with pg_schema.connect() as conn:
+        logged = conn.execute("SELECT seq, event_id FROM inorder_step_log ORDER BY seq").fetchall()
+    assert logged == [(1, "a:1:1"), (2, "confirmed-by:ana"), (3, "a:1:3")]
+
+
+def test_review_retry_runs_the_step_again(stopped: sw.Pipeline, pg_schema: PgSchema) -> None:
+    """Retry: the earlier call did not happen, so seq 2's function runs now, then 3."""
+    done = sw.admin(stopped, "review", "retry", "ledger:a")
+    assert done.returncode == 0, done.stderr
+    assert ss.progress(pg_schema)[1:4] == (3, False, None)
+    assert ss.applied(pg_schema) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_review_of_an_entity_that_is_not_stopped_is_refused(stopped: sw.Pipeline) -> None:
+    """Unknown entities and entities not waiting for a review get a one-line error."""
+    unknown = sw.admin(stopped, "review", "confirm", "ledger:nobody")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        1, "inorder-admin: ledger:nobody is unknown: no step progress recorded",
+    )  # fmt: skip
+    assert sw.admin(stopped, "review", "retry", "ledger:a").returncode == 0
+    again = sw.admin(stopped, "review", "retry", "ledger:a")
+    assert again.stderr.strip() == "inorder-admin: ledger:a is not waiting for a review"
