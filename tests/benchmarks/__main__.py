@@ -22,7 +22,7 @@ from tests.benchmarks.result import BenchResult
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "bench-results.json"
-SUITES = ("stack", "codec", "emit", "relay", "consumer", "steps")
+SUITES = ("stack", "codec", "emit", "relay", "consumer", "steps", "sweeper")
 
 
 def _machine() -> dict[str, object]:

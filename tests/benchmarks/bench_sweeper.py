@@ -1,0 +1,155 @@
+"""Sweeper: a sweep's cost against the number of parked entities, and how fast a lost event heals.
+
+``sweep_ratio_100k_vs_100``: one sweep with 100,000 parked entities, none overdue,
+against the same with 100 (best of 7 each, alternating). ``gap_heal_s``: relay,
+consumer and sweeper run in this process on a 1 s deadline; one outbox row is
+marked published without being sent; the figure is from the deadline (first park
++ 1 s) to the gap recorded healed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import psycopg
+import redis
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from consumer.routes import parse_routes
+from consumer.service import ConsumerService
+from consumer.settings import SweeperSettings
+from consumer.sweeper import Sweeper
+from outbox_relay.service import Relay
+from outbox_relay.settings import RelaySettings
+from producer import migrate
+from schemas.health import Health
+from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.result import BenchResult
+from tests.integration import step_handlers
+from tests.support.threads import serving
+
+ROUTES = """[[route]]
+stream = "ledger"
+kind = "step"
+[route.handlers]
+"ledger.added" = "tests.integration.step_handlers:record"
+"""
+NAMES = ("events", "requests", "results", "dlq", "held")
+
+
+@contextmanager
+def _topics(bootstrap: str) -> Iterator[dict[str, str]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tag = uuid.uuid4().hex[:8]
+    topics = {name: f"bench.sweeper.{tag}.{name}" for name in NAMES}
+    for future in admin.create_topics([NewTopic(t, 3, 1) for t in topics.values()]).values():
+        future.result(timeout=30)
+    try:
+        yield topics
+    finally:
+        for future in admin.delete_topics(list(topics.values())).values():
+            future.result(timeout=30)
+
+
+def _settings(url: str, routes: Path, topics: dict[str, str], prefix: str) -> SweeperSettings:
+    return SweeperSettings(
+        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        REDIS_URL=os.environ["REDIS_URL"], routes_file=routes, topics=[topics["events"]],
+        dead_letter_topic=topics["dlq"], held_topic=topics["held"],
+        republish_requests_topic=topics["requests"], republish_results_topic=topics["results"],
+        group_id=f"c-{uuid.uuid4().hex[:8]}", sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
+        redis_key_prefix=prefix, create_topics=False, http_port=0, poll_timeout_ms=100,
+        gap_deadline_s=1.0, republish_backoff_base_s=1.0, sweep_interval_s=0.2, lease_ttl_s=3.0,
+    )  # fmt: skip
+
+
+def _sweep_seconds(sweeper: Sweeper, client: redis.Redis, index: str, entities: int) -> float:
+    client.delete(index)
+    now = time.time()
+    for start in range(0, entities, 10_000):
+        chunk = range(start, min(entities, start + 10_000))
+        client.zadd(index, {f"e{i}": now for i in chunk})
+    best = float("inf")
+    for _ in range(7):
+        started = time.perf_counter()
+        sweeper.sweep()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> float:
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate.apply(conn)
+        for seq in range(1, 6):
+            conn.execute(
+                "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+                "payload, published_at) VALUES (%s, 'ledger', 'lost', %s, 'ledger.added', %s, "
+                "'{}', CASE WHEN %s = 3 THEN now() END)",
+                (settings.topics[0], seq, f"lost:1:{seq}", seq),
+            )
+    relay = RelaySettings(
+        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
+        republish_requests_topic=settings.republish_requests_topic,
+        republish_results_topic=settings.republish_results_topic, create_topics=False,
+        http_port=0, relay_group_id=f"r-{uuid.uuid4().hex[:8]}", poll_interval_s=0.2,
+    )  # fmt: skip
+    routes = parse_routes(settings.routes_file.read_text())
+    index = f"{settings.redis_key_prefix}:parkindex:ledger"
+    with ExitStack() as stack, psycopg.connect(url, autocommit=True) as conn:
+        r, c = Relay(relay, Health()), ConsumerService(settings, routes, Health())
+        stack.enter_context(serving("relay", r.run, r.stop))
+        stack.enter_context(serving("consumer", c.run, c.stop))
+        sweeper = Sweeper(settings, routes, Health())
+        sweeper.connect()
+        stack.enter_context(serving("sweeper", sweeper.run, sweeper.stop))
+        parked_at = None
+        while True:
+            parked_at = parked_at or client.zscore(index, "lost")
+            row = conn.execute(
+                "SELECT resolved_at FROM inorder_gaps WHERE status = 'healed'"
+            ).fetchone()
+            if row and parked_at:
+                return row[0].timestamp() - (parked_at + settings.gap_deadline_s)
+            time.sleep(0.02)
+
+
+def run() -> list[BenchResult]:
+    """Sweep cost at 100 and 100,000 parked entities; deadline-to-healed for one lost event."""
+    prefix = f"bench.sweep.{uuid.uuid4().hex[:6]}"
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    with (
+        temp_schema(os.environ["DATABASE_URL"], "bench_sweeper") as url,
+        tempfile.TemporaryDirectory() as folder,
+        _topics(os.environ["KAFKA_BOOTSTRAP_SERVERS"]) as topics,
+    ):
+        routes = Path(folder, "routes.toml")
+        routes.write_text(ROUTES)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(step_handlers.TABLE)
+        settings = _settings(url, routes, topics, prefix)
+        sweeper = Sweeper(settings, parse_routes(ROUTES), Health())
+        sweeper.connect()
+        index = f"{prefix}:parkindex:ledger"
+        small = _sweep_seconds(sweeper, client, index, 100)
+        large = _sweep_seconds(sweeper, client, index, 100_000)
+        small = min(small, _sweep_seconds(sweeper, client, index, 100))
+        client.delete(index)
+        sweeper.io.conn.close()
+        sweeper.io.results.close()
+        heal = _heal_seconds(settings, url, client)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
+    client.close()
+    return [
+        BenchResult("sweep_s_100_parked", small, "s", "one sweep, none overdue, best of 7"),
+        BenchResult("sweep_s_100k_parked", large, "s", "one sweep, none overdue, best of 7"),
+        BenchResult("sweep_ratio_100k_vs_100", large / small, "x", "goal <= 2"),
+        BenchResult("gap_heal_s", heal, "s", "deadline to healed, one lost event"),
+    ]
