@@ -1,0 +1,105 @@
+"""inorder-admin's reading commands and manual actions against real services."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+from prometheus_client import REGISTRY
+
+from schemas import decode, encode
+from schemas.republish import decode_request
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import consumer_support as cs
+from tests.integration import step_support as ss
+from tests.integration import sweeper_support as sw
+from tests.support.kafka import drain, wait_until
+from tests.support.services import Services
+
+
+def _json_lines(text: str) -> list[dict]:
+    """The objects printed by --json (rich may indent each one over several lines)."""
+    decoder, out, rest = json.JSONDecoder(), [], text.strip()
+    while rest:
+        obj, end = decoder.raw_decode(rest)
+        out.append(obj)
+        rest = rest[end:].strip()
+    return out
+
+
+def test_gaps_parked_and_gauges_describe_a_stuck_entity(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """Seq 3 never sent, no relay to ask: the gap, the parked events and the gauges show it."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    with cs.running(p.settings):
+        cs.send_events(
+            services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4, 5)]
+        )
+        wait_until(lambda: (ss.progress(pg_schema) or (0, 0))[1] == 2)
+        with ExitStack() as stack:
+            sw.start_sweeper(p, stack)
+            wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["requested"], timeout_s=30)
+            wait_until(lambda: REGISTRY.get_sample_value("events_parked_current") == 2.0)
+            wait_until(
+                lambda: REGISTRY.get_sample_value("gaps_open", {"status": "requested"}) == 1.0
+            )
+    [gap] = _json_lines(sw.admin(p, "--json", "gaps", "list").stdout)
+    assert (gap["entity"], gap["range"], gap["status"]) == ("a", "3..3", "requested")
+    [shown] = _json_lines(sw.admin(p, "--json", "gaps", "show", str(gap["id"])).stdout)
+    assert (shown["from_seq"], shown["to_seq"], shown["attempts"]) == (3, 3, 1)
+    [top] = _json_lines(sw.admin(p, "--json", "parked", "top").stdout)
+    assert (top["stream"], top["entity"], top["parked"]) == ("ledger", "a", 2)
+    missing = sw.admin(p, "gaps", "show", "999999")
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "inorder-admin: there is no gap 999999",
+    )
+
+
+def test_manual_republish_request_reaches_the_relay_topic(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """`republish` puts a well-formed request for the range on the request topic."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    done = sw.admin(p, "republish", "ledger:a", "--from", "4", "--to", "9")
+    assert done.returncode == 0, done.stderr
+    [message] = drain(services.kafka_bootstrap, p.topics.requests, expect=1)
+    request = decode_request(message.value())
+    assert (request.entity_type, request.entity_id, request.from_seq, request.to_seq) == (
+        "ledger", "a", 4, 9,
+    )  # fmt: skip
+    bad = sw.admin(p, "republish", "ledger:a", "--from", "9", "--to", "4")
+    assert "is not a range of seqs" in bad.stderr
+    unknown = sw.admin(p, "republish", "invoice:a", "--from", "1")
+    assert "'invoice' is not a step route" in unknown.stderr
+
+
+def test_held_events_are_listed_and_replayed(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_client: redis.Redis, redis_prefix: str,
+) -> None:  # fmt: skip
+    """Events held by a full parking set go back to the events topic; the hold is released."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    p.settings.routes_file.write_text(ss.routes_text(max_parked=1))
+    held = [ss.step(s) for s in (4, 5)]
+    other = ss.step(9, "other")
+    values = [(e.key, encode(e)) for e in held] + [(other.key, encode(other))]
+    cs.send(services.kafka_bootstrap, p.settings.held_topic, values)
+    with pg_schema.connect() as conn:
+        conn.execute(
+            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied,"
+            " held_at) VALUES ('ledger', 'a', 1, 2, now())"
+        )
+        conn.commit()
+    [row] = _json_lines(sw.admin(p, "--json", "held", "list").stdout)
+    assert (row["entity"], row["last_applied"]) == ("a", 2)
+    done = sw.admin(p, "held", "replay", "ledger:a")
+    assert done.returncode == 0, done.stderr
+    replayed = drain(services.kafka_bootstrap, p.topics.events, expect=2)
+    assert sorted(decode(m.value()).seq for m in replayed) == [4, 5]
+    assert ss.progress(pg_schema)[2] is False
