@@ -46,6 +46,7 @@ kind = "step"
 [route.handlers]
 "ledger.added" = "tests.integration.step_handlers:record"
 """
+NOOP_ROUTES = STEP_ROUTES.replace("step_handlers:record", "step_handlers:nothing")
 PROJECTION_ROUTES = """[[route]]
 stream = "ledger"
 kind = "projection"
@@ -155,8 +156,12 @@ def run() -> list[BenchResult]:
         _topic(bootstrap, _reordered()) as shuffled,
     ):
         steps_file, projection_file = Path(folder, "steps.toml"), Path(folder, "projection.toml")
+        noop_file = Path(folder, "noop.toml")
         steps_file.write_text(STEP_ROUTES)
+        noop_file.write_text(NOOP_ROUTES)
         projection_file.write_text(PROJECTION_ROUTES)
+        _fresh_tables(url)
+        noop = _run(url, ordered, noop_file, progress, prefix)
         _fresh_tables(url)
         in_order = _run(url, ordered, steps_file, progress, prefix)
         projection = _run(url, ordered, projection_file, projected, prefix)
@@ -168,6 +173,8 @@ def run() -> list[BenchResult]:
         BenchResult("steps_inorder_per_s", in_order, "steps/s", how),
         BenchResult("steps_projection_per_s", projection, "events/s", "same topic, projection"),
         BenchResult("steps_vs_projection", in_order / projection, "x", "goal >= 0.5"),
+        BenchResult("steps_noop_per_s", noop, "steps/s", "same, step function does nothing"),
+        BenchResult("steps_noop_vs_projection", noop / projection, "x", "ordering cost alone"),
         BenchResult("steps_reordered_per_s", reordered, "steps/s", "10% up to 5 places early"),
         BenchResult("steps_reordered_vs_inorder", reordered / in_order, "x", "goal >= 0.8"),
         BenchResult("redis_bytes_per_parked_event", per_event, "bytes", f"{PARKED:,} parked"),

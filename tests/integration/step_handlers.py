@@ -42,3 +42,7 @@ def bad_sql_for_a_at_13(conn: Any, event: Event) -> None:
     record(conn, event)
     if event.entity_id == "a" and event.seq == 13:
         conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+
+def nothing(conn: Any, event: Event) -> None:
+    """A step with no work of its own, to measure what ordering alone costs."""

@@ -5,15 +5,17 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import redis
 from prometheus_client import REGISTRY
 
 from tests.conftest import PgSchema, TopicFactory
+from tests.integration import consumer_support as cs
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
-from tests.support.kafka import wait_until
+from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
 
@@ -116,3 +118,25 @@ def test_standby_sweeper_takes_over_when_the_active_one_dies(
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0
     assert ss.applied(pg_schema) == [(1, s) for s in range(1, 6)]
+
+
+def test_unanswered_requests_back_off_then_hand_the_gap_to_a_person(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    redis_prefix: str,
+) -> None:  # fmt: skip
+    """With no relay answering, requests repeat after a wait, then the gap is unrecoverable."""
+    p = sw.pipeline(
+        pg_schema, services, topic_factory, tmp_path, redis_prefix,
+        republish_backoff_base_s=0.5, republish_max_attempts=2,
+    )  # fmt: skip
+    with cs.running(p.settings), ExitStack() as stack:
+        cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4)])
+        sw.start_sweeper(p, stack)
+        wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["unrecoverable"], timeout_s=30)
+    [(_, first, last, attempts, by, reason)] = sw.gap_rows(p)
+    assert (first, last, attempts, by) == (3, 3, 2, "sweeper")
+    assert reason == "no repair after 2 republish requests"
+    sent = drain(services.kafka_bootstrap, p.topics.requests, expect=2)
+    assert len(sent) == 2
+    assert sent[1].timestamp()[1] - sent[0].timestamp()[1] >= 400  # waited ~0.5 s before repeating
+    assert ss.progress(pg_schema)[2] is True
