@@ -11,7 +11,7 @@ import redis
 import structlog
 from rich.console import Console
 
-from consumer import admin
+from consumer import admin, admin_cli
 from consumer.errors import RoutesError, StoreNotDurableError
 from consumer.routes import Route, parse_routes
 from consumer.service import ConsumerService
@@ -146,11 +146,11 @@ ADMIN = "inorder-admin"
 def admin_main(argv: list[str] | None = None) -> None:
     """Run one operator command; exit 1 with one line when it cannot be done."""
     args = sys.argv[1:] if argv is None else argv
-    admin.parse_only(args)  # usage errors first, before any connection
+    admin_cli.parse_only(args)  # usage errors first, before any connection
     settings = load_or_exit(SweeperSettings, ADMIN)
     logs.configure("WARNING")
     try:
-        admin.run(args, settings, Console())
+        admin_cli.run(args, settings, Console())
     except admin.AdminError as exc:
         sys.stderr.write(f"{ADMIN}: {exc}\n")
         raise SystemExit(1) from None

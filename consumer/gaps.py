@@ -20,29 +20,6 @@ from schemas import Event
 Conn = psycopg.Connection[Any]
 UNRESOLVED = ("open", "requested", "unrecoverable")
 
-DDL = """
-CREATE TABLE IF NOT EXISTS inorder_gaps (
-    id              bigserial   PRIMARY KEY,
-    route           text        NOT NULL,
-    entity_id       text        NOT NULL,
-    generation      bigint      NOT NULL,
-    from_seq        bigint      NOT NULL,
-    to_seq          bigint      NOT NULL,
-    event_type      text        NOT NULL,      -- of the first parked event, for metrics
-    status          text        NOT NULL CHECK (status IN
-                        ('open', 'requested', 'healed', 'unrecoverable', 'skipped')),
-    first_seen      timestamptz NOT NULL DEFAULT now(),
-    attempts        integer     NOT NULL DEFAULT 0,
-    next_attempt_at timestamptz NOT NULL DEFAULT now(),
-    missing         bigint[],                  -- seqs the relay no longer has
-    resolved_at     timestamptz,
-    resolved_by     text,
-    reason          text
-);
-CREATE UNIQUE INDEX IF NOT EXISTS inorder_gaps_unresolved
-    ON inorder_gaps (route, entity_id) WHERE status IN ('open', 'requested', 'unrecoverable');
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Gap:
@@ -89,13 +66,6 @@ def healed(gap: Gap, progress: Progress) -> bool:
     if progress.generation != gap.generation:
         return progress.generation > gap.generation
     return progress.last_applied >= gap.to_seq
-
-
-def create_tables(conn: Conn) -> None:
-    """Create the gaps table if it is missing."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_gap_tables'))")
-        conn.execute(DDL)
 
 
 def unresolved(conn: Conn, route: str | None = None) -> list[Gap]:

@@ -18,24 +18,23 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
 
-from consumer import deadletter, metrics, pipeline
+from consumer import deadletter, metrics, pipeline, tables
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
+from consumer.gauges import Gauges
+from consumer.offsets import Offsets, commit
 from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
 from consumer.routes import ProjectionRoute, Route, StepRoute
 from consumer.settings import ConsumerSettings
 from consumer.step_runner import StepRunner
-from consumer.steps import StepStore, create_tables, resolve
+from consumer.steps import StepStore, resolve
 from schemas.backoff import Backoff
 from schemas.health import Health
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
 
-LAG_INTERVAL_S = 5.0
-# How often the count of step entities waiting for a person is read.
-REVIEW_INTERVAL_S = 30.0
 # Redis failures that mean "unreachable", as opposed to a bug in a command.
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
@@ -57,13 +56,9 @@ class ConsumerService:
         self._tables: Mapping[str, ProjectionTable] = {}
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._revoked: set[tuple[str, int]] = set()
-        # Next offset per partition whose effects are committed.
-        self._done: dict[tuple[str, int], int] = {}
+        self._offsets = Offsets()
+        self._gauges = Gauges(steps=bool(self._stores))
         self._paused = False
-        self._lag_labels: set[tuple[str, str]] = set()
-        self._next_lag = 0.0
-        self._next_review = 0.0
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand, commit and leave the group."""
@@ -82,7 +77,7 @@ class ConsumerService:
                 if isinstance(r, ProjectionRoute)
             }
             if self._stores:
-                create_tables(conn)
+                tables.create(conn)
         except Exception:
             conn.close()
             raise
@@ -134,7 +129,7 @@ class ConsumerService:
 
     def _close(self) -> None:
         if self._consumer is not None:
-            self._commit(self._done_offsets(), wait=True)
+            commit(self._consumer, self._offsets.pending(), wait=True)
             self._consumer.close()  # leaves the group
         if self._producer is not None:
             self._producer.flush(10)
@@ -146,7 +141,7 @@ class ConsumerService:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("partitions_assigned", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
-        self._revoked -= {(p.topic, p.partition) for p in partitions}
+        self._offsets.assigned(partitions)
         consumer.incremental_assign(partitions)
         if self._paused:  # a batch is waiting on a dependency: new partitions wait too
             consumer.pause(partitions)
@@ -156,7 +151,7 @@ class ConsumerService:
         # What is done is committed now; a batch still waiting on a dependency drops these
         # partitions' messages, and their new owner reads them from the committed offset.
         log.info("partitions_revoked", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
-        self._commit(self._done_offsets(partitions), wait=True)
+        commit(self._kafka_consumer, self._offsets.pending(partitions), wait=True)
         self._forget(partitions)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -165,13 +160,8 @@ class ConsumerService:
         self._forget(partitions)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
-        for p in partitions:
-            self._revoked.add((p.topic, p.partition))
-            self._done.pop((p.topic, p.partition), None)
-            label = (p.topic, str(p.partition))
-            if label in self._lag_labels:
-                metrics.LAG.remove(*label)
-                self._lag_labels.discard(label)
+        self._offsets.forget(partitions)
+        self._gauges.drop(partitions)
         self._ready_if_assigned()
 
     def _ready_if_assigned(self) -> None:
@@ -210,8 +200,7 @@ class ConsumerService:
             num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout_ms / 1000
         )
         self.health.beat()
-        self._report_lag()
-        self._report_reviews()
+        self._gauges.refresh(self._consumer, self._conn)
         usable = [m for m in messages if not _skip(m)]
         if usable:
             self._handle(usable)
@@ -237,7 +226,7 @@ class ConsumerService:
                 if self._stopping:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return
-                messages = [m for m in messages if (m.topic(), m.partition()) not in self._revoked]
+                messages = [m for m in messages if self._offsets.ours(m)]
                 prepared = pipeline.prepare(messages, self.router, self.settings.max_message_bytes)
         self._resume()
         metrics.BATCH_DURATION.observe(time.perf_counter() - started)
@@ -269,28 +258,8 @@ class ConsumerService:
         # The effects are committed, so the offsets may go asynchronously: a commit that is
         # lost only means a redelivery, which is harmless. Stop and revoke commit synchronously.
         offsets = pipeline.next_offsets(prepared.messages)
-        for tp in offsets:
-            self._done[(tp.topic, tp.partition)] = tp.offset
-        self._commit(offsets, wait=False)
-
-    def _commit(self, offsets: list[TopicPartition], *, wait: bool) -> None:
-        if not offsets:
-            return
-        try:
-            if wait:
-                self._kafka_consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                self._kafka_consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as exc:
-            log.warning("offset_commit_failed", error=str(exc.args[0]))
-
-    def _done_offsets(self, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
-        wanted = None if partitions is None else {(p.topic, p.partition) for p in partitions}
-        return [
-            TopicPartition(topic, partition, offset)
-            for (topic, partition), offset in self._done.items()
-            if wanted is None or (topic, partition) in wanted
-        ]
+        self._offsets.done(offsets)
+        commit(self._kafka_consumer, offsets, wait=False)
 
     # ------------------------------------------------------------------ dependencies
 
@@ -342,34 +311,6 @@ class ConsumerService:
         )
         self._kafka_consumer.seek(where)
         self._kafka_consumer.pause([where])
-
-    def _report_reviews(self) -> None:
-        now = time.monotonic()
-        if not self._stores or now < self._next_review or self._conn is None:
-            return
-        self._next_review = now + REVIEW_INTERVAL_S
-        try:
-            row = self._conn.execute(
-                "SELECT count(*) FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL"
-            ).fetchone()
-        except psycopg.OperationalError:
-            return  # the next batch notices and pauses
-        metrics.NEEDS_REVIEW.set(row[0] if row else 0)
-
-    def _report_lag(self) -> None:
-        now = time.monotonic()
-        if now < self._next_lag or self._consumer is None:
-            return
-        self._next_lag = now + LAG_INTERVAL_S
-        assignment = self._consumer.assignment()
-        if not assignment:
-            return
-        for position in self._consumer.position(assignment):
-            _, high = self._consumer.get_watermark_offsets(position, cached=True)
-            if position.offset >= 0 and high >= 0:
-                label = (position.topic, str(position.partition))
-                metrics.LAG.labels(*label).set(high - position.offset)
-                self._lag_labels.add(label)
 
 
 def _skip(message: Message) -> bool:

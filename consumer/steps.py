@@ -25,50 +25,6 @@ log = structlog.get_logger(__name__)
 Conn = psycopg.Connection[Any]
 StepFunction = Callable[[Conn, Event], None]
 
-DDL = """
-CREATE TABLE IF NOT EXISTS inorder_step_progress (
-    route          text        NOT NULL,
-    entity_id      text        NOT NULL,
-    generation     bigint      NOT NULL,
-    last_applied   bigint      NOT NULL,      -- 0: waiting for seq 1 of this generation
-    held_at        timestamptz,               -- parking cap reached; events went to the held topic
-    stopped_at_seq bigint,                    -- needs a person before this seq can be applied
-    stop_reason    text,
-    updated_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (route, entity_id)
-);
-CREATE TABLE IF NOT EXISTS inorder_step_log (
-    route      text        NOT NULL,
-    entity_id  text        NOT NULL,
-    generation bigint      NOT NULL,
-    seq        bigint      NOT NULL,
-    event_id   text        NOT NULL,
-    event_type text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (route, entity_id, generation, seq)
-);
-CREATE TABLE IF NOT EXISTS inorder_step_skips (
-    route      text        NOT NULL,
-    entity_id  text        NOT NULL,
-    generation bigint      NOT NULL,
-    from_seq   bigint      NOT NULL,
-    to_seq     bigint      NOT NULL,
-    skipped_by text        NOT NULL,
-    reason     text        NOT NULL,
-    skipped_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS inorder_step_attempts (
-    route        text        NOT NULL,
-    entity_id    text        NOT NULL,
-    generation   bigint      NOT NULL,
-    seq          bigint      NOT NULL,
-    event_id     text        NOT NULL,
-    started_at   timestamptz NOT NULL DEFAULT now(),
-    completed_at timestamptz,
-    PRIMARY KEY (route, entity_id, generation, seq)
-);
-"""
-
 
 # ---------------------------------------------------------------- pure decisions
 
@@ -319,10 +275,3 @@ class StepStore:
             "AND entity_id = %s AND generation = %s AND seq = %s",
             (self.route.stream, event.entity_id, event.generation, event.seq),
         )
-
-
-def create_tables(conn: Conn) -> None:
-    """Create the consumer's own step tables if they are missing."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_step_tables'))")
-        conn.execute(DDL)

@@ -20,7 +20,7 @@ import structlog
 from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 
-from consumer import gaps, metrics, steps
+from consumer import gaps, metrics, steps, tables
 from consumer.lease import Lease
 from consumer.parking import ParkingLot
 from consumer.routes import Route, StepRoute
@@ -88,8 +88,7 @@ class Sweeper:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
         set_json_loads(orjson.loads, conn)
-        steps.create_tables(conn)
-        gaps.create_tables(conn)
+        tables.create(conn)
         if self.settings.redis_url is None:
             raise ValueError("REDIS_URL is required by the sweeper")
         client = redis.Redis.from_url(

@@ -25,11 +25,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from consumer import tables
 from consumer.parking import ParkingLot
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
-from consumer.steps import create_tables
 from schemas import Event, encode
 from schemas.health import Health
 from tests.benchmarks.fixtures import temp_schema
@@ -121,7 +121,7 @@ def _fresh_tables(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS applied_steps, inorder_step_progress, inorder_step_log")
         conn.execute(step_handlers.TABLE)
-        create_tables(conn)
+        tables.create(conn)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS ledger_view (entity_id text PRIMARY KEY,"
             " generation bigint, seq bigint, amount bigint)"

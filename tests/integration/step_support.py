@@ -6,10 +6,11 @@ from typing import Any
 
 import redis
 
+from consumer import tables
 from consumer.parking import ParkingLot
 from consumer.routes import parse_routes
 from consumer.step_runner import StepRunner
-from consumer.steps import StepStore, create_tables, resolve
+from consumer.steps import StepStore, resolve
 from schemas import Event, encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -38,7 +39,7 @@ def step(
 def prepare(schema: PgSchema) -> None:
     """Create the step tables and the log table the handlers write."""
     with schema.connect(autocommit=True) as conn:
-        create_tables(conn)
+        tables.create(conn)
         conn.execute(step_handlers.TABLE)
 
 
