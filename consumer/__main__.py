@@ -30,26 +30,28 @@ def _fail(program: str, lines: list[str]) -> None:
     raise SystemExit(2)
 
 
-def _routes(settings: ConsumerSettings) -> list[Route]:
+def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
     try:
         text = settings.routes_file.read_text()
     except OSError as exc:
-        _fail(CONSUMER, [f"cannot read INORDER_ROUTES_FILE {settings.routes_file}: {exc.strerror}"])
+        _fail(program, [f"cannot read INORDER_ROUTES_FILE {settings.routes_file}: {exc.strerror}"])
     try:
         return parse_routes(text, str(settings.routes_file))
     except RoutesError as exc:
-        _fail(CONSUMER, exc.problems)
+        _fail(program, exc.problems)
     raise AssertionError("unreachable")
+
+
+def _no_arguments(program: str, argv: list[str] | None) -> None:
+    if sys.argv[1:] if argv is None else argv:
+        _fail(program, ["takes no arguments; it is configured by the environment"])
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the consumer until SIGTERM or SIGINT; exit 0 after committing the batch in hand."""
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv:
-        _fail(CONSUMER, ["takes no arguments; it is configured by the environment"])
+    _no_arguments(CONSUMER, argv)
     settings = load_or_exit(ConsumerSettings, CONSUMER)
-    routes = _routes(settings)
+    routes = _routes(settings, CONSUMER)
     logs.configure(settings.log_level)
     log = structlog.get_logger(__name__)
     health = Health()
@@ -86,31 +88,16 @@ def main(argv: list[str] | None = None) -> None:
     server.shutdown()
 
 
-def _not_yet(name: str) -> None:
-    sys.stderr.write(f"{name}: not implemented yet\n")
-    sys.exit(2)
-
-
 SWEEPER = "inorder-sweeper"
 
 
 def sweeper_main(argv: list[str] | None = None) -> None:
     """Run the gap sweeper until SIGTERM or SIGINT."""
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv:
-        _fail(SWEEPER, ["takes no arguments; it is configured by the environment"])
+    _no_arguments(SWEEPER, argv)
     settings = load_or_exit(SweeperSettings, SWEEPER)
     if settings.redis_url is None:
         _fail(SWEEPER, ["bad configuration: REDIS_URL: Field required"])
-    try:
-        routes = parse_routes(settings.routes_file.read_text(), str(settings.routes_file))
-    except OSError as exc:
-        _fail(SWEEPER, [f"cannot read INORDER_ROUTES_FILE {settings.routes_file}: {exc.strerror}"])
-        return
-    except RoutesError as exc:
-        _fail(SWEEPER, exc.problems)
-        return
+    routes = _routes(settings, SWEEPER)
     logs.configure(settings.log_level)
     log = structlog.get_logger(__name__)
     health = Health()
