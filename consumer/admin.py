@@ -15,11 +15,14 @@ from dataclasses import asdict
 from typing import Any
 
 import orjson
+import psycopg
 from confluent_kafka import Consumer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn
 from rich.table import Table
 
 from consumer import gaps
+from consumer.audit import Audit
 from consumer.errors import ConsumerError
 from consumer.routes import StepRoute, parse_routes
 from consumer.settings import SweeperSettings
@@ -39,6 +42,7 @@ class Admin:
     def __init__(self, settings: SweeperSettings, console: Console, as_json: bool) -> None:
         self.settings = settings
         routes = parse_routes(settings.routes_file.read_text(), str(settings.routes_file))
+        self.routes = routes
         self.steps = {r.stream: r for r in routes if isinstance(r, StepRoute)}
         self.sweeper = Sweeper(settings, routes, Health())
         self.sweeper.connect()
@@ -88,6 +92,25 @@ class Admin:
         self.io.runner.drain(self.io.conn, stream, [entity_id])
 
     # ------------------------------------------------------------------ commands
+
+    def audit(self) -> None:
+        """Compare the outbox with every route's tables; fail on unexplained divergences."""
+        source = self.settings.outbox_database_url or self.settings.database_url
+        columns = (SpinnerColumn(), "{task.description}", "{task.completed} entities")
+        with (
+            psycopg.connect(source.get_secret_value()) as outbox,
+            Progress(*columns, console=self.console, disable=self.as_json) as progress,
+        ):
+            task = progress.add_task("auditing")
+            report = Audit(outbox, self.io.conn, lambda: progress.advance(task)).run(self.routes)
+        if report.divergences:
+            self.show("divergences", [asdict(d) for d in report.divergences])
+        unexplained = len(report.unexplained)
+        summary = {"entities": report.entities, "rows_read": report.rows,
+                   "divergences": len(report.divergences), "unexplained": unexplained}  # fmt: skip
+        self.show("audit", [summary])
+        if unexplained:
+            raise AdminError(f"{unexplained} unexplained divergence(s); see the table above")
 
     def gaps_list(self, status: str | None, limit: int) -> None:
         """Gaps, newest first."""

@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     held = sub.add_parser("held").add_subparsers(dest="action", required=True)
     held.add_parser("list")
     held.add_parser("replay").add_argument("entity", help="stream:entity_id")
+    sub.add_parser("audit", help="compare the outbox with the consumer's tables")
     review = sub.add_parser("review").add_subparsers(dest="action", required=True)
     review.add_parser("list")
     for action, what in (("confirm", "the earlier call took effect"), ("retry", "it did not")):
@@ -76,6 +77,8 @@ def _dispatch(admin: Admin, args: argparse.Namespace) -> None:
             admin.held_list()
         case ("held", "replay"):
             admin.held_replay(args.entity)
+        case ("audit", _):
+            admin.audit()
         case ("review", "list"):
             admin.review_list()
         case ("review", action):

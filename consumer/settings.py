@@ -63,6 +63,8 @@ class SweeperSettings(ConsumerSettings, RepairTimingSettings):
     republish_requests_topic: str = DEFAULT_TOPICS.republish_requests
     republish_results_topic: str = DEFAULT_TOPICS.republish_results
     sweeper_group_id: str = "inorder-sweeper"
+    # The producer's database, when the outbox is not in DATABASE_URL (inorder-admin audit).
+    outbox_database_url: SecretStr | None = None
     # How often the active sweeper looks for overdue gaps.
     sweep_interval_s: float = Field(default=5.0, gt=0)
     # A sweeper that stops renewing loses the lease after this long; a standby takes over.
