@@ -11,7 +11,7 @@ WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 .PHONY: help venv up down status lint test bench demo
 
 help:
-	@echo "make demo   bring the local stack up and show it"
+	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make lint   ruff and mypy on the four packages"
@@ -29,15 +29,17 @@ up:
 	$(STACK) up
 
 down:
+	if [ -x $(BIN)/python ]; then $(WITH_STACK_ENV) $(BIN)/python deploy/local/demo.py down; fi
 	$(STACK) down
 
 status:
 	$(STACK) status
 
 lint: venv
-	$(BIN)/ruff check $(CODE) tests
-	$(BIN)/ruff format --check $(CODE) tests
+	$(BIN)/ruff check $(CODE) tests deploy/local
+	$(BIN)/ruff format --check $(CODE) tests deploy/local
 	$(BIN)/mypy
+	$(BIN)/mypy deploy/local/demo.py
 
 test: venv up
 	$(MAKE) --no-print-directory lint
@@ -47,5 +49,4 @@ bench: venv up
 	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks
 
 demo: venv up
-	$(STACK) status
-	@$(STACK) env
+	$(WITH_STACK_ENV) $(BIN)/python deploy/local/demo.py up

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import structlog
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 log = structlog.get_logger(__name__)
 
@@ -14,6 +14,8 @@ class Offsets:
     def __init__(self) -> None:
         self._done: dict[tuple[str, int], int] = {}
         self.revoked: set[tuple[str, int]] = set()
+        # Partitions whose last asynchronous commit failed; committed again on the next poll.
+        self.retry: set[tuple[str, int]] = set()
 
     def assigned(self, partitions: list[TopicPartition]) -> None:
         """Partitions (back) in our hands."""
@@ -42,6 +44,26 @@ class Offsets:
             for (topic, partition), offset in self._done.items()
             if wanted is None or (topic, partition) in wanted
         ]
+
+    def failed(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Commit callback: remember partitions whose commit failed (a rebalance, say).
+
+        Their effects are applied; without a second commit the stored offset would stay
+        behind until the partition's next message.
+        """
+        failed = [p for p in partitions if p.error is not None] or (partitions if err else [])
+        if failed:
+            self.retry |= {(p.topic, p.partition) for p in failed}
+            log.warning(
+                "offset_commit_failed", error=str(err or failed[0].error),
+                partitions=[f"{p.topic}:{p.partition}@{p.offset}" for p in failed],
+            )  # fmt: skip
+
+    def take_retries(self) -> list[TopicPartition]:
+        """Done offsets of the partitions to commit again, still ours; clears the list."""
+        wanted = [TopicPartition(t, p) for t, p in self.retry if (t, p) not in self.revoked]
+        self.retry.clear()
+        return self.pending(wanted) if wanted else []
 
 
 def commit(consumer: Consumer, offsets: list[TopicPartition], *, wait: bool) -> None:

@@ -118,7 +118,8 @@ class ConsumerService:
         self._consumer = Consumer(
             {**config, "client.id": "inorder-consumer", "group.id": self.settings.group_id,
              "enable.auto.commit": False, "auto.offset.reset": "earliest",
-             "partition.assignment.strategy": "cooperative-sticky"}
+             "partition.assignment.strategy": "cooperative-sticky",
+             "on_commit": self._offsets.failed}
         )  # fmt: skip
         self._consumer.subscribe(
             self.settings.topics,
@@ -201,6 +202,7 @@ class ConsumerService:
         )
         self.health.beat()
         self._gauges.refresh(self._consumer, self._conn)
+        commit(self._kafka_consumer, self._offsets.take_retries(), wait=False)
         usable = [m for m in messages if not _skip(m)]
         if usable:
             self._handle(usable)

@@ -1,0 +1,330 @@
+"""The demo: the example subscription service, out-of-order and lost events, and a clean audit.
+
+``python deploy/local/demo.py up [--entities N --events M --writers K]`` (``make demo``)
+starts two relays, two consumers and a sweeper against the local stack, generates load
+with a consumer restart midway (a rebalance), loses one event on purpose, waits until
+everything has settled, prints a summary and leaves the processes running.
+``python deploy/local/demo.py down`` (``make down``) stops them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from consumer import examples, tables
+from consumer.audit import Audit
+from consumer.routes import parse_routes
+from producer import loadgen, migrate
+from producer import subscriptions as subs
+from schemas import logs
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("INORDER_STACK_DIR", ROOT / ".stack")) / "demo"
+BIN = Path(sys.executable).parent
+SCHEMA = "demo"
+PREFIX = "inorder.demo"
+TOPICS = {
+    "INORDER_TOPICS": '["inorder.demo.events"]',
+    "INORDER_DEAD_LETTER_TOPIC": "inorder.demo.dead-letters",
+    "INORDER_HELD_TOPIC": "inorder.demo.held",
+    "INORDER_REPUBLISH_REQUESTS_TOPIC": "inorder.demo.republish.requests",
+    "INORDER_REPUBLISH_RESULTS_TOPIC": "inorder.demo.republish.results",
+}
+EVENTS_TOPIC = "inorder.demo.events"
+# name -> (command, HTTP port)
+PROCESSES = {
+    "relay-1": ("inorder-relay", 9400), "relay-2": ("inorder-relay", 9410),
+    "consumer-1": ("inorder-consumer", 9401), "consumer-2": ("inorder-consumer", 9411),
+    "sweeper": ("inorder-sweeper", 9402),
+}  # fmt: skip
+ROUTES = """[[route]]
+stream = "subscription"
+kind = "projection"
+table = "billing_view"
+key = "subscription_id"
+[route.columns]
+plan = "plan"
+price_cents = "price_cents"
+status = "status"
+
+[[route]]
+stream = "seat_ledger"
+kind = "step"
+[route.handlers]
+"seat_ledger.opened" = "consumer.examples:open_ledger"
+"seat_ledger.seats_added" = "consumer.examples:add_seats"
+"""
+VIEW = """CREATE TABLE IF NOT EXISTS billing_view (subscription_id text PRIMARY KEY,
+generation bigint NOT NULL, seq bigint NOT NULL, plan text, price_cents integer, status text)"""
+
+
+def _urls() -> tuple[str, str, str]:
+    url = os.environ["DATABASE_URL"]
+    return (
+        f"{url}?options=-csearch_path%3D{SCHEMA}",
+        os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        os.environ["REDIS_URL"],
+    )
+
+
+def _env(group: str) -> dict[str, str]:
+    db, kafka, redis_url = _urls()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    env.update(TOPICS, DATABASE_URL=db, KAFKA_BOOTSTRAP_SERVERS=kafka, REDIS_URL=redis_url,
+               INORDER_ROUTES_FILE=str(STATE / "routes.toml"), INORDER_REDIS_KEY_PREFIX=PREFIX,
+               INORDER_GROUP_ID=group, INORDER_SWEEPER_GROUP_ID=f"{group}-sweeper",
+               INORDER_RELAY_GROUP_ID=f"{group}-relay", INORDER_GAP_DEADLINE_S="5",
+               INORDER_REPUBLISH_BACKOFF_BASE_S="2", INORDER_SWEEP_INTERVAL_S="1",
+               INORDER_GAUGE_INTERVAL_S="1", INORDER_LOG_LEVEL="INFO")  # fmt: skip
+    return env
+
+
+def start(name: str, env: dict[str, str]) -> None:
+    """Start one process in the background, logging to the demo folder."""
+    command, port = PROCESSES[name]
+    with (STATE / f"{name}.log").open("ab") as log:
+        process = subprocess.Popen(  # noqa: S603 - our own console script, fixed arguments
+            [str(BIN / command)], env={**env, "INORDER_HTTP_PORT": str(port)},
+            stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+    (STATE / f"{name}.pid").write_text(str(process.pid))
+
+
+def _running(pid: int) -> bool:
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False  # our own child, now reaped
+    except ChildProcessError:
+        pass  # started by an earlier run: not ours to reap
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def stop(name: str) -> None:
+    """SIGTERM one process started by the demo, and wait for it (SIGKILL after 30 s)."""
+    pidfile = STATE / f"{name}.pid"
+    if not pidfile.exists():
+        return
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pidfile.unlink(missing_ok=True)
+        return
+    deadline = time.monotonic() + 30
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _running(pid):
+        os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+
+
+def reset(console: Console) -> str:
+    """Fresh schema, topics and parking keys; returns this run's group id."""
+    db, kafka, redis_url = _urls()
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+    with psycopg.connect(db, autocommit=True) as conn:
+        migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
+        tables.create(conn)
+        conn.execute(VIEW)
+        conn.execute(examples.SEAT_TABLES)
+    admin = AdminClient({"bootstrap.servers": kafka})
+    present = admin.list_topics(timeout=10).topics
+    for topic in (t.strip('[]"') for t in TOPICS.values()):
+        if topic in present:
+            admin.delete_topics([topic])[topic].result(timeout=30)
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{PREFIX}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    (STATE / "routes.toml").write_text(ROUTES)
+    console.print(f"[dim]fresh schema {SCHEMA!r}, topics and parking keys[/dim]")
+    return f"inorder-demo-{int(time.time())}"
+
+
+def metrics(port: int) -> dict[str, float]:
+    """Sum of each sample name on a process's /metrics (labels added up); {} if it is down."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def _lose_one_event(db: str) -> str:
+    """Two more seat changes for one subscription; the first is marked sent but never sent."""
+    with psycopg.connect(db) as conn:
+        with conn.transaction():
+            version = subs.add_seats(conn, "sub-000007", 3, topic=EVENTS_TOPIC)
+            conn.execute(
+                "UPDATE outbox SET published_at = now(), publish_count = 1 WHERE entity_type = "
+                "'seat_ledger' AND entity_id = 'sub-000007' AND generation = %s AND seq = %s",
+                (version.generation, version.seq),
+            )
+        subs.add_seats(conn, "sub-000007", 2, topic=EVENTS_TOPIC)
+    return f"seat_ledger:sub-000007 seq {version.seq}"
+
+
+def _lag(group: str) -> int:
+    _, kafka, _ = _urls()
+    reader = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    try:
+        parts = reader.list_topics(EVENTS_TOPIC, timeout=10).topics[EVENTS_TOPIC].partitions
+        tps = [TopicPartition(EVENTS_TOPIC, p) for p in parts]
+        total = 0
+        for tp in reader.committed(tps, timeout=10):
+            _, high = reader.get_watermark_offsets(tp, timeout=10)
+            total += high - max(tp.offset, 0)
+        return total
+    finally:
+        reader.close()
+
+
+def _settled(db: str, group: str) -> bool:
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL), (SELECT count(*) "
+            "FROM inorder_gaps WHERE status IN ('open', 'requested'))"
+        ).fetchone()
+    _, _, redis_url = _urls()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        parked = client.zcard(f"{PREFIX}:parkindex:seat_ledger")  # read directly, not the gauge
+    finally:
+        client.close()
+    return row == (0, 0) and parked == 0 and _lag(group) == 0
+
+
+def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Table:
+    totals: dict[str, float] = {}
+    for name in ("consumer-1", "consumer-2"):
+        for key, value in metrics(PROCESSES[name][1]).items():
+            totals[key] = totals.get(key, 0.0) + value
+    with psycopg.connect(db) as conn:
+        gaps = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'healed'), "
+            "max(extract(epoch FROM resolved_at - first_seen)) FROM inorder_gaps"
+        ).fetchone() or (0, 0, None)
+    parked_now = metrics(9402).get("events_parked_current", 0.0)
+    table = Table(title="inorder demo")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("events produced (outbox rows)", produced),
+        ("events consumed", int(totals.get("events_consumed_total", 0))),
+        ("events applied", int(totals.get("events_applied_total", 0))),
+        ("stale or duplicate (no-ops)", int(totals.get("events_stale_total", 0))),
+        ("parked: peak / now", f"{int(peak)} / {int(parked_now)}"),
+        ("event lost on purpose", lost),
+        ("gaps escalated / healed", f"{gaps[0]} / {gaps[1]}"),
+        ("time to heal (detection to healed)", f"{gaps[2] or 0:.1f} s"),
+        ("dead letters", int(totals.get("events_dead_lettered_total", 0))),
+        ("audit", f"{audit.entities} entities, {len(audit.divergences)} divergences, "
+                  f"{len(audit.unexplained)} unexplained"),
+    ]  # fmt: skip
+    for what, shown in rows:
+        table.add_row(what, str(shown))
+    return table
+
+
+def up(args: argparse.Namespace, console: Console) -> int:
+    """Run the whole scenario; 0 when the audit is clean."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    for name in PROCESSES:
+        stop(name)
+    group = reset(console)
+    db, _, _ = _urls()
+    env = _env(group)
+    for name in PROCESSES:
+        start(name, env)
+    console.print("started 2 relays, 2 consumers and a sweeper; generating load")
+    plan = loadgen.LoadPlan(args.entities, args.events, args.writers, prefix="sub-", seed=7)
+    peak = [0.0]
+    stop_sampling = threading.Event()
+
+    def sample() -> None:
+        while not stop_sampling.wait(0.5):
+            peak[0] = max(peak[0], metrics(9402).get("events_parked_current", 0.0))
+
+    def rebalance() -> None:
+        time.sleep(1.0)
+        stop("consumer-2")  # leaves the group: its partitions move to consumer-1
+        start("consumer-2", env)  # and joins again
+
+    threading.Thread(target=sample, daemon=True).start()
+    mover = threading.Thread(target=rebalance, daemon=True)
+    mover.start()
+    with console.status("load running"):
+        report = loadgen.run(db, plan, EVENTS_TOPIC)
+    mover.join()
+    lost = _lose_one_event(db)
+    console.print(
+        f"wrote {report.events} events at {report.events_per_s:,.0f}/s; lost {lost} on purpose"
+    )
+    deadline = time.monotonic() + args.settle_s
+    with console.status("waiting until every event is applied and the gap has healed"):
+        while not _settled(db, group):
+            if time.monotonic() > deadline:
+                console.print(f"[red]not settled after {args.settle_s}s; logs in {STATE}[/red]")
+                break
+            time.sleep(0.5)
+    stop_sampling.set()
+    with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
+        produced = outbox.execute("SELECT count(*) FROM outbox").fetchone()[0]  # type: ignore[index]
+        audit = Audit(outbox, views).run(parse_routes(ROUTES))
+    console.print(_summary(db, produced, peak[0], lost, audit))
+    for name, (_, port) in PROCESSES.items():
+        console.print(
+            f"  {name:<11} http://127.0.0.1:{port}/metrics   log {STATE / (name + '.log')}"
+        )
+    console.print("still running; `make down` stops them")
+    return 0 if not audit.unexplained and _settled(db, group) else 1
+
+
+def main() -> None:
+    """up or down."""
+    parser = argparse.ArgumentParser(prog="demo", description=__doc__)
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--entities", type=int, default=200)
+    parser.add_argument("--events", type=int, default=25, help="operations per entity")
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--settle-s", type=float, default=120.0)
+    args = parser.parse_args()
+    logs.configure("WARNING")
+    console = Console()
+    if args.command == "down":
+        for name in PROCESSES:
+            stop(name)
+        return
+    sys.exit(up(args, console))
+
+
+if __name__ == "__main__":
+    main()
