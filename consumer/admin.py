@@ -18,7 +18,7 @@ import orjson
 import psycopg
 from confluent_kafka import Consumer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from consumer import gaps
@@ -96,13 +96,14 @@ class Admin:
     def audit(self) -> None:
         """Compare the outbox with every route's tables; fail on unexplained divergences."""
         source = self.settings.outbox_database_url or self.settings.database_url
-        columns = (SpinnerColumn(), "{task.description}", "{task.completed} entities")
+        columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with (
             psycopg.connect(source.get_secret_value()) as outbox,
             Progress(*columns, console=self.console, disable=self.as_json) as progress,
         ):
-            task = progress.add_task("auditing")
-            report = Audit(outbox, self.io.conn, lambda: progress.advance(task)).run(self.routes)
+            audit = Audit(outbox, self.io.conn, lambda: progress.advance(task))
+            task = progress.add_task("auditing entities", total=audit.entities(self.routes))
+            report = audit.run(self.routes)
         if report.divergences:
             self.show("divergences", [asdict(d) for d in report.divergences])
         unexplained = len(report.unexplained)

@@ -172,17 +172,34 @@ class Audit:
             "WHERE entity_type = %s ORDER BY entity_id COLLATE \"C\", generation, seq"
         ), (route.stream,))  # fmt: skip
         applied = _stream(self.consumer, sql.SQL(
-            "SELECT l.entity_id, l.generation, l.seq FROM inorder_step_log l WHERE l.route = %s "
+            "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied "
+            "FROM inorder_step_log l JOIN inorder_step_progress p "
+            "ON p.route = l.route AND p.entity_id = l.entity_id WHERE l.route = %s "
             "ORDER BY l.entity_id COLLATE \"C\", l.generation, l.seq"
         ), (route.stream,))  # fmt: skip
         for entity, events, logged in _merge(sent, applied):
             self.report.entities += 1
             self.report.rows += len(events) + len(logged)
             self.tick()
-            done = {(g, s) for _, g, s in logged}
+            done = {(row[1], row[2]) for row in logged}
             missing = [e for e in events if (e[1], e[2]) not in done]
             if missing:
                 self._explain_missing(route.stream, entity, missing)
+            if logged:
+                _, log_gen, log_seq, gen, last = logged[-1]
+                if (gen, last) < (log_gen, log_seq):
+                    detail = f"progress {gen}/{last} is behind the log's {log_gen}/{log_seq}"
+                    self._diverge(route.stream, entity, detail, None)
+
+    def entities(self, routes: Sequence[Route]) -> int:
+        """How many entities the audit will go through (for a progress bar)."""
+        streams = [r.stream for r in routes]
+        row = self.outbox.execute(
+            "SELECT count(DISTINCT (entity_type, entity_id)) FROM outbox "
+            "WHERE entity_type = ANY(%s)",
+            (streams,),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _explain_missing(self, route: str, entity: str, missing: list[tuple[Any, ...]]) -> None:
         state = self.consumer.execute(

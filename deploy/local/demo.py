@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from consumer import examples, tables
@@ -281,8 +282,10 @@ def up(args: argparse.Namespace, console: Console) -> int:
     threading.Thread(target=sample, daemon=True).start()
     mover = threading.Thread(target=rebalance, daemon=True)
     mover.start()
-    with console.status("load running"):
-        report = loadgen.run(db, plan, EVENTS_TOPIC)
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("operations", total=plan.entities * plan.ops_per_entity)
+        report = loadgen.run(db, plan, EVENTS_TOPIC, lambda: progress.advance(task))
     mover.join()
     lost = _lose_one_event(db)
     console.print(
