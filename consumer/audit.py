@@ -203,7 +203,7 @@ class Audit:
 
     def _explain_missing(self, route: str, entity: str, missing: list[tuple[Any, ...]]) -> None:
         state = self.consumer.execute(
-            "SELECT p.held_at IS NOT NULL, p.stopped_at_seq, p.stop_reason, "
+            "SELECT p.generation, p.held_at IS NOT NULL, p.stopped_at_seq, p.stop_reason, "
             "(SELECT status || ' ' || from_seq || '..' || to_seq FROM inorder_gaps g "
             " WHERE g.route = p.route AND g.entity_id = p.entity_id "
             " AND g.status IN ('open', 'requested', 'unrecoverable')) "
@@ -217,14 +217,18 @@ class Audit:
         for _, generation, seq, unpublished, failure in missing:
             if any(g == generation and a <= seq <= b for g, a, b in skips):
                 continue  # a person decided these seqs will never come
-            cause = _step_cause(state, seq, unpublished, failure)
+            cause = _step_cause(state, generation, seq, unpublished, failure)
             self._diverge(route, entity, f"seq {generation}/{seq} not applied", cause)
 
 
-def _step_cause(state: Any, seq: int, unpublished: bool, failure: str | None) -> str | None:
+def _step_cause(
+    state: Any, generation: int, seq: int, unpublished: bool, failure: str | None
+) -> str | None:
     """The first known state that accounts for a step not applied, or None."""
-    held, stopped_at, reason, gap = state if state is not None else (False, None, None, None)
+    current, held, stopped_at, reason, gap = state or (generation, False, None, None, None)
     causes = [
+        # A newer generation's seq 1 arrived first and started the entity over.
+        (generation < current, f"generation {generation} superseded by re-creation ({current})"),
         (unpublished, "not published yet"),
         (bool(failure), f"outbox row failed: {failure}"),
         (

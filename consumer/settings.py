@@ -43,9 +43,10 @@ class ConsumerSettings(KafkaClientSettings):
     park_store_trusted: bool = False
     # Events refused by a full parking set go here, with the reason.
     held_topic: str = DEFAULT_TOPICS.held
-    # Messages taken per poll, and how long one poll may wait for them.
+    # Messages taken per poll, and how long one poll may wait for them: a batch that does
+    # not fill waits this long, so it bounds the latency a quiet stream adds.
     batch_size: int = Field(default=1000, ge=1, le=100_000)
-    poll_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    poll_timeout_ms: int = Field(default=100, ge=1, le=60_000)
     # Values larger are dead-lettered as too large (the codec's cap).
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
     # Dead-letter copies are cut to this size; the original stays in its topic.

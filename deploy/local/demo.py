@@ -10,6 +10,7 @@ everything has settled, prints a summary and leaves the processes running.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -72,8 +73,10 @@ kind = "step"
 "seat_ledger.opened" = "consumer.examples:open_ledger"
 "seat_ledger.seats_added" = "consumer.examples:add_seats"
 """
+# seen_at is when a subscription's row first appeared: the end-to-end benchmark reads it.
 VIEW = """CREATE TABLE IF NOT EXISTS billing_view (subscription_id text PRIMARY KEY,
-generation bigint NOT NULL, seq bigint NOT NULL, plan text, price_cents integer, status text)"""
+generation bigint NOT NULL, seq bigint NOT NULL, plan text, price_cents integer, status text,
+seen_at timestamptz NOT NULL DEFAULT clock_timestamp())"""
 
 
 def _urls() -> tuple[str, str, str]:
@@ -255,23 +258,30 @@ def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Tabl
     return table
 
 
-def up(args: argparse.Namespace, console: Console) -> int:
-    """Run the whole scenario; 0 when the audit is clean."""
+def _start_all(console: Console) -> tuple[str, dict[str, str]]:
+    """Stop an earlier demo, reset its data, start every process; the group and environment."""
     STATE.mkdir(parents=True, exist_ok=True)
     for name in PROCESSES:
         stop(name)
+        (STATE / f"{name}.log").unlink(missing_ok=True)
     group = reset(console)
-    db, _, _ = _urls()
     env = _env(group)
     for name in PROCESSES:
         start(name, env)
     console.print("started 2 relays, 2 consumers and a sweeper; generating load")
+    return group, env
+
+
+def _load(
+    args: argparse.Namespace, console: Console, db: str, env: dict[str, str]
+) -> tuple[float, str]:
+    """Load with a consumer restart midway (a rebalance); the parked peak and the lost event."""
     plan = loadgen.LoadPlan(args.entities, args.events, args.writers, prefix="sub-", seed=7)
     peak = [0.0]
-    stop_sampling = threading.Event()
+    sampling = threading.Event()
 
     def sample() -> None:
-        while not stop_sampling.wait(0.5):
+        while not sampling.wait(0.5):
             peak[0] = max(peak[0], metrics(9402).get("events_parked_current", 0.0))
 
     def rebalance() -> None:
@@ -291,24 +301,53 @@ def up(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"wrote {report.events} events at {report.events_per_s:,.0f}/s; lost {lost} on purpose"
     )
+    sampling.set()
+    return peak[0], lost
+
+
+def _settle(args: argparse.Namespace, console: Console, db: str, group: str) -> bool:
     deadline = time.monotonic() + args.settle_s
     with console.status("waiting until every event is applied and the gap has healed"):
         while not _settled(db, group):
             if time.monotonic() > deadline:
                 console.print(f"[red]not settled after {args.settle_s}s; logs in {STATE}[/red]")
-                break
+                return False
             time.sleep(0.5)
-    stop_sampling.set()
+    return True
+
+
+def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any]:
     with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
         produced = outbox.execute("SELECT count(*) FROM outbox").fetchone()[0]  # type: ignore[index]
         audit = Audit(outbox, views).run(parse_routes(ROUTES))
-    console.print(_summary(db, produced, peak[0], lost, audit))
+    if audit.divergences:
+        table = Table("stream", "entity", "divergence", "likely cause", title="audit divergences")
+        for d in audit.divergences[:50]:
+            table.add_row(d.route, d.entity_id, d.detail, d.cause or "[red]unexplained[/red]")
+        console.print(table)
+    console.print(_summary(db, produced, peak, lost, audit))
     for name, (_, port) in PROCESSES.items():
         console.print(
             f"  {name:<11} http://127.0.0.1:{port}/metrics   log {STATE / (name + '.log')}"
         )
     console.print("still running; `make down` stops them")
-    return 0 if not audit.unexplained and _settled(db, group) else 1
+    return produced, audit
+
+
+def up(args: argparse.Namespace, console: Console) -> int:
+    """Run the whole scenario; 0 when everything settled and the audit is clean."""
+    db, _, _ = _urls()
+    group, env = _start_all(console)
+    started = time.monotonic()
+    peak, lost = _load(args, console, db, env)
+    settled = _settle(args, console, db, group)
+    seconds = time.monotonic() - started
+    produced, audit = _report(console, db, peak, lost)
+    if args.summary_json:
+        figures = {"events": produced, "seconds_to_settled": seconds, "settled": settled,
+                   "unexplained": len(audit.unexplained)}  # fmt: skip
+        Path(args.summary_json).write_text(json.dumps(figures))
+    return 0 if not audit.unexplained and settled else 1
 
 
 def main() -> None:
@@ -319,6 +358,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=25, help="operations per entity")
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--settle-s", type=float, default=120.0)
+    parser.add_argument("--summary-json", help="also write the key figures to this file")
     args = parser.parse_args()
     logs.configure("WARNING")
     console = Console()
