@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -320,10 +322,18 @@ def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any
     with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
         produced = outbox.execute("SELECT count(*) FROM outbox").fetchone()[0]  # type: ignore[index]
         audit = Audit(outbox, views).run(parse_routes(ROUTES))
-    if audit.divergences:
-        table = Table("stream", "entity", "divergence", "likely cause", title="audit divergences")
-        for d in audit.divergences[:50]:
-            table.add_row(d.route, d.entity_id, d.detail, d.cause or "[red]unexplained[/red]")
+    causes = Counter(
+        re.sub(r"\(\d+\)|\d+\.\.\d+", "…", d.cause) for d in audit.divergences if d.cause
+    )
+    if causes:
+        table = Table("likely cause", "divergences", title="explained divergences")
+        for cause, n in causes.most_common():
+            table.add_row(cause, str(n))
+        console.print(table)
+    if audit.unexplained:
+        table = Table("stream", "entity", "divergence", title="[red]unexplained divergences[/red]")
+        for d in audit.unexplained[:50]:
+            table.add_row(d.route, d.entity_id, d.detail)
         console.print(table)
     console.print(_summary(db, produced, peak, lost, audit))
     for name, (_, port) in PROCESSES.items():
