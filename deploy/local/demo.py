@@ -322,9 +322,8 @@ def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any
     with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
         produced = outbox.execute("SELECT count(*) FROM outbox").fetchone()[0]  # type: ignore[index]
         audit = Audit(outbox, views).run(parse_routes(ROUTES))
-    causes = Counter(
-        re.sub(r"\(\d+\)|\d+\.\.\d+", "…", d.cause) for d in audit.divergences if d.cause
-    )
+    # Alike causes counted together: numbers (generations, ranges) are left out.
+    causes = Counter(re.sub(r"\d+", "N", d.cause) for d in audit.divergences if d.cause)
     if causes:
         table = Table("likely cause", "divergences", title="explained divergences")
         for cause, n in causes.most_common():
