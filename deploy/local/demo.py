@@ -307,15 +307,18 @@ def _load(
     return peak[0], lost
 
 
-def _settle(args: argparse.Namespace, console: Console, db: str, group: str) -> bool:
+def _settle(args: argparse.Namespace, console: Console, db: str, group: str) -> tuple[bool, float]:
+    """Wait until everything is applied and healed; also the parked peak meanwhile."""
     deadline = time.monotonic() + args.settle_s
+    peak = 0.0
     with console.status("waiting until every event is applied and the gap has healed"):
         while not _settled(db, group):
+            peak = max(peak, metrics(9402).get("events_parked_current", 0.0))
             if time.monotonic() > deadline:
                 console.print(f"[red]not settled after {args.settle_s}s; logs in {STATE}[/red]")
-                return False
+                return False, peak
             time.sleep(0.5)
-    return True
+    return True, peak
 
 
 def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any]:
@@ -349,7 +352,8 @@ def up(args: argparse.Namespace, console: Console) -> int:
     group, env = _start_all(console)
     started = time.monotonic()
     peak, lost = _load(args, console, db, env)
-    settled = _settle(args, console, db, group)
+    settled, settling_peak = _settle(args, console, db, group)
+    peak = max(peak, settling_peak)
     seconds = time.monotonic() - started
     produced, audit = _report(console, db, peak, lost)
     if args.summary_json:
