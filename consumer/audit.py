@@ -140,7 +140,7 @@ class Audit:
             "not published yet"
             if unpublished
             else (f"outbox row failed: {failure}" if failure else None)
-        )
+        ) or self._dead_letter(route.stream, entity, generation, seq)
         if row is None:
             self._diverge(
                 route.stream, entity, f"no row; newest event is {generation}/{seq}", cause
@@ -201,6 +201,14 @@ class Audit:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def _dead_letter(self, stream: str, entity: str, generation: int, seq: int) -> str | None:
+        row = self.consumer.execute(
+            "SELECT reason FROM inorder_dead_letters WHERE entity_type = %s AND entity_id = %s "
+            "AND generation = %s AND seq = %s LIMIT 1",
+            (stream, entity, generation, seq),
+        ).fetchone()
+        return f"dead-lettered: {row[0]}" if row else None
+
     def _explain_missing(self, route: str, entity: str, missing: list[tuple[Any, ...]]) -> None:
         state = self.consumer.execute(
             "SELECT p.generation, p.held_at IS NOT NULL, p.stopped_at_seq, p.stop_reason, "
@@ -218,6 +226,7 @@ class Audit:
             if any(g == generation and a <= seq <= b for g, a, b in skips):
                 continue  # a person decided these seqs will never come
             cause = _step_cause(state, generation, seq, unpublished, failure)
+            cause = cause or self._dead_letter(route, entity, generation, seq)
             self._diverge(route, entity, f"seq {generation}/{seq} not applied", cause)
 
 

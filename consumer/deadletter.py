@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from confluent_kafka import Message, Producer
 
 from consumer import metrics
 from consumer.errors import DependencyDownError
-from schemas import headers
+from schemas import DecodeError, decode, headers
 
 # Reason codes of the consumer's own (the codec's come from schemas.codec).
 UNKNOWN_STREAM = "unknown_stream"
@@ -54,6 +56,28 @@ def letter(
         out.append((headers.DLQ_TRUNCATED_FROM, str(len(value))))
         value = value[:max_value_bytes]
     return message.key(), value, out
+
+
+def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None:
+    """Keep a row per dead-lettered event whose entity is known, for the audit to explain it."""
+    rows = []
+    for dead in letters:
+        try:
+            event = decode(dead.message.value())
+        except DecodeError:
+            continue  # not an event: nothing in the projections or step logs to explain
+        m = dead.message
+        rows.append((event.entity_type, event.entity_id, event.generation, event.seq,
+                     event.event_id, dead.reason, dead.detail[:1000], m.topic() or "",
+                     m.partition() or 0, m.offset() or 0))  # fmt: skip
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO inorder_dead_letters (entity_type, entity_id, generation, seq, "
+                "event_id, reason, detail, topic, kafka_partition, kafka_offset) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows,
+            )
 
 
 def send(

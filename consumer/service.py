@@ -76,8 +76,7 @@ class ConsumerService:
                 for s, r in self.router.routes.items()
                 if isinstance(r, ProjectionRoute)
             }
-            if self._stores:
-                tables.create(conn)
+            tables.create(conn)
         except Exception:
             conn.close()
             raise
@@ -250,6 +249,7 @@ class ConsumerService:
             self._producer, self.settings.held_topic, pipeline.held_letters(prepared, held),
             self.settings.dead_letter_max_value_bytes,
         )  # fmt: skip
+        deadletter.record(self._conn, prepared.dead + refused)
         if refused or prepared.dead:
             for dead in prepared.dead + refused:
                 log.warning(

@@ -11,6 +11,21 @@ from typing import Any
 import psycopg
 
 DDL = """
+CREATE TABLE IF NOT EXISTS inorder_dead_letters (
+    entity_type   text        NOT NULL,
+    entity_id     text        NOT NULL,
+    generation    bigint      NOT NULL,
+    seq           bigint      NOT NULL,
+    event_id      text        NOT NULL,
+    reason        text        NOT NULL,
+    detail        text        NOT NULL,
+    topic         text        NOT NULL,
+    kafka_partition integer   NOT NULL,
+    kafka_offset  bigint      NOT NULL,
+    recorded_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS inorder_dead_letters_entity
+    ON inorder_dead_letters (entity_type, entity_id, generation, seq);
 CREATE TABLE IF NOT EXISTS inorder_step_progress (
     route          text        NOT NULL,
     entity_id      text        NOT NULL,

@@ -74,3 +74,27 @@ def test_steps_waiting_behind_an_unrecoverable_gap_are_explained(
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"cause": "gap unrecoverable 8..8"' in done.stdout
     assert '"unexplained": 0' in done.stdout
+
+
+def test_dead_lettered_event_is_explained(settled: sw.Pipeline, pg_schema: PgSchema) -> None:
+    """An event the projection table refused is dead-lettered, and the audit names that cause."""
+    with pg_schema.connect() as conn:
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+            "payload) "
+            "VALUES (%s, 'subscription', 's3', 1, 'subscription.imported', 's3:1', "
+            '\'{"plan": "pro", "price_cents": "lots", "status": "active"}\')',
+            (settled.topics.events,),
+        )
+        conn.commit()
+    with sw.running(settled, sweeper=False):
+        wait_until(lambda: _dead_letters(pg_schema) == 1, timeout_s=30)
+    done = sw.admin(settled, "--json", "audit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"cause": "dead-lettered: projection_rejected"' in done.stdout
+
+
+def _dead_letters(db: PgSchema) -> int:
+    with db.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM inorder_dead_letters").fetchone()
+    return int(row[0]) if row else 0
