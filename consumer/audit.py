@@ -135,34 +135,30 @@ class Audit:
                 route.stream, entity, "row has no event in the outbox", "purged from the outbox"
             )
             return
-        _, generation, seq, payload, unpublished, failure = event
-        cause = (
-            "not published yet"
-            if unpublished
-            else (f"outbox row failed: {failure}" if failure else None)
-        ) or self._dead_letter(route.stream, entity, generation, seq)
+        _, generation, seq, payload, _, _ = event
         if row is None:
-            self._diverge(
-                route.stream, entity, f"no row; newest event is {generation}/{seq}", cause
-            )
+            detail = f"no row; newest event is {generation}/{seq}"
+        elif (row[1], row[2]) != (generation, seq):
+            detail = f"row at {row[1]}/{row[2]}, newest event {generation}/{seq}"
+        else:
+            for column, path, value in zip(
+                route.columns, route.columns.values(), row[3:], strict=True
+            ):
+                expected = field_value(payload, path)
+                if value != expected:
+                    detail = f"column {column} is {value!r}, event says {expected!r}"
+                    self._diverge(route.stream, entity, detail, None)
             return
-        if (row[1], row[2]) != (generation, seq):
-            self._diverge(
-                route.stream,
-                entity,
-                f"row at {row[1]}/{row[2]}, newest event {generation}/{seq}",
-                cause,
-            )
-            return
-        for column, path, value in zip(route.columns, route.columns.values(), row[3:], strict=True):
-            expected = field_value(payload, path)
-            if value != expected:
-                self._diverge(
-                    route.stream,
-                    entity,
-                    f"column {column} is {value!r}, event says {expected!r}",
-                    None,
-                )
+        self._diverge(route.stream, entity, detail, self._projection_cause(route, entity, event))
+
+    def _projection_cause(self, route: ProjectionRoute, entity: str, event: Any) -> str | None:
+        """Why a row lags its newest event (looked up only when it does)."""
+        _, generation, seq, _, unpublished, failure = event
+        if unpublished:
+            return "not published yet"
+        if failure:
+            return f"outbox row failed: {failure}"
+        return self._dead_letter(route.stream, entity, generation, seq)
 
     # ------------------------------------------------------------------ steps
 

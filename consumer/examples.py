@@ -1,7 +1,9 @@
-"""Step functions for the example subscription service (``producer.subscriptions``).
+"""The consumer side of the example subscription service (``producer.subscriptions``).
 
-Seats arrive as deltas, so every ``seat_ledger`` event must be applied once and in order:
-a step route. ``SEAT_TABLES`` is their DDL; the demo and tests create it.
+Subscriptions carry their full state, so a projection keeps the newest (``BILLING_VIEW``,
+``PROJECTION_ROUTE``). Seats arrive as deltas, so every ``seat_ledger`` event must be
+applied once and in order: a step route (``STEP_ROUTE``, the functions below,
+``SEAT_TABLES``). The demo and the tests use these.
 """
 
 from __future__ import annotations
@@ -11,6 +13,40 @@ from typing import Any
 import psycopg
 
 from schemas import Event
+
+# seen_at is when a subscription's row first appeared (the end-to-end benchmark reads it).
+BILLING_VIEW = """
+CREATE TABLE IF NOT EXISTS billing_view (
+    subscription_id text        PRIMARY KEY,
+    generation      bigint      NOT NULL,
+    seq             bigint      NOT NULL,
+    plan            text,
+    price_cents     integer,
+    status          text,
+    seen_at         timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+PROJECTION_ROUTE = """
+[[route]]
+stream = "subscription"
+kind = "projection"
+table = "billing_view"
+key = "subscription_id"
+[route.columns]
+plan = "plan"
+price_cents = "price_cents"
+status = "status"
+"""
+
+STEP_ROUTE = """
+[[route]]
+stream = "seat_ledger"
+kind = "step"
+[route.handlers]
+"seat_ledger.opened" = "consumer.examples:open_ledger"
+"seat_ledger.seats_added" = "consumer.examples:add_seats"
+"""
 
 SEAT_TABLES = """
 CREATE TABLE IF NOT EXISTS seat_totals (

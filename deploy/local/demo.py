@@ -58,27 +58,7 @@ PROCESSES = {
     "consumer-1": ("inorder-consumer", 9401), "consumer-2": ("inorder-consumer", 9411),
     "sweeper": ("inorder-sweeper", 9402),
 }  # fmt: skip
-ROUTES = """[[route]]
-stream = "subscription"
-kind = "projection"
-table = "billing_view"
-key = "subscription_id"
-[route.columns]
-plan = "plan"
-price_cents = "price_cents"
-status = "status"
-
-[[route]]
-stream = "seat_ledger"
-kind = "step"
-[route.handlers]
-"seat_ledger.opened" = "consumer.examples:open_ledger"
-"seat_ledger.seats_added" = "consumer.examples:add_seats"
-"""
-# seen_at is when a subscription's row first appeared: the end-to-end benchmark reads it.
-VIEW = """CREATE TABLE IF NOT EXISTS billing_view (subscription_id text PRIMARY KEY,
-generation bigint NOT NULL, seq bigint NOT NULL, plan text, price_cents integer, status text,
-seen_at timestamptz NOT NULL DEFAULT clock_timestamp())"""
+ROUTES = examples.PROJECTION_ROUTE + examples.STEP_ROUTE
 
 
 def _urls() -> tuple[str, str, str]:
@@ -154,7 +134,7 @@ def reset(console: Console) -> str:
     with psycopg.connect(db, autocommit=True) as conn:
         migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
         tables.create(conn)
-        conn.execute(VIEW)
+        conn.execute(examples.BILLING_VIEW)
         conn.execute(examples.SEAT_TABLES)
     admin = AdminClient({"bootstrap.servers": kafka})
     present = admin.list_topics(timeout=10).topics

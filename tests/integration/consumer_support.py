@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
+from consumer import examples
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
@@ -22,28 +23,8 @@ from schemas.health import Health
 from tests.conftest import PgSchema
 from tests.support.threads import serving
 
-BILLING_VIEW = """
-CREATE TABLE billing_view (
-    subscription_id text PRIMARY KEY,
-    generation bigint NOT NULL,
-    seq bigint NOT NULL,
-    plan text,
-    price_cents integer,
-    status text
-)
-"""
-
-ROUTES = """
-[[route]]
-stream = "subscription"
-kind = "projection"
-table = "billing_view"
-key = "subscription_id"
-[route.columns]
-plan = "plan"
-price_cents = "price_cents"
-status = "status"
-"""
+BILLING_VIEW = examples.BILLING_VIEW
+ROUTES = examples.PROJECTION_ROUTE
 
 PLANS = ("free", "basic", "pro", "enterprise")
 
