@@ -7,11 +7,8 @@ from confluent_kafka import KafkaError, TopicPartition
 from consumer.offsets import Offsets
 
 
-def _tp(partition: int, offset: int = -1001, error: KafkaError | None = None) -> TopicPartition:
-    tp = TopicPartition("events", partition, offset)
-    if error is not None:
-        tp.error = error
-    return tp
+def _tp(partition: int, offset: int = -1001) -> TopicPartition:
+    return TopicPartition("events", partition, offset)
 
 
 def test_failed_async_commit_is_retried_with_the_latest_done_offset() -> None:
