@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from outbox_relay import metrics, store
 from outbox_relay.errors import RowProblem
-from outbox_relay.kafka import send
+from outbox_relay.kafka import Sent, send
 from outbox_relay.rows import Message, OutboxRow, to_message
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
@@ -61,6 +61,24 @@ def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
     )  # fmt: skip
 
 
+def deliver(
+    conn: Conn, producer: Producer, rows: list[OutboxRow], settings: RelaySettings,
+    schemas: PayloadSchemas, republish_request: str | None = None,
+) -> tuple[Sent, list[int]]:  # fmt: skip
+    """Send rows in the caller's transaction: mark the ones Kafka took, fail the ones it never will.
+
+    Returns what Kafka reported and the ids of every row marked failed (unsendable or refused).
+    """
+    messages, failed = prepare(conn, rows, settings, schemas, republish_request)
+    by_id = {row.id: row for row in rows}
+    created = {row.id: row.created_at.timestamp() for row in rows}
+    sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
+    for row_id, reason in sent.rejected:
+        fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
+    store.mark_published(conn, sent.delivered)
+    return sent, failed + [row_id for row_id, _ in sent.rejected]
+
+
 def publish_batch(
     conn: Conn, producer: Producer, settings: RelaySettings, schemas: PayloadSchemas
 ) -> BatchOutcome:
@@ -73,13 +91,7 @@ def publish_batch(
         rows = store.claim(conn, settings.batch_size)
         if not rows:
             return BatchOutcome(0, 0, 0, 0)
-        messages, failed = prepare(conn, rows, settings, schemas)
-        by_id = {row.id: row for row in rows}
-        created = {row.id: row.created_at.timestamp() for row in rows}
-        sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
-        for row_id, reason in sent.rejected:
-            fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
-        store.mark_published(conn, sent.delivered)
+        sent, failed = deliver(conn, producer, rows, settings, schemas)
     metrics.PUBLISHED.inc(len(sent.delivered))
     for _, reason in sent.failed:
         metrics.PUBLISH_FAILURES.labels(reason).inc()
@@ -88,6 +100,4 @@ def publish_batch(
             "kafka_delivery_failed", rows=len(sent.failed), reason=sent.failed[0][1],
             published=len(sent.delivered),
         )  # fmt: skip
-    return BatchOutcome(
-        len(rows), len(sent.delivered), len(failed) + len(sent.rejected), len(sent.failed)
-    )
+    return BatchOutcome(len(rows), len(sent.delivered), len(failed), len(sent.failed))

@@ -11,8 +11,7 @@ from confluent_kafka import Producer
 
 from outbox_relay import metrics, store
 from outbox_relay.errors import RelayError
-from outbox_relay.kafka import send
-from outbox_relay.publisher import fail, prepare
+from outbox_relay.publisher import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
@@ -82,16 +81,10 @@ def answer(
         rows, failed = store.rows_in_range(conn, *key)
         by_id = {row.id: row for row in rows}
         if not repeat and rows:
-            messages, unsendable = prepare(conn, rows, settings, schemas, request.request_id)
-            failed += [by_id[row_id].seq for row_id in unsendable]
-            created = {row.id: row.created_at.timestamp() for row in rows}
-            sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
-            for row_id, reason in sent.rejected:
-                fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
-                failed.append(by_id[row_id].seq)
-            if sent.failed:
+            sent, unsendable = deliver(conn, producer, rows, settings, schemas, request.request_id)
+            if sent.failed:  # rolls the marks back with the transaction; the request is retried
                 raise RepublishDeliveryError(f"{len(sent.failed)} re-sent rows not delivered")
-            store.mark_published(conn, sent.delivered)
+            failed += [by_id[row_id].seq for row_id in unsendable]
             resent = sorted(by_id[row_id].seq for row_id in sent.delivered)
     present = {row.seq for row in rows} | set(failed)
     result = RepublishResult(
