@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 
 import psycopg
 import redis
@@ -19,7 +17,7 @@ from consumer.settings import ConsumerSettings, SweeperSettings
 from consumer.sweeper import Sweeper
 from schemas import logs
 from schemas.config import load_or_exit
-from schemas.health import Health, serve
+from schemas.health import Health, run_until_stopped
 
 CONSUMER = "inorder-consumer"
 
@@ -65,27 +63,16 @@ def main(argv: list[str] | None = None) -> None:
         _fail(CONSUMER, [str(exc)])
     except (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError) as exc:
         log.warning("dependency_unavailable", error=str(exc).strip().splitlines()[0], at="start")
-    try:
-        server = serve(health, settings.http_host, settings.http_port)
-    except OSError as exc:
-        _fail(CONSUMER, [f"cannot serve on {settings.http_host}:{settings.http_port} "
-                         f"({exc.strerror}); set INORDER_HTTP_PORT"])  # fmt: skip
-        return
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("consumer_stopping", signal=signal.Signals(signum).name)
-        service.stop()
+    def run() -> None:
+        try:
+            service.run()
+        except RoutesError as exc:
+            _fail(CONSUMER, exc.problems)
+        except StoreNotDurableError as exc:
+            _fail(CONSUMER, [str(exc)])
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    log.info("http_serving", host=settings.http_host, port=server.server_address[1])
-    try:
-        service.run()
-    except RoutesError as exc:
-        _fail(CONSUMER, exc.problems)
-    except StoreNotDurableError as exc:
-        _fail(CONSUMER, [str(exc)])
-    server.shutdown()
+    run_until_stopped(CONSUMER, health, settings.http_host, settings.http_port, run, service.stop)
 
 
 SWEEPER = "inorder-sweeper"
@@ -110,21 +97,10 @@ def sweeper_main(argv: list[str] | None = None) -> None:
     except (psycopg.OperationalError, redis.ConnectionError) as exc:
         _fail(SWEEPER, [f"cannot start: {str(exc).strip().splitlines()[0]}"])
         return
-    server = serve(health, settings.http_host, settings.http_port)
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("sweeper_stopping", signal=signal.Signals(signum).name)
-        sweeper.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    log.info(
-        "sweeper_started",
-        port=server.server_address[1],
-        holder=sweeper.io.lease.holder,
+    log.info("sweeper_started", holder=sweeper.io.lease.holder)
+    run_until_stopped(
+        SWEEPER, health, settings.http_host, settings.http_port, sweeper.run, sweeper.stop
     )
-    sweeper.run()
-    server.shutdown()
 
 
 ADMIN = "inorder-admin"
