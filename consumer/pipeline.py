@@ -24,7 +24,8 @@ class Prepared:
     messages: Sequence[Message]
     by_stream: Mapping[str, list[Event]]
     dead: list[DeadLetter]
-    timestamps: Mapping[str, float]
+    # The message each event came in (by event id), and its value, for parking.
+    by_event: Mapping[str, Message]
     raw: Mapping[str, bytes]
 
 
@@ -32,7 +33,7 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
     """Decode every message; undecodable ones and those of unrouted streams become dead letters."""
     events: list[Event | None] = []
     dead: list[DeadLetter] = []
-    stamps: dict[str, float] = {}
+    by_event: dict[str, Message] = {}
     raw: dict[str, bytes] = {}
     for message in messages:
         try:
@@ -42,7 +43,7 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
             events.append(None)
         else:
             events.append(event)
-            stamps[event.event_id] = message.timestamp()[1] / 1000
+            by_event[event.event_id] = message
             raw[event.event_id] = message.value() or b""
     routed = router.split(events)
     for index in routed.unrouted:
@@ -52,7 +53,7 @@ def prepare(messages: Sequence[Message], router: Router, max_bytes: int) -> Prep
                 messages[index], deadletter.UNKNOWN_STREAM, f"no route for stream {stream!r}"
             )
         )
-    return Prepared(messages, routed.by_stream, dead, stamps, raw)
+    return Prepared(messages, routed.by_stream, dead, by_event, raw)
 
 
 def apply_projections(
@@ -62,7 +63,6 @@ def apply_projections(
 
     Metrics are counted only after the transaction committed.
     """
-    by_event: dict[str, Message] = {}
     outcomes = []
     with conn.transaction():
         for stream, events in prepared.by_stream.items():
@@ -75,11 +75,10 @@ def apply_projections(
         for event_type, count in Counter(e.event_type for e in outcome.stale).items():
             metrics.STALE.labels(event_type).inc(count)
         for event in outcome.applied:
-            metrics.APPLY_LATENCY.observe(max(0.0, now - prepared.timestamps[event.event_id]))
-        if outcome.rejected and not by_event:
-            by_event = _message_by_event(prepared)
+            sent_at = prepared.by_event[event.event_id].timestamp()[1] / 1000
+            metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
         refused += [
-            DeadLetter(by_event[e.event_id], deadletter.PROJECTION_REJECTED, reason)
+            DeadLetter(prepared.by_event[e.event_id], deadletter.PROJECTION_REJECTED, reason)
             for e, reason in outcome.rejected
         ]
     return refused
@@ -87,24 +86,14 @@ def apply_projections(
 
 def held_letters(prepared: Prepared, held: Sequence[Event]) -> list[DeadLetter]:
     """Dead-letter copies (for the held topic) of events a full parking set refused."""
-    if not held:
-        return []
-    by_event = _message_by_event(prepared)
     return [
-        DeadLetter(by_event[e.event_id], deadletter.PARK_CAP_REACHED, f"entity {e.entity_id} "
-                   f"has reached its parking cap at seq {e.seq}")
+        DeadLetter(
+            prepared.by_event[e.event_id],
+            deadletter.PARK_CAP_REACHED,
+            f"entity {e.entity_id} has reached its parking cap at seq {e.seq}",
+        )
         for e in held
-    ]  # fmt: skip
-
-
-def _message_by_event(prepared: Prepared) -> dict[str, Message]:
-    out = {}
-    for message in prepared.messages:
-        try:
-            out[decode(message.value()).event_id] = message
-        except DecodeError:
-            continue
-    return out
+    ]
 
 
 def next_offsets(messages: Sequence[Message]) -> list[TopicPartition]:
