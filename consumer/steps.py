@@ -177,16 +177,7 @@ class StepStore:
 
     def claim(self, conn: Conn, entity_id: str, start: Progress, end: Progress | None) -> bool:
         """Advance progress from ``start`` to ``end`` only if it is still at ``start``."""
-        if end is None:
-            return False
-        found = conn.execute(
-            "UPDATE inorder_step_progress SET generation = %s, last_applied = %s, "
-            "updated_at = now() WHERE route = %s AND entity_id = %s AND generation = %s "
-            "AND last_applied = %s AND stopped_at_seq IS NULL RETURNING 1",
-            (end.generation, end.last_applied, self.route.stream, entity_id,
-             start.generation, start.last_applied),
-        ).fetchone()  # fmt: skip
-        return found is not None
+        return end is not None and entity_id in self.claim_many(conn, [(entity_id, start, end)])
 
     def claim_many(self, conn: Conn, claims: Sequence[tuple[str, Progress, Progress]]) -> set[str]:
         """``claim`` for many entities in one statement; returns the entities claimed."""
