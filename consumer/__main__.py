@@ -10,6 +10,7 @@ import structlog
 from rich.console import Console
 
 from consumer import admin, admin_cli
+from consumer.batch_admin import BatchAdminError
 from consumer.errors import RoutesError, StoreNotDurableError
 from consumer.routes import Route, parse_routes
 from consumer.service import ConsumerService
@@ -114,7 +115,7 @@ def admin_main(argv: list[str] | None = None) -> None:
     logs.configure("WARNING")
     try:
         admin_cli.run(args, settings, Console())
-    except admin.AdminError as exc:
+    except (admin.AdminError, BatchAdminError) as exc:
         sys.stderr.write(f"{ADMIN}: {exc}\n")
         raise SystemExit(1) from None
     except RoutesError as exc:

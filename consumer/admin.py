@@ -23,6 +23,7 @@ from rich.table import Table
 
 from consumer import gaps
 from consumer.audit import Audit
+from consumer.batch_admin import BatchAdmin
 from consumer.errors import ConsumerError
 from consumer.routes import StepRoute, parse_routes
 from consumer.settings import SweeperSettings
@@ -49,6 +50,7 @@ class Admin:
         self.io = self.sweeper.io
         self.console = console
         self.as_json = as_json
+        self.batches = BatchAdmin(self.sweeper.batches, self.io.conn, self.show)
 
     # ------------------------------------------------------------------ output
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import getpass
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 
 from consumer.admin import Admin
+from consumer.batch_admin import BatchAdmin
 from consumer.settings import SweeperSettings
 
 
@@ -46,7 +48,34 @@ def _parser() -> argparse.ArgumentParser:
         cmd = review.add_parser(action, help=what)
         cmd.add_argument("entity", help="stream:entity_id")
         cmd.add_argument("--by", default=getpass.getuser())
+    _batch_commands(sub)
     return parser
+
+
+def _batch_commands(sub: Any) -> None:
+    b = sub.add_parser("batches", help="batch manifests and decisions").add_subparsers(
+        dest="action", required=True
+    )
+    listing = b.add_parser("list")
+    listing.add_argument(
+        "--status", choices=["waiting", "complete", "incomplete", "held", "inconsistent", "halted"]
+    )
+    listing.add_argument("--limit", type=int, default=50)
+    show = b.add_parser("show", help="a manifest, position by position")
+    decide = b.add_parser("decide", help="release a held batch as incomplete")
+    retry = b.add_parser(
+        "confirm-retry", help="an uncertain or failed position: retry it, or confirm it applied"
+    )
+    retry.add_argument("--applied", metavar="RESULT_REF",
+                       help="the earlier write did take effect, with this result")  # fmt: skip
+    for cmd in (listing, show, decide, retry):
+        cmd.add_argument("--route", help="the batch route (needed when there are several)")
+    for cmd in (show, decide, retry):
+        cmd.add_argument("batch_id")
+    retry.add_argument("position", type=int)
+    for cmd in (decide, retry):
+        cmd.add_argument("--by", default=getpass.getuser())
+        cmd.add_argument("--reason", required=True)
 
 
 def run(argv: Sequence[str], settings: SweeperSettings, console: Console) -> None:
@@ -83,6 +112,23 @@ def _dispatch(admin: Admin, args: argparse.Namespace) -> None:
             admin.review_list()
         case ("review", action):
             admin.review(args.entity, action == "confirm", args.by)
+        case ("batches", _):
+            _dispatch_batches(admin.batches, args)
+
+
+def _dispatch_batches(batches: BatchAdmin, args: argparse.Namespace) -> None:
+    match args.action:
+        case "list":
+            batches.listing(args.route, args.status, args.limit)
+        case "show":
+            batches.manifest(args.route, args.batch_id)
+        case "decide":
+            batches.decide(args.route, args.batch_id, args.by, args.reason)
+        case "confirm-retry":
+            batches.confirm_retry(
+                args.route, args.batch_id, args.position, applied_ref=args.applied,
+                by=args.by, reason=args.reason,
+            )  # fmt: skip
 
 
 def parse_only(argv: Sequence[str]) -> argparse.Namespace:

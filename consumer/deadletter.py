@@ -21,6 +21,7 @@ from schemas import DecodeError, decode, headers
 UNKNOWN_STREAM = "unknown_stream"
 PROJECTION_REJECTED = "projection_rejected"
 PARK_CAP_REACHED = "park_cap_reached"
+BATCH_REJECTED = "batch_rejected"
 
 
 @dataclass(frozen=True, slots=True)

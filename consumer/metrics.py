@@ -54,3 +54,14 @@ SWEEP_DURATION = Histogram(
 SWEEPER_ACTIVE = Gauge("sweeper_active", "1 while this sweeper holds the lease")
 LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
 PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")
+BATCHES_ASSEMBLED = Counter(
+    "batches_assembled_total", "Batch assemblies written (each revision counts)", ["outcome"]
+)
+BATCHES_INCONSISTENT = Counter(
+    "batches_inconsistent_total", "Batches stopped as inconsistent or halted (manifest changed)"
+)
+BATCH_RESULTS = Counter(
+    "batch_results_total", "Worker results and what they did to their position", ["verdict"]
+)
+BATCH_ITEMS_PENDING = Gauge("batch_items_pending", "Positions still pending in waiting batches")
+BATCHES_HELD = Gauge("batches_held", "Batches held for a person to decide")

@@ -84,6 +84,14 @@ def apply_projections(
     return refused
 
 
+def batch_letters(prepared: Prepared, refused: Sequence[tuple[Event, str]]) -> list[DeadLetter]:
+    """Dead letters of batch events the batch routes could not use, with the reason."""
+    return [
+        DeadLetter(prepared.by_event[e.event_id], deadletter.BATCH_REJECTED, reason)
+        for e, reason in refused
+    ]
+
+
 def held_letters(prepared: Prepared, held: Sequence[Event]) -> list[DeadLetter]:
     """Dead-letter copies (for the held topic) of events a full parking set refused."""
     return [

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from consumer.routes import Route
+from consumer.routes import Route, streams_of
 from schemas import Event
 
 
@@ -22,7 +22,7 @@ class Router:
     """Looks up each event's route by its entity_type."""
 
     def __init__(self, routes: Sequence[Route]) -> None:
-        self.routes = {route.stream: route for route in routes}
+        self.routes = {stream: route for route in routes for stream in streams_of(route)}
 
     def split(self, events: Sequence[Event | None]) -> Routed:
         """Group events by stream; the indexes of events with no route go to ``unrouted``.

@@ -26,6 +26,19 @@ the entity's sequence::
     external = true                  # has an effect outside PostgreSQL
     idempotent = false               # so an interrupted call needs a person
 
+A batch route reassembles a batch's results in position order. It takes the
+stream's ``batch.accepted`` events and the workers' results, whose entity_type is the
+stream's name plus ``_result``::
+
+    [[route]]
+    stream = "batch"                 # results arrive as entity_type "batch_result"
+    kind = "batch"
+    output_topic = "inorder.batch.output"   # batch.assembled, via the consumer's outbox
+    work_topic = "inorder.batch.work"       # where failed positions are dispatched again
+    max_retries = 2                  # automatic re-dispatches of a certain failure
+    deadline_s = 3600                # unless the batch sets its own
+    on_incomplete = "hold"           # or "assemble_incomplete" (the default)
+
 Every problem in the file is reported, each naming the route and what to fix.
 """
 
@@ -38,12 +51,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer.errors import RoutesError
+from schemas import DEFAULT_TOPICS
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 STREAM = re.compile(r"[a-z][a-z0-9_]{0,62}\Z")
 KINDS = ("projection", "step", "batch")
 _STEP_KEYS = {"stream", "kind", "handlers", "max_parked", "park_ttl_s"}
 _HANDLER_KEYS = {"function", "external", "idempotent"}
+_BATCH_KEYS = {
+    "stream", "kind", "output_topic", "work_topic", "max_retries", "deadline_s", "on_incomplete",
+}  # fmt: skip
+ON_INCOMPLETE = ("assemble_incomplete", "hold")
+TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 _PROJECTION_KEYS = {
     "stream", "kind", "table", "key", "columns", "generation_column", "seq_column",
@@ -94,7 +113,35 @@ class StepRoute:
     kind: str = field(default="step", init=False)
 
 
-Route = ProjectionRoute | StepRoute
+@dataclass(frozen=True, slots=True)
+class BatchRoute:
+    """Batch reassembly: a manifest per batch, results by position, output in position order."""
+
+    stream: str
+    output_topic: str = DEFAULT_TOPICS.batch_output
+    work_topic: str = DEFAULT_TOPICS.batch_work
+    max_retries: int = 0
+    deadline_s: int = 3600
+    on_incomplete: str = "assemble_incomplete"
+    kind: str = field(default="batch", init=False)
+
+    @property
+    def result_stream(self) -> str:
+        """The entity stream the workers' results arrive in."""
+        return f"{self.stream}_result"
+
+    @property
+    def streams(self) -> tuple[str, str]:
+        """Every entity stream this route takes."""
+        return (self.stream, self.result_stream)
+
+
+Route = ProjectionRoute | StepRoute | BatchRoute
+
+
+def streams_of(route: Route) -> tuple[str, ...]:
+    """The entity streams a route takes (a batch route takes its results' stream too)."""
+    return route.streams if isinstance(route, BatchRoute) else (route.stream,)
 
 
 def _identifier(problems: list[str], where: str, name: str, value: Any) -> str:
@@ -170,9 +217,8 @@ def _route(problems: list[str], index: int, spec: Any) -> Route | None:
         return None
     if kind == "step":
         return _step(problems, where, spec)
-    if kind != "projection":
-        problems.append(f"{where}: kind {kind!r} is not available in this version")
-        return None
+    if kind == "batch":
+        return _batch(problems, where, spec)
     return _projection(problems, where, spec)
 
 
@@ -227,6 +273,42 @@ def _step(problems: list[str], where: str, spec: Mapping[str, Any]) -> StepRoute
     )
 
 
+def _topic(
+    problems: list[str], where: str, spec: Mapping[str, Any], name: str, default: str
+) -> str:
+    value = spec.get(name, default)
+    if not isinstance(value, str) or not TOPIC.match(value):
+        problems.append(f"{where}: {name} must be a Kafka topic name, got {value!r}")
+        return default
+    return value
+
+
+def _batch(problems: list[str], where: str, spec: Mapping[str, Any]) -> BatchRoute:
+    for unknown in sorted(set(spec) - _BATCH_KEYS):
+        problems.append(f"{where}: unknown setting {unknown!r} for a batch route")
+    retries = spec.get("max_retries", 0)
+    if type(retries) is not int or retries < 0:
+        problems.append(f"{where}: max_retries must be a whole number >= 0, got {retries!r}")
+        retries = 0
+    on_incomplete = spec.get("on_incomplete", "assemble_incomplete")
+    if on_incomplete not in ON_INCOMPLETE:
+        problems.append(
+            f"{where}: on_incomplete must be one of {', '.join(ON_INCOMPLETE)}, "
+            f"got {on_incomplete!r}"
+        )
+        on_incomplete = "assemble_incomplete"
+    if len(spec["stream"]) > 56:
+        problems.append(f"{where}: a batch stream name must be at most 56 characters")
+    return BatchRoute(
+        stream=spec["stream"],
+        output_topic=_topic(problems, where, spec, "output_topic", DEFAULT_TOPICS.batch_output),
+        work_topic=_topic(problems, where, spec, "work_topic", DEFAULT_TOPICS.batch_work),
+        max_retries=retries,
+        deadline_s=_positive(problems, where, spec, "deadline_s", 3600),
+        on_incomplete=on_incomplete,
+    )
+
+
 def parse_routes(text: str, source: str = "routes file") -> list[Route]:
     """Parse and check a routes file; ``RoutesError`` lists every problem found."""
     try:
@@ -245,12 +327,13 @@ def parse_routes(text: str, source: str = "routes file") -> list[Route]:
         route = _route(problems, index, spec)
         if route is None:
             continue
-        if route.stream in seen:
-            problems.append(
-                f"route {index + 1} ({route.stream}): stream already routed by route "
-                f"{seen[route.stream] + 1}; a stream has exactly one route"
-            )
-        seen[route.stream] = index
+        for stream in streams_of(route):
+            if stream in seen:
+                problems.append(
+                    f"route {index + 1} ({route.stream}): stream {stream} already routed by "
+                    f"route {seen[stream] + 1}; a stream has exactly one route"
+                )
+            seen[stream] = index
         routes.append(route)
     if problems:
         raise RoutesError(problems)

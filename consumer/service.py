@@ -19,16 +19,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from psycopg.types.json import set_json_loads
 
 from consumer import deadletter, metrics, pipeline, tables
+from consumer.batch_runner import BatchRunner
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
 from consumer.gauges import Gauges
 from consumer.offsets import Offsets, commit
 from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
-from consumer.routes import ProjectionRoute, Route, StepRoute
+from consumer.routes import BatchRoute, ProjectionRoute, Route, StepRoute
 from consumer.settings import ConsumerSettings
 from consumer.step_runner import StepRunner
 from consumer.steps import StepStore, resolve
+from producer import migrate
 from schemas.backoff import Backoff
 from schemas.health import Health
 from schemas.topics import ensure_topics
@@ -51,6 +53,8 @@ class ConsumerService:
             r.stream: StepStore(r, resolve(r)) for r in routes if isinstance(r, StepRoute)
         }
         self._runner: StepRunner | None = None
+        batch_routes = [r for r in routes if isinstance(r, BatchRoute)]
+        self._batches = BatchRunner(batch_routes) if batch_routes else None
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
         self._tables: Mapping[str, ProjectionTable] = {}
@@ -77,6 +81,8 @@ class ConsumerService:
                 if isinstance(r, ProjectionRoute)
             }
             tables.create(conn)
+            if self._batches is not None:  # assembled batches leave through our own outbox
+                migrate.apply(conn, (migrate.OUTBOX,))
         except Exception:
             conn.close()
             raise
@@ -104,11 +110,16 @@ class ConsumerService:
     def _start_kafka(self) -> None:
         config = self.settings.kafka_config()
         if self.settings.create_topics:
+            batch_topics = [
+                t for r in (self._batches.routes.values() if self._batches else ())
+                for t in (r.output_topic, r.work_topic)
+            ]  # fmt: skip
             ensure_topics(
                 config,
-                [*self.settings.topics, self.settings.dead_letter_topic, self.settings.held_topic],
+                [*self.settings.topics, self.settings.dead_letter_topic, self.settings.held_topic,
+                 *batch_topics],
                 self.settings.topic_partitions,
-            )
+            )  # fmt: skip
         dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
         self._producer = Producer(
             {**config, "client.id": "inorder-consumer-dlq", "enable.idempotence": True,
@@ -238,6 +249,10 @@ class ConsumerService:
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
         refused = pipeline.apply_projections(self._conn, self._tables, prepared)
+        batch_outcome = None
+        if self._batches is not None:
+            batch_outcome = self._batches.process(self._conn, prepared.by_stream)
+            refused += pipeline.batch_letters(prepared, batch_outcome.refused)
         held = []
         if self._runner is not None:
             held = self._runner.process(self._conn, prepared.by_stream, prepared.raw)
@@ -250,6 +265,8 @@ class ConsumerService:
             self.settings.dead_letter_max_value_bytes,
         )  # fmt: skip
         deadletter.record(self._conn, prepared.dead + refused)
+        if batch_outcome is not None:
+            batch_outcome.count()
         if refused or prepared.dead:
             for dead in prepared.dead + refused:
                 log.warning(

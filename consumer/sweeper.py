@@ -21,9 +21,10 @@ from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 
 from consumer import gaps, metrics, steps, tables
+from consumer.batch_runner import BatchRunner
 from consumer.lease import Lease
 from consumer.parking import ParkingLot
-from consumer.routes import Route, StepRoute
+from consumer.routes import BatchRoute, Route, StepRoute
 from consumer.settings import SweeperSettings
 from consumer.step_runner import StepRunner
 from consumer.steps import Progress, StepStore
@@ -55,6 +56,7 @@ class SweepReport:
     escalated: int = 0
     requested: int = 0
     healed: int = 0
+    batches_expired: int = 0
 
 
 class Sweeper:
@@ -70,6 +72,7 @@ class Sweeper:
             settings.republish_backoff_base_s, settings.republish_backoff_max_s,
             settings.republish_max_attempts,
         )  # fmt: skip
+        self.batches = BatchRunner([r for r in routes if isinstance(r, BatchRoute)])
         self._stopping = False
         self._links: Links | None = None
 
@@ -145,6 +148,10 @@ class Sweeper:
         for route in self.stores:
             self._heal(route, report)
             self._overdue(route, report)
+        for stream in self.batches.routes:
+            outcome = self.batches.expire(self.io.conn, stream, self.settings.max_overdue_per_sweep)
+            outcome.count()
+            report.batches_expired += sum(outcome.assembled.values()) + outcome.inconsistent
         self.io.producer.flush(30)
         metrics.SWEEP_DURATION.observe(time.perf_counter() - started)
         return report
@@ -281,3 +288,11 @@ class Sweeper:
         counts = gaps.status_counts(io.conn)
         for status in ("open", "requested", "healed", "unrecoverable", "skipped"):
             metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
+        if self.batches.routes:
+            pending, held = io.conn.execute(
+                "SELECT (SELECT count(*) FROM inorder_batch_items AS i JOIN inorder_batches AS b "
+                "USING (route, batch_id) WHERE b.status = 'waiting' AND i.state = 'pending'), "
+                "(SELECT count(*) FROM inorder_batches WHERE status = 'held')"
+            ).fetchone() or (0, 0)
+            metrics.BATCH_ITEMS_PENDING.set(pending)
+            metrics.BATCHES_HELD.set(held)

@@ -1,4 +1,4 @@
-"""The consumer's own tables: step progress, step log, skips, external-call attempts, gaps.
+"""The consumer's own tables: step progress, log, skips, attempts, gaps, batch manifests.
 
 Created at start-up when missing (``CREATE ... IF NOT EXISTS`` under an advisory lock),
 in the schema the connection's search path names.
@@ -88,6 +88,60 @@ CREATE TABLE IF NOT EXISTS inorder_gaps (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS inorder_gaps_unresolved
     ON inorder_gaps (route, entity_id) WHERE status IN ('open', 'requested', 'unrecoverable');
+
+CREATE TABLE IF NOT EXISTS inorder_batches (
+    route          text        NOT NULL,
+    batch_id       text        NOT NULL,
+    generation     bigint      NOT NULL,
+    expected_count integer     NOT NULL CHECK (expected_count >= 0),
+    digest         text        NOT NULL,   -- of batch_id, expected_count, positions, item keys
+    on_incomplete  text        NOT NULL CHECK (on_incomplete IN ('assemble_incomplete', 'hold')),
+    deadline_s     integer     NOT NULL,
+    deadline_at    timestamptz NOT NULL,
+    status         text        NOT NULL CHECK (status IN
+                       ('waiting', 'complete', 'incomplete', 'held', 'inconsistent', 'halted')),
+    reason         text,
+    revision       integer     NOT NULL DEFAULT 0,   -- assemblies written so far
+    accepted_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (route, batch_id)
+);
+CREATE INDEX IF NOT EXISTS inorder_batches_waiting
+    ON inorder_batches (route, deadline_at) WHERE status = 'waiting';
+CREATE TABLE IF NOT EXISTS inorder_batch_items (
+    route       text        NOT NULL,
+    batch_id    text        NOT NULL,
+    position    integer     NOT NULL CHECK (position >= 1),
+    item_key    text        NOT NULL,
+    input       jsonb,
+    state       text        NOT NULL DEFAULT 'pending' CHECK (state IN
+                    ('pending', 'done', 'failed', 'abandoned', 'needs_review')),
+    result_ref  text,
+    error       text,
+    attempts    integer     NOT NULL DEFAULT 1,
+    finished_at text,                      -- as the worker reported it; never used for order
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (route, batch_id, position)
+);
+CREATE TABLE IF NOT EXISTS inorder_batch_early_results (
+    route       text        NOT NULL,
+    batch_id    text        NOT NULL,
+    event_id    text        NOT NULL,
+    attempt     bigint      NOT NULL,
+    event_type  text        NOT NULL,
+    payload     jsonb       NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (route, batch_id, event_id)
+);
+CREATE TABLE IF NOT EXISTS inorder_batch_actions (
+    route     text        NOT NULL,
+    batch_id  text        NOT NULL,
+    position  integer,
+    action    text        NOT NULL,
+    done_by   text        NOT NULL,
+    reason    text        NOT NULL,
+    done_at   timestamptz NOT NULL DEFAULT now()
+);
 """
 
 

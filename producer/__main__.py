@@ -1,16 +1,20 @@
-"""``inorder-producer``: apply the outbox migrations, or generate load with the example service."""
+"""``inorder-producer``: outbox migrations, example load, example batches and an example worker."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import uuid
 
 import psycopg
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from producer import loadgen, migrate
+from producer.batches import BatchItem, BatchTopics, create_batch
 from producer.settings import ProducerSettings
+from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas import logs
 from schemas.config import load_or_exit
 
@@ -29,7 +33,42 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--prefix", default="sub-", help="entity id prefix (default sub-)")
     load.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     load.add_argument("--no-progress", action="store_true", help="no progress bar")
+    batch = commands.add_parser("batches", help="create example batches (manifest + work items)")
+    batch.add_argument("--count", type=int, default=10, help="batches (default 10)")
+    batch.add_argument("--items", type=int, default=5, help="items per batch (default 5)")
+    batch.add_argument("--deadline-s", type=int, help="how long each batch waits for results")
+    batch.add_argument("--on-incomplete", choices=["assemble_incomplete", "hold"])
+    worker = commands.add_parser("worker", help="the example worker: finish items out of order")
+    worker.add_argument("--max-delay-ms", type=int, default=200, help="per item (default 200)")
+    worker.add_argument("--fail-rate", type=float, default=0.0, help="share of items that fail")
+    worker.add_argument("--uncertain-share", type=float, default=0.0,
+                        help="share of failures whose outcome is uncertain")  # fmt: skip
+    worker.add_argument("--fail-first", nargs="*", default=[], metavar="ITEM_KEY",
+                        help="item keys whose first attempt fails")  # fmt: skip
     return parser
+
+
+def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
+    with psycopg.connect(conninfo) as conn:
+        for n in range(args.count):
+            items = [BatchItem(f"item-{i:04d}", {"n": i}) for i in range(1, args.items + 1)]
+            with conn.transaction():
+                create_batch(
+                    conn, f"batch-{uuid.uuid4().hex[:12]}-{n}", items,
+                    deadline_s=args.deadline_s, on_incomplete=args.on_incomplete,
+                    where=BatchTopics(topic=topic),
+                )  # fmt: skip
+    Console(stderr=True).print(f"created {args.count} batches of {args.items} items")
+
+
+def _worker(args: argparse.Namespace) -> None:
+    settings = load_or_exit(WorkerSettings, PROGRAM)
+    plan = WorkerPlan(args.max_delay_ms, args.fail_rate, args.uncertain_share,
+                      frozenset(args.fail_first))  # fmt: skip
+    worker = Worker(settings, plan)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: worker.stop())
+    worker.run()
 
 
 def _loadgen(args: argparse.Namespace, conninfo: str, topic: str) -> None:
@@ -57,6 +96,10 @@ def main(argv: list[str] | None = None) -> None:
             migrate.apply(conn, sets if args.command == "loadgen" or args.example else sets[:1])
         if args.command == "loadgen":
             _loadgen(args, conninfo, settings.events_topic)
+        elif args.command == "batches":
+            _batches(args, conninfo, settings.events_topic)
+        elif args.command == "worker":
+            _worker(args)
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0]
         sys.stderr.write(f"{PROGRAM}: cannot use PostgreSQL: {first}\n")

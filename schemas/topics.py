@@ -27,6 +27,8 @@ class Topics:
     republish_results: str = "inorder.republish.results"
     # Assembled batches, in position order.
     batch_output: str = "inorder.batch.output"
+    # A batch's work items, one per position, for the workers.
+    batch_work: str = "inorder.batch.work"
 
 
 DEFAULT_TOPICS = Topics()

@@ -6,7 +6,7 @@ import pytest
 
 from consumer.errors import RoutesError
 from consumer.router import Router
-from consumer.routes import ProjectionRoute, parse_routes
+from consumer.routes import BatchRoute, ProjectionRoute, parse_routes
 from schemas import Event
 
 VALID = """
@@ -19,6 +19,29 @@ key = "subscription_id"
 plan = "plan"
 city = "address.city"
 """
+
+BATCH = """
+[[route]]
+stream = "report"
+kind = "batch"
+output_topic = "reports.assembled"
+work_topic = "inorder.batch.work"
+max_retries = 2
+deadline_s = 600
+on_incomplete = "hold"
+"""
+
+
+def test_batch_route_takes_its_results_stream_too() -> None:
+    """A batch route keeps its settings and routes both its stream and `<stream>_result`."""
+    [route] = parse_routes(BATCH)
+    assert route == BatchRoute(
+        stream="report", output_topic="reports.assembled", work_topic="inorder.batch.work",
+        max_retries=2, deadline_s=600, on_incomplete="hold",
+    )  # fmt: skip
+    assert set(Router([route]).routes) == {"report", "report_result"}
+    [default] = parse_routes('[[route]]\nstream = "batch"\nkind = "batch"\n')
+    assert (default.max_retries, default.on_incomplete) == (0, "assemble_incomplete")
 
 
 def test_projection_route_is_parsed_with_defaults() -> None:
@@ -37,9 +60,20 @@ def test_projection_route_is_parsed_with_defaults() -> None:
     [
         ("not toml [", "not valid TOML"),
         ("", "no [[route]] tables"),
-        (VALID + VALID, "route 2 (subscription): stream already routed by route 1"),
+        (VALID + VALID, "route 2 (subscription): stream subscription already routed by route 1"),
         (VALID.replace('"projection"', '"mirror"'), "unknown kind 'mirror'"),
-        (VALID.replace('"projection"', '"batch"'), "kind 'batch' is not available"),
+        (BATCH.replace("max_retries = 2", "max_retries = -1"), "max_retries must be a whole"),
+        (BATCH.replace('"hold"', '"drop"'), "on_incomplete must be one of"),
+        (BATCH.replace('"inorder.batch.work"', '"work topic"'), "work_topic must be a Kafka topic"),
+        (BATCH.replace("deadline_s = 600", "deadline_s = 0"), "deadline_s must be a whole number"),
+        (
+            BATCH.replace('kind = "batch"', 'kind = "batch"\nworkers = 3'),
+            "unknown setting 'workers'",
+        ),
+        (
+            BATCH + VALID.replace('"subscription"', '"report_result"', 1),
+            "stream report_result already routed by route 1",
+        ),
         (
             VALID.replace('"subscription"\n', '"Sub:scription"\n', 1),
             "stream must be an entity_type",

@@ -1,0 +1,157 @@
+"""``inorder-admin batches``: see manifests, release held batches, settle uncertain positions.
+
+Every decision is recorded in ``inorder_batch_actions`` with who and why, and the batch
+is decided again at once, under its lock, with the consumer's own code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from consumer.batch_decisions import Item
+from consumer.batch_runner import BatchOutcome, BatchRunner
+from consumer.batch_store import Batch, BatchStore
+from consumer.errors import ConsumerError
+from consumer.routes import BatchRoute
+
+Show = Callable[[str, Sequence[dict[str, Any]]], None]
+RETRYABLE = ("needs_review", "failed", "abandoned")
+_LIST = """
+SELECT b.route, b.batch_id, b.status, b.expected_count, b.revision,
+       count(*) FILTER (WHERE i.state = 'done') AS done,
+       count(*) FILTER (WHERE i.state = 'pending') AS pending,
+       count(*) FILTER (WHERE i.state IN ('failed', 'abandoned', 'needs_review')) AS not_done,
+       b.deadline_at, b.reason
+FROM inorder_batches AS b
+LEFT JOIN inorder_batch_items AS i ON i.route = b.route AND i.batch_id = b.batch_id
+WHERE (%(status)s::text IS NULL OR b.status = %(status)s) AND b.route = ANY(%(routes)s)
+GROUP BY b.route, b.batch_id
+ORDER BY b.updated_at DESC
+LIMIT %(limit)s
+"""
+
+
+class BatchAdminError(ConsumerError):
+    """Raised when a batch command cannot be done as asked; the message says why."""
+
+
+class BatchAdmin:
+    """The batch commands over one connection and the routes file's batch routes."""
+
+    def __init__(self, runner: BatchRunner, conn: psycopg.Connection[Any], show: Show) -> None:
+        self.runner = runner
+        self.conn = conn
+        self.show = show
+
+    def route(self, stream: str | None) -> BatchRoute:
+        """The named batch route, or the only one when none is named."""
+        routes = self.runner.routes
+        if stream is None and len(routes) == 1:
+            return next(iter(routes.values()))
+        if stream is None:
+            raise BatchAdminError(f"name the route with --route ({', '.join(sorted(routes))})")
+        if stream not in routes:
+            raise BatchAdminError(f"{stream!r} is not a batch route")
+        return routes[stream]
+
+    def _batch(self, store: BatchStore, batch_id: str) -> Batch:
+        batch = store.batches(self.conn, [batch_id]).get(batch_id)
+        if batch is None:
+            raise BatchAdminError(f"there is no batch {batch_id!r} in route {store.route}")
+        return batch
+
+    def listing(self, stream: str | None, status: str | None, limit: int) -> None:
+        """Batches, most recently changed first, with how many positions are where."""
+        routes = [self.route(stream).stream] if stream else sorted(self.runner.routes)
+        cur = self.conn.execute(_LIST, {"status": status, "routes": routes, "limit": limit})
+        names = [c.name for c in cur.description or ()]
+        self.show("batches", [dict(zip(names, row, strict=True)) for row in cur.fetchall()])
+
+    def manifest(self, stream: str | None, batch_id: str) -> None:
+        """One batch's manifest, position by position."""
+        store = self.runner.stores[self.route(stream).stream]
+        batch = self._batch(store, batch_id)
+        self.show(
+            f"batch {batch_id}: {batch.status}, revision {batch.revision}",
+            [_item_row(i) for i in store.all_items(self.conn, batch_id)],
+        )
+
+    def decide(self, stream: str | None, batch_id: str, by: str, reason: str) -> None:
+        """Release a held batch: assemble it now, marked incomplete, missing positions listed."""
+        route = self.route(stream)
+        store = self.runner.stores[route.stream]
+        outcome = BatchOutcome()
+        with self.conn.transaction():
+            store.lock(self.conn, [batch_id])
+            batch = self._batch(store, batch_id)
+            if batch.status != "held":
+                raise BatchAdminError(f"batch {batch_id} is {batch.status}, not held")
+            store.record_action(self.conn, batch_id, None, "release_incomplete", by, reason)
+            self.runner.settle(
+                self.conn, route, [batch_id], outcome, release=True, reason=f"released by {by}"
+            )
+        outcome.count()
+        self.show("decided", [{"batch": batch_id, "assembled": dict(outcome.assembled), "by": by}])
+
+    def confirm_retry(
+        self,
+        stream: str | None,
+        batch_id: str,
+        position: int,
+        *,
+        applied_ref: str | None,
+        by: str,
+        reason: str,
+    ) -> None:
+        """Settle a position that did not finish cleanly.
+
+        With ``applied_ref`` a person confirms the earlier write did take effect: the
+        position is done with that result. Without it, that it did not: the position is
+        dispatched again as a new attempt, and the batch waits for it.
+        """
+        route = self.route(stream)
+        store = self.runner.stores[route.stream]
+        outcome = BatchOutcome()
+        with self.conn.transaction():
+            store.lock(self.conn, [batch_id])
+            batch = self._batch(store, batch_id)
+            if batch.stopped:
+                raise BatchAdminError(
+                    f"batch {batch_id} is {batch.status}: {batch.status} stops it"
+                )
+            item = store.items(self.conn, [(batch_id, position)]).get((batch_id, position))
+            if item is None:
+                raise BatchAdminError(f"batch {batch_id} has no position {position}")
+            if item.state not in RETRYABLE:
+                raise BatchAdminError(
+                    f"position {position} is {item.state}; "
+                    f"only {', '.join(RETRYABLE)} positions can be settled"
+                )
+            if applied_ref is not None:
+                settled = Item(position, item.item_key, "done", applied_ref, item.attempts)
+                action = "confirmed_applied"
+            else:
+                settled = Item(position, item.item_key, "pending", None, item.attempts + 1)
+                action = "retried"
+                store.extend_deadline(self.conn, batch_id)
+            store.write_items(self.conn, [(batch_id, settled)])
+            if applied_ref is None:
+                self.runner.dispatch(self.conn, route, {batch_id: batch}, [(batch_id, settled)])
+            store.record_action(self.conn, batch_id, position, action, by, reason)
+            decided = self.runner.settle(self.conn, route, [batch_id], outcome)
+        outcome.count()
+        self.show("settled", [{
+            "batch": batch_id, "position": position, "decision": action,
+            "attempt": settled.attempts, "branch": str(decided.get(batch_id, "")), "by": by,
+        }])  # fmt: skip
+
+
+def _item_row(item: Item) -> dict[str, Any]:
+    return {
+        "position": item.position, "item_key": item.item_key, "state": item.state,
+        "attempts": item.attempts, "result_ref": item.result_ref, "finished_at": item.finished_at,
+        "error": item.error,
+    }  # fmt: skip

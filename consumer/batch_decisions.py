@@ -1,0 +1,216 @@
+"""Batch reassembly decisions, pure: judge one worker result, pick a batch's branch, assemble.
+
+Position is the only order. ``finished_at`` is kept for people and never compared.
+A batch is in exactly one of four branches at any time:
+
+1. every position 1..expected_count is done           -> assemble in position order;
+2. some position is still pending                     -> wait;
+3. none pending, some failed/abandoned/needs_review   -> assemble marked incomplete with
+   the missing positions listed, or hold for a person (per batch, chosen at creation);
+4. the manifest or a result contradicts itself        -> stop and flag inconsistent.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+STATES = ("pending", "done", "failed", "abandoned", "needs_review")
+ON_INCOMPLETE = ("assemble_incomplete", "hold")
+
+
+class Branch(enum.StrEnum):
+    """What a batch does next."""
+
+    ASSEMBLE = "assemble"
+    WAIT = "wait"
+    INCOMPLETE = "assemble_incomplete"
+    HOLD = "hold"
+    INCONSISTENT = "inconsistent"
+
+
+class Verdict(enum.StrEnum):
+    """What one worker result does to its position."""
+
+    DONE = "done"
+    FAILED = "failed"
+    RETRY = "retry"  # a certain failure with retries left: dispatched again
+    REVIEW = "needs_review"  # an uncertain failure: a person decides
+    DUPLICATE = "duplicate"  # the same answer again: ignored
+    STALE = "stale"  # an answer to an attempt already superseded: ignored
+    INCONSISTENT = "inconsistent"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One manifest row."""
+
+    position: int
+    item_key: str
+    state: str = "pending"
+    result_ref: str | None = None
+    attempts: int = 1
+    error: str | None = None
+    finished_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A worker's answer for one attempt at one position."""
+
+    batch_id: str
+    position: int
+    item_key: str
+    attempt: int
+    succeeded: bool
+    result_ref: str | None = None
+    error: str | None = None
+    uncertain: bool = False
+    finished_at: str | None = None
+
+    @classmethod
+    def from_payload(cls, attempt: int, succeeded: bool, payload: Mapping[str, Any]) -> Result:
+        """The result an item_succeeded or item_failed payload (already validated) reports."""
+        return cls(
+            payload["batch_id"], payload["position"], payload["item_key"], attempt, succeeded,
+            payload.get("result_ref"), payload.get("error"),
+            bool(payload.get("outcome_uncertain", False)), payload.get("finished_at"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A result's verdict, the row it leaves (unchanged when ignored), and why."""
+
+    verdict: Verdict
+    item: Item | None
+    reason: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the row must be written."""
+        return self.verdict in (Verdict.DONE, Verdict.FAILED, Verdict.RETRY, Verdict.REVIEW)
+
+
+def manifest_problem(expected_count: int, items: Sequence[tuple[int, str]]) -> str | None:
+    """Why a manifest cannot be used (duplicate or out-of-range positions), or None."""
+    counts = Counter(position for position, _ in items)
+    duplicates = sorted(p for p, n in counts.items() if n > 1)
+    if duplicates:
+        return f"duplicate positions in the manifest: {duplicates[:10]}"
+    above = sorted(p for p in counts if p > expected_count or p < 1)
+    if above:
+        return f"positions outside 1..{expected_count} in the manifest: {above[:10]}"
+    if len(counts) != expected_count:
+        missing = sorted(set(range(1, expected_count + 1)) - set(counts))
+        return f"the manifest has no item for positions {missing[:10]}"
+    return None
+
+
+def digest(batch_id: str, expected_count: int, items: Iterable[tuple[int, str]]) -> str:
+    """A fingerprint of what must never change once work started: ids, count, positions, keys."""
+    canonical = orjson.dumps([batch_id, expected_count, sorted(items)])
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def judge(item: Item | None, result: Result, expected_count: int, max_retries: int) -> Judged:
+    """What ``result`` does to its position's row ``item`` (None: no such position)."""
+    if item is None:
+        return Judged(
+            Verdict.INCONSISTENT, None,
+            f"result for position {result.position} above expected_count {expected_count}",
+        )  # fmt: skip
+    if result.item_key != item.item_key:
+        return Judged(
+            Verdict.INCONSISTENT, item,
+            f"position {item.position}: result names item_key {result.item_key!r}, "
+            f"the manifest {item.item_key!r}",
+        )  # fmt: skip
+    if result.attempt < item.attempts:
+        return Judged(Verdict.STALE, item, f"attempt {result.attempt} superseded")
+    if result.attempt == item.attempts and item.state != "pending":
+        return _answered_again(item, result)
+    if item.state == "done":
+        return Judged(
+            Verdict.INCONSISTENT, item,
+            f"position {item.position} is done at attempt {item.attempts}; "
+            f"attempt {result.attempt} was never dispatched",
+        )  # fmt: skip
+    return _answer(item, result, max_retries)
+
+
+def _answered_again(item: Item, result: Result) -> Judged:
+    """A second answer for the attempt that already answered."""
+    if item.state == "done":
+        if result.succeeded and result.result_ref == item.result_ref:
+            return Judged(Verdict.DUPLICATE, item)
+        return Judged(
+            Verdict.INCONSISTENT, item,
+            f"position {item.position} is already done with {item.result_ref!r}; "
+            f"a second, different result arrived for attempt {result.attempt}",
+        )  # fmt: skip
+    if not result.succeeded:
+        return Judged(Verdict.DUPLICATE, item)
+    if item.state in ("abandoned", "needs_review"):
+        # Late news that the work did finish: the position is done after all.
+        return _answer(item, result, 0)
+    return Judged(
+        Verdict.INCONSISTENT, item,
+        f"position {item.position} attempt {result.attempt} reported both failure and success",
+    )  # fmt: skip
+
+
+def _answer(item: Item, result: Result, max_retries: int) -> Judged:
+    base = replace(item, attempts=result.attempt, finished_at=result.finished_at)
+    if result.succeeded:
+        return Judged(Verdict.DONE, replace(base, state="done", result_ref=result.result_ref))
+    failed = replace(base, error=result.error, result_ref=None)
+    if result.uncertain:
+        return Judged(Verdict.REVIEW, replace(failed, state="needs_review"))
+    if result.attempt <= max_retries:
+        return Judged(Verdict.RETRY, replace(failed, state="pending", attempts=result.attempt + 1))
+    return Judged(Verdict.FAILED, replace(failed, state="failed"))
+
+
+def decide(
+    expected_count: int, counts: Mapping[str, int], on_incomplete: str, *, flagged: bool = False
+) -> Branch:
+    """Exactly one branch for a batch whose positions are in ``counts`` (state -> how many)."""
+    if flagged or sum(counts.values()) != expected_count or set(counts) - set(STATES):
+        return Branch.INCONSISTENT
+    if counts.get("pending", 0):
+        return Branch.WAIT
+    if counts.get("done", 0) == expected_count:
+        return Branch.ASSEMBLE
+    return Branch.INCOMPLETE if on_incomplete == "assemble_incomplete" else Branch.HOLD
+
+
+def assemble(
+    batch_id: str, revision: int, expected_count: int, items: Iterable[Item], reason: str = ""
+) -> dict[str, Any]:
+    """The ``batch.assembled`` payload: done positions in position order, the rest listed missing.
+
+    Nothing moves to fill a gap: result ``i`` keeps its position, and a batch with any
+    missing position says ``complete: false``.
+    """
+    ordered = sorted(items, key=lambda i: i.position)
+    results = [
+        {"position": i.position, "item_key": i.item_key, "result_ref": i.result_ref}
+        for i in ordered
+        if i.state == "done"
+    ]
+    missing = [i.position for i in ordered if i.state != "done"]
+    payload: dict[str, Any] = {
+        "batch_id": batch_id, "revision": revision, "expected_count": expected_count,
+        "complete": not missing and len(results) == expected_count,
+        "results": results, "missing_positions": missing,
+    }  # fmt: skip
+    if reason:
+        payload["reason"] = reason
+    return payload

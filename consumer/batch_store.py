@@ -1,0 +1,266 @@
+"""Batch manifests in PostgreSQL: one row per batch, one per position, results that came early.
+
+Every change to a batch happens under that batch's advisory lock (``lock``), taken for
+all batches of a transaction at once in one global order, so consumers, the sweeper
+and ``inorder-admin`` never deadlock on each other.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from consumer.batch_decisions import Item, Result
+
+TERMINAL = ("complete", "inconsistent", "halted")
+STOPPED = ("inconsistent", "halted")
+
+_LOCK = """
+SELECT pg_advisory_xact_lock(k)
+FROM (SELECT DISTINCT hashtextextended(%s || ':' || b, 0) AS k FROM unnest(%s::text[]) AS b) AS s
+ORDER BY k
+"""
+_BATCHES = """
+SELECT batch_id, generation, expected_count, digest, on_incomplete, status, revision, deadline_s
+FROM inorder_batches WHERE route = %s AND batch_id = ANY(%s)
+"""
+_ALL_ITEMS = """
+SELECT position, item_key, state, result_ref, attempts, error, finished_at
+FROM inorder_batch_items WHERE route = %s AND batch_id = %s ORDER BY position
+"""
+_ITEMS = """
+SELECT i.batch_id, i.position, i.item_key, i.state, i.result_ref, i.attempts, i.error,
+       i.finished_at
+FROM inorder_batch_items AS i
+JOIN unnest(%s::text[], %s::int[]) AS t(batch_id, position)
+  ON i.batch_id = t.batch_id AND i.position = t.position
+WHERE i.route = %s
+"""
+_WRITE_ITEMS = """
+UPDATE inorder_batch_items AS i
+SET state = t.state, result_ref = t.result_ref, attempts = t.attempts, error = t.error,
+    finished_at = t.finished_at, updated_at = now()
+FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[])
+     AS t(batch_id, position, state, result_ref, attempts, error, finished_at)
+WHERE i.route = %s AND i.batch_id = t.batch_id AND i.position = t.position
+"""
+_INSERT_BATCH = """
+INSERT INTO inorder_batches (route, batch_id, generation, expected_count, digest, on_incomplete,
+                             deadline_s, deadline_at, status, reason)
+VALUES (%s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s)
+"""
+_INSERT_ITEMS = """
+INSERT INTO inorder_batch_items (route, batch_id, position, item_key, input)
+SELECT %s, %s, t.position, t.item_key, t.input
+FROM unnest(%s::int[], %s::text[], %s::jsonb[]) AS t(position, item_key, input)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's row."""
+
+    batch_id: str
+    generation: int
+    expected_count: int
+    digest: str
+    on_incomplete: str
+    status: str
+    revision: int
+    deadline_s: int
+
+    @property
+    def stopped(self) -> bool:
+        """Inconsistent or halted: nothing more happens until a person looks."""
+        return self.status in STOPPED
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a batch.accepted event asks to store."""
+
+    batch_id: str
+    generation: int
+    expected_count: int
+    items: Sequence[tuple[int, str, Any]]  # position, item_key, input
+    on_incomplete: str
+    deadline_s: int
+
+
+class BatchStore:
+    """The tables of one batch route."""
+
+    def __init__(self, route: str) -> None:
+        self.route = route
+
+    def lock(self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]) -> None:
+        """Take every named batch's lock until the transaction ends, in one global order."""
+        ids = sorted(set(batch_ids))
+        if ids:
+            conn.execute(_LOCK, (self.route, ids))
+
+    def batches(self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]) -> dict[str, Batch]:
+        """The rows of the named batches that exist."""
+        rows = conn.execute(_BATCHES, (self.route, sorted(set(batch_ids)))).fetchall()
+        return {row[0]: Batch(*row) for row in rows}
+
+    def create(
+        self, conn: psycopg.Connection[Any], manifest: Manifest, digest: str, problem: str | None
+    ) -> None:
+        """Store a new manifest; one that contradicts itself is stored flagged, without rows."""
+        m = manifest
+        conn.execute(
+            _INSERT_BATCH,
+            (self.route, m.batch_id, m.generation, m.expected_count, digest, m.on_incomplete,
+             m.deadline_s, m.deadline_s, "inconsistent" if problem else "waiting", problem),
+        )  # fmt: skip
+        if problem is None and m.items:
+            conn.execute(
+                _INSERT_ITEMS,
+                (self.route, m.batch_id, [i[0] for i in m.items], [i[1] for i in m.items],
+                 [Jsonb(i[2]) if i[2] else None for i in m.items]),
+            )  # fmt: skip
+
+    def items(
+        self, conn: psycopg.Connection[Any], keys: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], Item]:
+        """The rows of the named positions that exist."""
+        pairs = sorted(set(keys))
+        rows = conn.execute(
+            _ITEMS, ([b for b, _ in pairs], [p for _, p in pairs], self.route)
+        ).fetchall()
+        return {(row[0], row[1]): Item(*row[1:]) for row in rows}
+
+    def all_items(self, conn: psycopg.Connection[Any], batch_id: str) -> list[Item]:
+        """Every position of a batch, in position order."""
+        rows = conn.execute(_ALL_ITEMS, (self.route, batch_id)).fetchall()
+        return [Item(*row) for row in rows]
+
+    def inputs(
+        self, conn: psycopg.Connection[Any], batch_id: str, positions: Sequence[int]
+    ) -> dict[int, Any]:
+        """The stored worker input of some positions (for dispatching them again)."""
+        rows = conn.execute(
+            "SELECT position, input FROM inorder_batch_items "
+            "WHERE route = %s AND batch_id = %s AND position = ANY(%s)",
+            (self.route, batch_id, list(positions)),
+        ).fetchall()
+        return {row[0]: row[1] or {} for row in rows}
+
+    def write_items(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[str, Item]]) -> None:
+        """Write the new state of the given positions, in one statement."""
+        if not rows:
+            return
+        columns: list[list[Any]] = [[] for _ in range(7)]
+        for batch_id, item in rows:
+            values = (batch_id, item.position, item.state, item.result_ref, item.attempts,
+                      item.error, item.finished_at)  # fmt: skip
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        conn.execute(_WRITE_ITEMS, (*columns, self.route))
+
+    def counts(
+        self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]
+    ) -> dict[str, dict[str, int]]:
+        """How many positions of each batch are in each state."""
+        rows = conn.execute(
+            "SELECT batch_id, state, count(*) FROM inorder_batch_items "
+            "WHERE route = %s AND batch_id = ANY(%s) GROUP BY batch_id, state",
+            (self.route, sorted(set(batch_ids))),
+        ).fetchall()
+        out: dict[str, dict[str, int]] = defaultdict(dict)
+        for batch_id, state, count in rows:
+            out[batch_id][state] = count
+        return out
+
+    def set_status(
+        self,
+        conn: psycopg.Connection[Any],
+        batch_id: str,
+        status: str,
+        reason: str | None,
+        *,
+        revision: int | None = None,
+    ) -> None:
+        """Record a batch's new status (and, after an assembly, its revision)."""
+        conn.execute(
+            "UPDATE inorder_batches SET status = %s, reason = %s, "
+            "revision = coalesce(%s, revision), updated_at = now() "
+            "WHERE route = %s AND batch_id = %s",
+            (status, reason, revision, self.route, batch_id),
+        )
+
+    def extend_deadline(self, conn: psycopg.Connection[Any], batch_id: str) -> None:
+        """Give a batch its full wait again from now (after a person dispatched a retry)."""
+        conn.execute(
+            "UPDATE inorder_batches SET deadline_at = greatest(deadline_at, "
+            "now() + make_interval(secs => deadline_s)) WHERE route = %s AND batch_id = %s",
+            (self.route, batch_id),
+        )
+
+    def keep_early(
+        self, conn: psycopg.Connection[Any], rows: Sequence[tuple[str, str, int, str, Any]]
+    ) -> None:
+        """Keep results of batches with no manifest yet: (batch, event, attempt, type, payload)."""
+        if not rows:
+            return
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO inorder_batch_early_results "
+                "(route, batch_id, event_id, attempt, event_type, payload) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(self.route, b, e, a, t, Jsonb(p)) for b, e, a, t, p in rows],
+            )
+
+    def take_early(self, conn: psycopg.Connection[Any], batch_ids: Sequence[str]) -> list[Result]:
+        """Remove and return the kept results of batches whose manifest just arrived."""
+        if not batch_ids:
+            return []
+        rows = conn.execute(
+            "DELETE FROM inorder_batch_early_results WHERE route = %s AND batch_id = ANY(%s) "
+            "RETURNING attempt, event_type, payload",
+            (self.route, list(batch_ids)),
+        ).fetchall()
+        return [Result.from_payload(a, t.endswith("succeeded"), p) for a, t, p in rows]
+
+    def overdue(self, conn: psycopg.Connection[Any], limit: int) -> list[str]:
+        """Waiting batches past their deadline, oldest deadline first."""
+        rows = conn.execute(
+            "SELECT batch_id FROM inorder_batches WHERE route = %s AND status = 'waiting' "
+            "AND deadline_at < now() ORDER BY deadline_at LIMIT %s",
+            (self.route, limit),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def abandon_pending(self, conn: psycopg.Connection[Any], batch_ids: Sequence[str]) -> int:
+        """Turn the pending positions of overdue waiting batches into abandoned ones."""
+        cur = conn.execute(
+            "UPDATE inorder_batch_items AS i SET state = 'abandoned', updated_at = now() "
+            "FROM inorder_batches AS b "
+            "WHERE b.route = %s AND b.batch_id = ANY(%s) AND b.status = 'waiting' "
+            "AND b.deadline_at < now() AND i.route = b.route AND i.batch_id = b.batch_id "
+            "AND i.state = 'pending'",
+            (self.route, list(batch_ids)),
+        )
+        return cur.rowcount
+
+    def record_action(
+        self,
+        conn: psycopg.Connection[Any],
+        batch_id: str,
+        position: int | None,
+        action: str,
+        by: str,
+        reason: str,
+    ) -> None:
+        """Keep an operator's decision about a batch, with who and why."""
+        conn.execute(
+            "INSERT INTO inorder_batch_actions "
+            "(route, batch_id, position, action, done_by, reason) VALUES (%s, %s, %s, %s, %s, %s)",
+            (self.route, batch_id, position, action, by, reason),
+        )
