@@ -57,8 +57,8 @@ class Admin:
     def show(self, title: str, rows: Sequence[dict[str, Any]]) -> None:
         """Rows as a table for people, or JSON lines for scripts."""
         if self.as_json:
-            for row in rows:
-                self.console.print_json(orjson.dumps(row, default=str).decode())
+            for row in rows:  # one compact object per line
+                self.console.file.write(orjson.dumps(row, default=str).decode() + "\n")
             return
         table = Table(title=title)
         for column in rows[0] if rows else ["(none)"]:

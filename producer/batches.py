@@ -125,20 +125,15 @@ class BatchTopics:
     work_topic: str = DEFAULT_TOPICS.batch_work
 
 
-def create_batch(
-    conn: psycopg.Connection[Any],
+def batch_events(
     batch_id: str,
     items: Sequence[BatchItem],
     *,
     deadline_s: int | None = None,
     on_incomplete: OnIncomplete | None = None,
     where: BatchTopics = BatchTopics(),
-) -> list[WorkItem]:
-    """Write a batch's manifest and its work items (positions 1..n) in the caller's transaction.
-
-    Positions follow the order of ``items`` and are never reassigned. An empty batch is
-    allowed: it is assembled at once as complete with no results.
-    """
+) -> list[OutboxEvent]:
+    """A new batch's events: the manifest, then one work item per position 1..n (pure)."""
     if not batch_id or len(batch_id) > MAX_BATCH_ID:
         raise InvalidEventError(f"batch_id must be 1..{MAX_BATCH_ID} characters")
     work = [
@@ -154,9 +149,32 @@ def create_batch(
     if on_incomplete is not None:
         manifest["on_incomplete"] = on_incomplete
     accepted = OutboxEvent(where.stream, batch_id, 1, ACCEPTED, manifest, topic=where.topic)
-    items_out = (work_item_event(w, stream=where.stream, topic=where.work_topic) for w in work)
-    emit_many(conn, [accepted, *items_out])
-    return work
+    return [
+        accepted,
+        *(work_item_event(w, stream=where.stream, topic=where.work_topic) for w in work),
+    ]
+
+
+def create_batch(
+    conn: psycopg.Connection[Any],
+    batch_id: str,
+    items: Sequence[BatchItem],
+    *,
+    deadline_s: int | None = None,
+    on_incomplete: OnIncomplete | None = None,
+    where: BatchTopics = BatchTopics(),
+) -> None:
+    """Write a batch's manifest and its work items (positions 1..n) in the caller's transaction.
+
+    Positions follow the order of ``items`` and are never reassigned. An empty batch is
+    allowed: it is assembled at once as complete with no results.
+    """
+    emit_many(
+        conn,
+        batch_events(
+            batch_id, items, deadline_s=deadline_s, on_incomplete=on_incomplete, where=where
+        ),
+    )
 
 
 def _manifest_entry(item: WorkItem) -> dict[str, Any]:

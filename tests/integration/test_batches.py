@@ -1,0 +1,333 @@
+"""Batch reassembly through real Kafka and PostgreSQL: the seed's acceptance tests and example."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from schemas import headers
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import batch_support as bs
+from tests.integration import consumer_support as cs
+from tests.support.kafka import drain, wait_until
+from tests.support.services import Services
+
+LETTERS = [(p, k) for p, k in enumerate(bs.KEYS, start=1)]
+
+
+@pytest.fixture
+def batch(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> bs.BatchSetup:
+    return bs.setup(pg_schema, services, topic_factory, tmp_path)
+
+
+def _finished(db: PgSchema, batch_id: str, wanted: str = "complete") -> bool:
+    found = bs.status(db, batch_id)
+    return found is not None and found[0] == wanted
+
+
+def test_shuffled_completion_orders_always_assemble_by_position(batch: bs.BatchSetup) -> None:
+    """Whatever order the five results finish in, the output lists A..E by position."""
+    orders = [[3, 1, 5, 2, 4], [5, 4, 3, 2, 1], [1, 2, 3, 4, 5], [2, 5, 1, 4, 3]]
+    orders += [random.Random(seed).sample(range(1, 6), 5) for seed in range(4)]
+    ids = [bs.new_id() for _ in orders]
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(b) for b in ids])
+        for batch_id, order in zip(ids, orders, strict=True):
+            batch.send([bs.result(batch_id, p) for p in order])
+        wait_until(lambda: all(_finished(batch.db, b) for b in ids), timeout_s=60)
+    for batch_id in ids:
+        [output] = bs.outputs(batch.db, batch_id)
+        assert output["complete"] is True
+        assert output["revision"] == 1
+        assert bs.positions(output) == LETTERS
+        assert output["missing_positions"] == []
+
+
+def test_earlier_finished_at_for_a_later_position_does_not_reorder(batch: bs.BatchSetup) -> None:
+    """Position 5 reporting the earliest finish time still comes fifth."""
+    batch_id = bs.new_id()
+    stamps = {1: "10:00:05", 2: "10:00:04", 3: "10:00:03", 4: "10:00:02", 5: "09:00:00"}
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send(
+            [
+                bs.result(batch_id, p, finished_at=f"2026-11-30T{stamps[p]}Z")
+                for p in (5, 2, 1, 4, 3)
+            ]
+        )
+        wait_until(lambda: _finished(batch.db, batch_id))
+    [output] = bs.outputs(batch.db, batch_id)
+    assert bs.positions(output) == LETTERS
+
+
+def test_one_failure_is_incomplete_with_the_exact_missing_position(batch: bs.BatchSetup) -> None:
+    """C fails: the output is incomplete, lists 3 missing, and keeps D at 4 and E at 5."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send([bs.result(batch_id, 5), bs.result(batch_id, 3, ok=False)])
+        batch.send([bs.result(batch_id, p) for p in (2, 4, 1)])
+        wait_until(lambda: _finished(batch.db, batch_id, "incomplete"))
+    [output] = bs.outputs(batch.db, batch_id)
+    assert output["complete"] is False
+    assert output["missing_positions"] == [3]
+    assert bs.positions(output) == [(1, "A"), (2, "B"), (4, "D"), (5, "E")]
+    assert "failed: 3" in output["reason"]
+
+
+def test_the_same_result_twice_is_ignored(batch: bs.BatchSetup) -> None:
+    """A repeated result, before and after assembly, changes neither the rows nor the output."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send([bs.result(batch_id, 2), bs.result(batch_id, 2), bs.result(batch_id, 1)])
+        batch.send([bs.result(batch_id, p) for p in (3, 4, 5)])
+        wait_until(lambda: _finished(batch.db, batch_id))
+        before = bs.outputs(batch.db, batch_id)
+        batch.send([bs.result(batch_id, 4), bs.result(batch_id, 2)])
+        time.sleep(1.5)
+    assert bs.outputs(batch.db, batch_id) == before
+    assert len(before) == 1
+    assert bs.positions(before[0]) == LETTERS
+    assert bs.status(batch.db, batch_id) == ("complete", None, 1)
+
+
+def test_inconsistent_results_stop_the_batch(batch: bs.BatchSetup) -> None:
+    """A mismatched item key, a position above expected_count, a duplicated position: flagged."""
+    mismatched, above, twice, bad_manifest = (bs.new_id() for _ in range(4))
+    dup_positions = bs.accepted(bad_manifest)
+    items = [*dup_positions.payload["items"], {"position": 2, "item_key": "Z"}]
+    dup_positions = bs.as_event(
+        bs.OutboxEvent("batch", bad_manifest, 1, "batch.accepted",
+                       {"expected_count": 6, "items": items})
+    )  # fmt: skip
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(b) for b in (mismatched, above, twice)] + [dup_positions])
+        batch.send(
+            [bs.result(mismatched, 2, "Z")] + [bs.result(mismatched, p) for p in (1, 3, 4, 5)]
+        )
+        batch.send([bs.result(above, p) for p in (1, 2, 3, 4)] + [bs.result(above, 6, "F")])
+        batch.send([bs.result(twice, 1), bs.result(twice, 1, attempt=1, ok=True, finished_at="x")])
+        batch.send([bs.result(twice, 2, "B")])
+        wait_until(
+            lambda: all(
+                _finished(batch.db, b, "inconsistent") for b in (mismatched, above, bad_manifest)
+            )
+        )
+    assert "item_key 'Z'" in _reason(batch.db, mismatched)
+    assert "above expected_count 5" in _reason(batch.db, above)
+    assert "duplicate positions" in _reason(batch.db, bad_manifest)
+    for batch_id in (mismatched, above, bad_manifest):
+        assert bs.outputs(batch.db, batch_id) == []
+
+
+def test_a_second_different_result_for_a_done_position_is_inconsistent(
+    batch: bs.BatchSetup,
+) -> None:
+    """Position 1 done with r/A, then another success with a different result: flagged."""
+    batch_id = bs.new_id()
+    first = bs.result(batch_id, 1)
+    other = replace(first, event_id="other", payload={**first.payload, "result_ref": "r/other"})
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id), bs.result(batch_id, 1)])
+        wait_until(lambda: bs.states(batch.db, batch_id).get(1) == "done")
+        batch.send([other])
+        wait_until(lambda: _finished(batch.db, batch_id, "inconsistent"))
+    assert "a second, different result" in _reason(batch.db, batch_id)
+
+
+def test_batch_of_one_and_empty_batch(batch: bs.BatchSetup) -> None:
+    """The empty batch is complete at once with no results; a batch of one waits for its item."""
+    empty, single = bs.new_id(), bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(empty, ""), bs.accepted(single, "A")])
+        wait_until(lambda: _finished(batch.db, empty))
+        assert bs.status(batch.db, single) == ("waiting", None, 0)
+        batch.send([bs.result(single, 1)])
+        wait_until(lambda: _finished(batch.db, single))
+    [nothing] = bs.outputs(batch.db, empty)
+    assert nothing == {"batch_id": empty, "revision": 1, "expected_count": 0, "complete": True,
+                       "results": [], "missing_positions": []}  # fmt: skip
+    [one] = bs.outputs(batch.db, single)
+    assert bs.positions(one) == [(1, "A")]
+    assert one["complete"] is True
+
+
+def test_seed_worked_example_step_by_step(batch: bs.BatchSetup) -> None:
+    """C, A, E, B finish: wait on 4. D fails: incomplete, 4 missing. D retried, succeeds: A..E."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send([bs.result(batch_id, p) for p in (3, 1, 5, 2)])
+        wait_until(lambda: sum(s == "done" for s in bs.states(batch.db, batch_id).values()) == 4)
+        assert bs.states(batch.db, batch_id)[4] == "pending"
+        assert bs.status(batch.db, batch_id) == ("waiting", None, 0)
+        assert bs.outputs(batch.db, batch_id) == []
+
+        batch.send([bs.result(batch_id, 4, ok=False)])
+        wait_until(lambda: _finished(batch.db, batch_id, "incomplete"))
+        [first] = bs.outputs(batch.db, batch_id)
+        assert (first["complete"], first["missing_positions"]) == (False, [4])
+        assert bs.positions(first) == [(1, "A"), (2, "B"), (3, "C"), (5, "E")]
+
+        with batch.db.connect(autocommit=True) as conn:
+            admin, shown = bs.batch_admin(batch, conn)
+            admin.confirm_retry(None, batch_id, 4, applied_ref=None, by="ops", reason="input fixed")
+        assert bs.work_items(batch.db, batch_id) == [(4, 2)]
+        assert bs.status(batch.db, batch_id) == ("waiting", None, 1)
+        batch.send([bs.result(batch_id, 4, attempt=2)])
+        wait_until(lambda: _finished(batch.db, batch_id))
+    first, second = bs.outputs(batch.db, batch_id)
+    assert second["revision"] == 2
+    assert second["complete"] is True
+    assert bs.positions(second) == LETTERS
+    assert shown[0][1][0]["decision"] == "retried"
+
+
+def test_held_batch_is_released_as_incomplete_by_a_person(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """With on_incomplete = hold, D's failure holds the batch; `decide` then assembles it."""
+    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, on_incomplete="hold")
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send(
+            [bs.result(batch_id, p) for p in (3, 1, 5, 2)] + [bs.result(batch_id, 4, ok=False)]
+        )
+        wait_until(lambda: _finished(batch.db, batch_id, "held"))
+    assert bs.outputs(batch.db, batch_id) == []
+    with batch.db.connect(autocommit=True) as conn:
+        admin, _ = bs.batch_admin(batch, conn)
+        admin.decide(None, batch_id, "ops", "ship what we have")
+    [output] = bs.outputs(batch.db, batch_id)
+    assert (output["complete"], output["missing_positions"]) == (False, [4])
+    assert "released by ops" in output["reason"]
+
+
+def test_uncertain_failure_needs_review_and_is_never_retried(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """A time-out that may have written is not dispatched again, even with retries allowed."""
+    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, max_retries=3)
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send(
+            [bs.result(batch_id, p) for p in (1, 2, 3, 5)]
+            + [bs.result(batch_id, 4, ok=False, uncertain=True)]
+        )
+        wait_until(lambda: bs.states(batch.db, batch_id).get(4) == "needs_review")
+        wait_until(lambda: _finished(batch.db, batch_id, "incomplete"))
+    assert bs.work_items(batch.db, batch_id) == []
+    with batch.db.connect(autocommit=True) as conn:
+        admin, _ = bs.batch_admin(batch, conn)
+        admin.confirm_retry(None, batch_id, 4, applied_ref="r/D", by="ops", reason="checked")
+    assert bs.work_items(batch.db, batch_id) == []
+    second = bs.outputs(batch.db, batch_id)[-1]
+    assert second["complete"] is True
+    assert bs.positions(second) == LETTERS
+
+
+def test_certain_failure_is_dispatched_again_up_to_max_retries(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """With one retry allowed, D's first failure brings attempt 2; its failure ends the batch."""
+    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, max_retries=1)
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send(
+            [bs.result(batch_id, p) for p in (1, 2, 3, 5)] + [bs.result(batch_id, 4, ok=False)]
+        )
+        wait_until(lambda: bs.work_items(batch.db, batch_id) == [(4, 2)])
+        assert bs.status(batch.db, batch_id) == ("waiting", None, 0)
+        batch.send([bs.result(batch_id, 4, ok=False)])  # attempt 1 again: stale
+        batch.send([bs.result(batch_id, 4, attempt=2, ok=False)])
+        wait_until(lambda: _finished(batch.db, batch_id, "incomplete"))
+    assert bs.work_items(batch.db, batch_id) == [(4, 2)]
+    [output] = bs.outputs(batch.db, batch_id)
+    assert output["missing_positions"] == [4]
+
+
+def test_manifest_changed_after_work_started_halts_assembly(batch: bs.BatchSetup) -> None:
+    """Positions re-sorted in the manifest table after work started: the batch halts unassembled."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id), bs.result(batch_id, 1)])
+        wait_until(lambda: bs.states(batch.db, batch_id).get(1) == "done")
+        with batch.db.connect(autocommit=True) as conn:
+            conn.execute(
+                "UPDATE inorder_batch_items SET item_key = CASE position WHEN 4 THEN 'E' "
+                "ELSE 'D' END WHERE batch_id = %s AND position IN (4, 5)",
+                (batch_id,),
+            )
+        batch.send([bs.result(batch_id, p) for p in (2, 3)])
+        batch.send([bs.result(batch_id, 4, "E"), bs.result(batch_id, 5, "D")])
+        wait_until(lambda: _finished(batch.db, batch_id, "halted"))
+    assert "digest" in _reason(batch.db, batch_id)
+    assert bs.outputs(batch.db, batch_id) == []
+
+
+def _reason(db: PgSchema, batch_id: str) -> str:
+    found = bs.status(db, batch_id)
+    assert found is not None
+    return found[1] or ""
+
+
+def test_results_before_their_manifest_are_kept_until_it_arrives(batch: bs.BatchSetup) -> None:
+    """Results that beat the manifest to the consumer are kept in PostgreSQL, then applied."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.result(batch_id, p) for p in (4, 2, 5)])
+        wait_until(lambda: _early(batch.db, batch_id) == 3)
+        batch.send([bs.accepted(batch_id)])
+        batch.send([bs.result(batch_id, p) for p in (1, 3)])
+        wait_until(lambda: _finished(batch.db, batch_id))
+    assert _early(batch.db, batch_id) == 0
+    assert bs.positions(bs.outputs(batch.db, batch_id)[0]) == LETTERS
+
+
+def _early(db: PgSchema, batch_id: str) -> int:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM inorder_batch_early_results WHERE batch_id = %s", (batch_id,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_bad_batch_events_are_dead_lettered_with_the_reason(batch: bs.BatchSetup) -> None:
+    """A result breaking its payload schema, or not filed as batch#position, is dead-lettered."""
+    batch_id = bs.new_id()
+    good = bs.result(batch_id, 1)
+    broken = replace(good, event_id="x1", payload={"batch_id": batch_id})
+    misfiled = replace(good, event_id="x2", entity_id="other#1")
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id), broken, misfiled])
+        letters = drain(batch.services.kafka_bootstrap, batch.dlq, expect=2)
+    reasons = sorted(dict(m.headers() or [])[headers.DLQ_REASON].decode() for m in letters)
+    assert reasons == ["batch_rejected", "batch_rejected"]
+    details = " ".join(dict(m.headers() or [])[headers.DLQ_DETAIL].decode() for m in letters)
+    assert "position" in details
+    assert "is not batch_id#position" in details
+
+
+def test_sweeper_abandons_pending_positions_past_the_deadline(batch: bs.BatchSetup) -> None:
+    """Past its deadline, a batch's pending positions are abandoned and it assembles incomplete."""
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id, deadline_s=1)])
+        batch.send([bs.result(batch_id, p) for p in (1, 2, 3)])
+        wait_until(lambda: sum(s == "done" for s in bs.states(batch.db, batch_id).values()) == 3)
+    time.sleep(1.2)
+    assert bs.sweep_once(batch).batches_expired == 1
+    [output] = bs.outputs(batch.db, batch_id)
+    assert (output["complete"], output["missing_positions"]) == (False, [4, 5])
+    assert "deadline passed" in output["reason"]
+    assert "abandoned: 4, 5" in output["reason"]
