@@ -37,6 +37,7 @@ from consumer.audit import Audit
 from consumer.routes import parse_routes
 from producer import loadgen, migrate
 from producer import subscriptions as subs
+from producer.batches import BatchItem, BatchTopics, create_batch
 from schemas import logs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,15 +51,30 @@ TOPICS = {
     "INORDER_HELD_TOPIC": "inorder.demo.held",
     "INORDER_REPUBLISH_REQUESTS_TOPIC": "inorder.demo.republish.requests",
     "INORDER_REPUBLISH_RESULTS_TOPIC": "inorder.demo.republish.results",
+    "INORDER_WORK_TOPIC": "inorder.demo.batch.work",
+    "INORDER_EVENTS_TOPIC": "inorder.demo.events",
 }
+OUTPUT_TOPIC = "inorder.demo.batch.output"
 EVENTS_TOPIC = "inorder.demo.events"
-# name -> (command, HTTP port)
-PROCESSES = {
-    "relay-1": ("inorder-relay", 9400), "relay-2": ("inorder-relay", 9410),
-    "consumer-1": ("inorder-consumer", 9401), "consumer-2": ("inorder-consumer", 9411),
-    "sweeper": ("inorder-sweeper", 9402),
+# name -> (command and arguments, HTTP port or None)
+PROCESSES: dict[str, tuple[tuple[str, ...], int | None]] = {
+    "relay-1": (("inorder-relay",), 9400), "relay-2": (("inorder-relay",), 9410),
+    "consumer-1": (("inorder-consumer",), 9401), "consumer-2": (("inorder-consumer",), 9411),
+    "sweeper": (("inorder-sweeper",), 9402),
+    # The example worker: items finish out of order; item-0003's first attempt always fails
+    # (retried), and a few others fail for good or with an uncertain outcome.
+    "worker": (("inorder-producer", "worker", "--fail-rate", "0.02", "--uncertain-share", "0.5",
+                "--fail-first", "item-0003"), None),
 }  # fmt: skip
-ROUTES = examples.PROJECTION_ROUTE + examples.STEP_ROUTE
+BATCH_ROUTE = f"""
+[[route]]
+stream = "batch"
+kind = "batch"
+output_topic = "{OUTPUT_TOPIC}"
+work_topic = "inorder.demo.batch.work"
+max_retries = 1
+"""
+ROUTES = examples.PROJECTION_ROUTE + examples.STEP_ROUTE + BATCH_ROUTE
 
 
 def _urls() -> tuple[str, str, str]:
@@ -84,10 +100,13 @@ def _env(group: str) -> dict[str, str]:
 
 def start(name: str, env: dict[str, str]) -> None:
     """Start one process in the background, logging to the demo folder."""
-    command, port = PROCESSES[name]
+    (command, *arguments), port = PROCESSES[name]
+    own = {"INORDER_HTTP_PORT": str(port)} if port else {}
+    if name == "worker":  # a consumer group of its own
+        own["INORDER_GROUP_ID"] = f"{env['INORDER_GROUP_ID']}-worker"
     with (STATE / f"{name}.log").open("ab") as log:
         process = subprocess.Popen(  # noqa: S603 - our own console script, fixed arguments
-            [str(BIN / command)], env={**env, "INORDER_HTTP_PORT": str(port)},
+            [str(BIN / command), *arguments], env={**env, **own},
             stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
     (STATE / f"{name}.pid").write_text(str(process.pid))
@@ -138,7 +157,7 @@ def reset(console: Console) -> str:
         conn.execute(examples.SEAT_TABLES)
     admin = AdminClient({"bootstrap.servers": kafka})
     present = admin.list_topics(timeout=10).topics
-    for topic in (t.strip('[]"') for t in TOPICS.values()):
+    for topic in {*(t.strip('[]"') for t in TOPICS.values()), OUTPUT_TOPIC}:
         if topic in present:
             admin.delete_topics([topic])[topic].result(timeout=30)
     client = redis.Redis.from_url(redis_url)
@@ -197,7 +216,8 @@ def _settled(db: str, group: str) -> bool:
     with psycopg.connect(db) as conn:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL), (SELECT count(*) "
-            "FROM inorder_gaps WHERE status IN ('open', 'requested'))"
+            "FROM inorder_gaps WHERE status IN ('open', 'requested')), (SELECT count(*) "
+            "FROM inorder_batches WHERE status = 'waiting')"
         ).fetchone()
     _, _, redis_url = _urls()
     client = redis.Redis.from_url(redis_url)
@@ -205,19 +225,22 @@ def _settled(db: str, group: str) -> bool:
         parked = client.zcard(f"{PREFIX}:parkindex:seat_ledger")  # read directly, not the gauge
     finally:
         client.close()
-    return row == (0, 0) and parked == 0 and _lag(group) == 0
+    return row == (0, 0, 0) and parked == 0 and _lag(group) == 0
 
 
 def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Table:
     totals: dict[str, float] = {}
     for name in ("consumer-1", "consumer-2"):
-        for key, value in metrics(PROCESSES[name][1]).items():
+        for key, value in metrics(PROCESSES[name][1] or 0).items():
             totals[key] = totals.get(key, 0.0) + value
     with psycopg.connect(db) as conn:
         gaps = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE status = 'healed'), "
             "max(extract(epoch FROM resolved_at - first_seen)) FROM inorder_gaps"
         ).fetchone() or (0, 0, None)
+        batches: dict[str, int] = dict(
+            conn.execute("SELECT status, count(*) FROM inorder_batches GROUP BY status").fetchall()
+        )
     parked_now = metrics(9402).get("events_parked_current", 0.0)
     table = Table(title="inorder demo")
     table.add_column("what")
@@ -232,6 +255,9 @@ def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Tabl
         ("gaps escalated / healed", f"{gaps[0]} / {gaps[1]}"),
         ("time to heal (detection to healed)", f"{gaps[2] or 0:.1f} s"),
         ("dead letters", int(totals.get("events_dead_lettered_total", 0))),
+        ("batches: complete / incomplete / other",
+         f"{batches.get('complete', 0)} / {batches.get('incomplete', 0)} / "
+         f"{sum(batches.values()) - batches.get('complete', 0) - batches.get('incomplete', 0)}"),
         ("audit", f"{audit.entities} entities, {len(audit.divergences)} divergences, "
                   f"{len(audit.unexplained)} unexplained"),
     ]  # fmt: skip
@@ -250,7 +276,7 @@ def _start_all(console: Console) -> tuple[str, dict[str, str]]:
     env = _env(group)
     for name in PROCESSES:
         start(name, env)
-    console.print("started 2 relays, 2 consumers and a sweeper; generating load")
+    console.print("started 2 relays, 2 consumers, a sweeper and a worker; generating load")
     return group, env
 
 
@@ -272,6 +298,7 @@ def _load(
         start("consumer-2", env)  # and joins again
 
     threading.Thread(target=sample, daemon=True).start()
+    _batches(db, args.batches)
     mover = threading.Thread(target=rebalance, daemon=True)
     mover.start()
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -285,6 +312,16 @@ def _load(
     )
     sampling.set()
     return peak[0], lost
+
+
+def _batches(db: str, count: int) -> None:
+    """Batches of 10 items, for the worker to finish out of order and the consumer to assemble."""
+    where = BatchTopics(topic=EVENTS_TOPIC, work_topic=TOPICS["INORDER_WORK_TOPIC"])
+    with psycopg.connect(db) as conn:
+        for n in range(count):
+            items = [BatchItem(f"item-{i:04d}", {"n": i}) for i in range(1, 11)]
+            with conn.transaction():
+                create_batch(conn, f"demo-batch-{n:03d}", items, where=where, deadline_s=60)
 
 
 def _settle(args: argparse.Namespace, console: Console, db: str, group: str) -> tuple[bool, float]:
@@ -319,6 +356,8 @@ def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any
         console.print(table)
     console.print(_summary(db, produced, peak, lost, audit))
     for name, (_, port) in PROCESSES.items():
+        if port is None:
+            continue
         console.print(
             f"  {name:<11} http://127.0.0.1:{port}/metrics   log {STATE / (name + '.log')}"
         )
@@ -350,6 +389,7 @@ def main() -> None:
     parser.add_argument("--entities", type=int, default=200)
     parser.add_argument("--events", type=int, default=25, help="operations per entity")
     parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=20, help="batches of 10 items")
     parser.add_argument("--settle-s", type=float, default=120.0)
     parser.add_argument("--summary-json", help="also write the key figures to this file")
     args = parser.parse_args()

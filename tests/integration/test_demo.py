@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -24,14 +25,19 @@ def _demo(services: Services, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services) -> None:
-    """Two relays, two consumers with a restart, a sweeper: the lost event heals, audit is clean."""
+    """Relays, consumers with a restart, a sweeper, a worker: gap heals, batches end, audit clean."""
     try:
-        done = _demo(services, "up", "--entities", "20", "--events", "6", "--writers", "4")
+        done = _demo(
+            services, "up", "--entities", "20", "--events", "6", "--writers", "4", "--batches", "4"
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "not settled" not in done.stdout
         assert "gaps escalated / healed" in done.stdout
         line = next(row for row in done.stdout.splitlines() if "gaps escalated / healed" in row)
         assert "1 / 1" in line
         assert "0 divergences, 0 unexplained" in done.stdout.replace("\n│", "").replace("  ", " ")
+        batches = next(row for row in done.stdout.splitlines() if "batches: complete" in row)
+        complete, incomplete, other = (int(n) for n in re.findall(r"(\d+) */? *", batches)[-3:])
+        assert (complete + incomplete, other) == (4, 0)
     finally:
         _demo(services, "down")
