@@ -25,7 +25,7 @@ def _demo(services: Services, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services) -> None:
-    """Relays, consumers with a restart, a sweeper, a worker: gap heals, batches end, audit clean."""
+    """Relays, consumers (one restarted), sweeper, worker: gap heals, batches end, audit clean."""
     try:
         done = _demo(
             services, "up", "--entities", "20", "--events", "6", "--writers", "4", "--batches", "4"
