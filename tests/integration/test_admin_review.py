@@ -32,7 +32,7 @@ def stopped(
         ss.feed(run, conn, [ss.step(2, event_type="ledger.mailed"), ss.step(3)])
     assert ss.progress(pg_schema)[1:4] == (1, False, 2)
     listed = sw.admin(p, "--json", "review", "list")
-    assert '"stopped_at": 2' in listed.stdout
+    assert '"stopped_at":2' in listed.stdout
     return p
 
 

@@ -47,8 +47,8 @@ def test_settled_pipeline_audits_clean(settled: sw.Pipeline) -> None:
     """After everything applied, the audit finds no divergence and exits 0."""
     done = sw.admin(settled, "--json", "audit")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert '"divergences": 0' in done.stdout
-    assert '"entities": 4' in done.stdout
+    assert '"divergences":0' in done.stdout
+    assert '"entities":4' in done.stdout
 
 
 def test_corrupted_projection_row_is_named(settled: sw.Pipeline, pg_schema: PgSchema) -> None:
@@ -58,7 +58,7 @@ def test_corrupted_projection_row_is_named(settled: sw.Pipeline, pg_schema: PgSc
         conn.commit()
     done = sw.admin(settled, "--json", "audit")
     assert done.returncode == 1
-    assert '"entity_id": "s1"' in done.stdout
+    assert '"entity_id":"s1"' in done.stdout
     assert "column plan is 'enterprise', event says 'pro'" in done.stdout
     assert done.stderr.strip() == "inorder-admin: 1 unexplained divergence(s); see the table above"
 
@@ -72,8 +72,8 @@ def test_steps_waiting_behind_an_unrecoverable_gap_are_explained(
         wait_until(lambda: [g[0] for g in sw.gap_rows(settled)] == ["unrecoverable"], timeout_s=60)
     done = sw.admin(settled, "--json", "audit")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert '"cause": "gap unrecoverable 8..8"' in done.stdout
-    assert '"unexplained": 0' in done.stdout
+    assert '"cause":"gap unrecoverable 8..8"' in done.stdout
+    assert '"unexplained":0' in done.stdout
 
 
 def test_dead_lettered_event_is_explained(settled: sw.Pipeline, pg_schema: PgSchema) -> None:
@@ -91,7 +91,7 @@ def test_dead_lettered_event_is_explained(settled: sw.Pipeline, pg_schema: PgSch
         wait_until(lambda: _dead_letters(pg_schema) == 1, timeout_s=30)
     done = sw.admin(settled, "--json", "audit")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert '"cause": "dead-lettered: projection_rejected"' in done.stdout
+    assert '"cause":"dead-lettered: projection_rejected"' in done.stdout
 
 
 def _dead_letters(db: PgSchema) -> int:
