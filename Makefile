@@ -8,13 +8,14 @@ STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 
-.PHONY: help venv up down status lint test bench demo
+.PHONY: help venv up down status lint rules test bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make lint   ruff and mypy on the four packages"
+	@echo "make rules  promtool check and unit-test the alert rules"
 	@echo "make down   stop every local process the stack started"
 
 $(BIN)/.installed: pyproject.toml
@@ -41,8 +42,13 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy deploy/local/demo.py
 
+rules: up
+	promtool check rules deploy/prometheus/rules.yml
+	promtool test rules deploy/prometheus/rules.test.yml
+
 test: venv up
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory rules
 	$(WITH_STACK_ENV) $(BIN)/pytest
 
 bench: venv up
