@@ -1,0 +1,149 @@
+"""The image, compose file and Kubernetes base use only real commands, ports, probes, settings."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import AliasChoices
+from pydantic_settings import BaseSettings
+
+from consumer.settings import ConsumerSettings, SweeperSettings
+from outbox_relay.settings import RelaySettings
+from producer.settings import ProducerSettings
+from producer.worker import WorkerSettings
+from tests.support.services import ROOT
+
+DEPLOY = ROOT / "deploy"
+SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+SETTINGS: dict[str, type[BaseSettings]] = {
+    "inorder-relay": RelaySettings, "inorder-consumer": ConsumerSettings,
+    "inorder-sweeper": SweeperSettings, "inorder-producer": ProducerSettings,
+}  # fmt: skip
+PROBES = {"/healthz", "/readyz"}
+
+
+def env_names(model: type[BaseSettings]) -> set[str]:
+    """Every environment variable a settings class reads."""
+    prefix = str(model.model_config.get("env_prefix", ""))
+    names = set()
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(c) for c in alias.choices)
+        else:
+            names.add(f"{prefix}{name}".upper())
+    return names
+
+
+def _settings_for(command: list[str]) -> set[str]:
+    if command[:2] == ["inorder-producer", "worker"]:
+        return env_names(WorkerSettings)
+    return env_names(SETTINGS[command[0]])
+
+
+def test_env_names_come_from_the_settings() -> None:
+    """The settings reader knows the aliases and the INORDER_ prefix."""
+    names = env_names(ConsumerSettings)
+    assert {"DATABASE_URL", "REDIS_URL", "INORDER_ROUTES_FILE", "INORDER_HTTP_PORT"} <= names
+
+
+def test_dockerfile_is_multistage_non_root_with_tini_and_a_healthcheck() -> None:
+    """The image: two stages, project-only install, non-root, tini as PID 1, a health check."""
+    lines = [line.strip() for line in (DEPLOY / "Dockerfile").read_text().splitlines()]
+    assert sum(line.startswith("FROM ") for line in lines) >= 2
+    assert any("pip install ." in line for line in lines)
+    assert not any("[test]" in line for line in lines)
+    user = next(line for line in reversed(lines) if line.startswith("USER "))
+    assert user.split()[1].split(":")[0] not in ("root", "0")
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--"]' in lines
+    assert any(line.startswith("HEALTHCHECK") for line in lines)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".stack", "tests", ".git"} <= set(ignored)
+
+
+def _rendered() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is missing: `make test` installs kubernetes-client")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_kustomize_renders_deployments_that_match_the_code() -> None:
+    """Each Deployment runs a console script, probes its own endpoints, reads known settings."""
+    objects = _rendered()
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "ScaledObject",
+            "ServiceMonitor", "PrometheusRule"} <= kinds  # fmt: skip
+    assert "Secret" not in kinds  # referenced, never inlined
+    config = next(o for o in objects if o["metadata"]["name"].startswith("inorder-settings"))
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "inorder-relay", "inorder-consumer", "inorder-sweeper",
+    }  # fmt: skip
+    read_by_some: set[str] = set()
+    for deployment in deployments:
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        [container] = spec["containers"]
+        assert container["image"].split(":")[0] == "inorder"
+        assert container["command"][0] in SCRIPTS
+        env = {e["name"]: e for e in container["env"]}
+        known = _settings_for(container["command"])
+        assert set(env) <= known
+        read_by_some |= known
+        port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
+        assert int(env["INORDER_HTTP_PORT"]["value"]) == port
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["httpGet"]["path"] in PROBES
+            assert container[probe]["httpGet"]["port"] == "http"
+        assert all("secretKeyRef" in e["valueFrom"] for e in env.values() if "valueFrom" in e)
+        assert spec["terminationGracePeriodSeconds"] >= 30
+    # The shared settings ConfigMap holds nothing that no process reads.
+    assert set(config["data"]) <= read_by_some
+
+
+def test_keda_caps_consumers_at_the_partition_count() -> None:
+    """The consumer scales on its group's lag, at most one replica per partition."""
+    [scaled] = [o for o in _rendered() if o["kind"] == "ScaledObject"]
+    default_partitions = ConsumerSettings.model_fields["topic_partitions"].default
+    assert scaled["spec"]["maxReplicaCount"] == default_partitions
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["metadata"]["consumerGroup"] == ConsumerSettings.model_fields["group_id"].default
+
+
+def test_prometheus_rule_is_the_rules_file() -> None:
+    """The PrometheusRule carries exactly the groups of deploy/prometheus/rules.yml."""
+    [rule] = [o for o in _rendered() if o["kind"] == "PrometheusRule"]
+    groups = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())["groups"]
+    assert rule["spec"]["groups"] == groups
+
+
+def test_compose_services_match_the_settings_and_scrape_config() -> None:
+    """Every inorder service runs a real script with known settings; Prometheus scrapes its port."""
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    assert compose["redis"]["command"][1:3] == ["--appendonly", "yes"]
+    assert compose["consumer"]["deploy"]["replicas"] == 2
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = str(scrape["scrape_configs"])
+    for name, service in compose.items():
+        command = service.get("command", [])
+        if service.get("image", "").split(":")[0] != "inorder" or command[0] == "sh":
+            continue
+        assert command[0] in SCRIPTS, name
+        assert set(service["environment"]) <= _settings_for(command), name
+        port = service["environment"].get("INORDER_HTTP_PORT")
+        if port is not None:
+            assert f"{name}:{port}" in targets or (
+                f"'{name}'" in targets and f"'port': {port}" in targets
+            ), name
+    for name in ("relay", "consumer", "sweeper", "prometheus", "grafana", "loadgen", "kafka"):
+        assert name in compose
