@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -98,10 +98,9 @@ class BatchRunner:
     ) -> None:
         store = self.stores[route.stream]
         manifests, results = self._read(route, events, outcome)
-        store.lock(conn, [m.batch_id for m in manifests] + [r.batch_id for r, _ in results])
-        known = store.batches(
-            conn, [m.batch_id for m in manifests] + [r.batch_id for r, _ in results]
-        )
+        batch_ids = [m.batch_id for m in manifests] + [r.batch_id for r, _ in results]
+        store.lock(conn, batch_ids)
+        known = store.batches(conn, batch_ids)
         touched: set[str] = set()
         created: list[str] = []
         for manifest in sorted(manifests, key=lambda m: m.batch_id):
@@ -193,7 +192,7 @@ class BatchRunner:
         if not existing.stopped:
             reason = "a different manifest arrived for a batch already accepted"
             store.set_status(conn, manifest.batch_id, "halted", reason)
-            known[manifest.batch_id] = _with_status(existing, "halted")
+            known[manifest.batch_id] = replace(existing, status="halted")
             outcome.inconsistent += 1
             log.error("batch_halted", route=route.stream, batch=manifest.batch_id, reason=reason)
         return False
@@ -376,10 +375,3 @@ class BatchRunner:
                 outcome.results["abandoned"] += store.abandon_pending(conn, waiting)
                 self.settle(conn, self.routes[route], waiting, outcome, reason="deadline passed")
         return outcome
-
-
-def _with_status(batch: Batch, status: str) -> Batch:
-    return Batch(
-        batch.batch_id, batch.generation, batch.expected_count, batch.digest,
-        batch.on_incomplete, status, batch.revision, batch.deadline_s,
-    )  # fmt: skip

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,17 +23,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from consumer import tables
-from consumer.routes import parse_routes
-from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from producer import migrate
 from producer.batches import BatchItem, WorkItem, batch_events, result_event
 from schemas import encode
-from schemas.health import Health
-from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.fixtures import consume_until, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.batch_support import as_event
-from tests.support.threads import serving
 
 BATCHES = 1000
 ITEMS = 100
@@ -98,16 +93,7 @@ def _run(url: str, topic: str, routes: Path, done: str, want: int) -> float:
         create_topics=False, http_port=0, dead_letter_topic=f"{topic}.dlq",
         held_topic=f"{topic}.held", poll_timeout_ms=100,
     )  # fmt: skip
-    service = ConsumerService(settings, parse_routes(routes.read_text()), Health())
-    started = time.perf_counter()
-    with serving("bench-consumer", service.run, service.stop), psycopg.connect(url) as conn:
-        while True:
-            row = conn.execute(done).fetchone()
-            conn.rollback()
-            if row and row[0] == want:
-                break
-            time.sleep(0.05)
-    return BATCHES * ITEMS / (time.perf_counter() - started)
+    return BATCHES * ITEMS / consume_until(settings, url, done, want)
 
 
 def run() -> list[BenchResult]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,15 +26,11 @@ from confluent_kafka.cimpl import NewTopic
 
 from consumer import tables
 from consumer.parking import ParkingLot
-from consumer.routes import parse_routes
-from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from schemas import Event, encode
-from schemas.health import Health
-from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.fixtures import consume_until, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration import step_handlers
-from tests.support.threads import serving
 
 ENTITIES = 500
 STEPS = 60
@@ -105,16 +100,7 @@ def _run(url: str, topic: str, routes: Path, done: str, prefix: str) -> float:
         dead_letter_topic=f"{topic}.dlq", held_topic=f"{topic}.held", poll_timeout_ms=100,
         redis_key_prefix=prefix,
     )  # fmt: skip
-    service = ConsumerService(settings, parse_routes(routes.read_text()), Health())
-    started = time.perf_counter()
-    with serving("bench-consumer", service.run, service.stop), psycopg.connect(url) as conn:
-        while True:
-            row = conn.execute(done).fetchone()
-            conn.rollback()
-            if row and row[0] == ENTITIES:
-                break
-            time.sleep(0.05)
-    return ENTITIES * STEPS / (time.perf_counter() - started)
+    return ENTITIES * STEPS / consume_until(settings, url, done, ENTITIES)
 
 
 def _fresh_tables(url: str) -> None:
