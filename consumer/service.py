@@ -23,6 +23,7 @@ from consumer.batch_runner import BatchRunner
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
 from consumer.gauges import Gauges
 from consumer.offsets import Offsets, commit
+from consumer.outages import REDIS_DOWN, dependency, first_line
 from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
@@ -38,7 +39,9 @@ from schemas.topics import ensure_topics
 log = structlog.get_logger(__name__)
 
 # Redis failures that mean "unreachable", as opposed to a bug in a command.
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+# With no messages coming, how often the dependencies are checked, so that an outage
+# shows in readiness and the pause gauge before the next batch runs into it.
+IDLE_PROBE_INTERVAL_S = 2.0
 
 
 class ConsumerService:
@@ -63,6 +66,7 @@ class ConsumerService:
         self._offsets = Offsets()
         self._gauges = Gauges(steps=bool(self._stores))
         self._paused = False
+        self._probe_at = 0.0
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand, commit and leave the group."""
@@ -216,6 +220,9 @@ class ConsumerService:
         usable = [m for m in messages if not _skip(m)]
         if usable:
             self._handle(usable)
+            self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
+        elif time.monotonic() >= self._probe_at:
+            self._check_dependencies()
 
     def _handle(self, messages: list[Message]) -> None:
         started = time.perf_counter()
@@ -234,7 +241,7 @@ class ConsumerService:
                 *REDIS_DOWN,
             ) as exc:
                 self._pause()
-                self._wait_out(backoff, _dependency(exc), exc)
+                self._wait_out(backoff, dependency(exc), exc)
                 if self._stopping:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return
@@ -282,6 +289,24 @@ class ConsumerService:
 
     # ------------------------------------------------------------------ dependencies
 
+    def _check_dependencies(self) -> None:
+        """While idle, ping PostgreSQL and Redis; one that is down pauses like a failed batch."""
+        backoff = Backoff()
+        while not self._stopping:
+            try:
+                if self._conn is None:
+                    self.connect_postgres()
+                if self._conn is not None:
+                    self._conn.execute("SELECT 1")
+                if self._runner is not None:
+                    self._runner.lot.client.ping()
+                break
+            except (psycopg.OperationalError, *REDIS_DOWN) as exc:
+                self._pause()
+                self._wait_out(backoff, dependency(exc), exc)
+        self._resume()
+        self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
+
     def _pause(self) -> None:
         consumer = self._kafka_consumer
         assignment = consumer.assignment()
@@ -299,13 +324,13 @@ class ConsumerService:
             consumer.resume(assignment)
         self._paused = False
         metrics.PAUSED.set(0)
-        for dependency in ("postgres", "kafka", "redis"):
-            self.health.cleared(dependency)
+        for name in ("postgres", "kafka", "redis"):
+            self.health.cleared(name)
         log.info("consumption_resumed")
 
     def _wait_out(self, backoff: Backoff, dependency: str, exc: Exception) -> None:
         delay = backoff.failed()
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        detail = first_line(exc)
         self.health.blocked(dependency, detail)
         log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay, paused=True)
         if dependency == "postgres" and self._conn is not None:
@@ -339,11 +364,3 @@ def _skip(message: Message) -> bool:
     if error.code() != KafkaError._PARTITION_EOF:
         log.warning("kafka_consume_error", error=str(error))
     return True
-
-
-def _dependency(exc: Exception) -> str:
-    if isinstance(exc, psycopg.Error):
-        return "postgres"
-    if isinstance(exc, redis.RedisError):
-        return "redis"
-    return "kafka"

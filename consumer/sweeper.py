@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -23,12 +24,14 @@ from psycopg.types.json import set_json_loads
 from consumer import gaps, metrics, steps, tables
 from consumer.batch_runner import BatchRunner
 from consumer.lease import Lease
+from consumer.outages import DOWN, dependency, first_line
 from consumer.parking import ParkingLot
 from consumer.routes import BatchRoute, Route, StepRoute
 from consumer.settings import SweeperSettings
 from consumer.step_runner import StepRunner
 from consumer.steps import Progress, StepStore
 from schemas import DecodeError, decode
+from schemas.backoff import Backoff
 from schemas.health import Health
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
 
@@ -113,31 +116,74 @@ class Sweeper:
     # ------------------------------------------------------------------ loop
 
     def run(self) -> None:
-        """Sweep while holding the lease, stand by while another sweeper holds it."""
-        io = self.io
-        next_sweep = next_gauges = 0.0
+        """Sweep while holding the lease, stand by while another sweeper holds it.
+
+        When PostgreSQL, Redis or Kafka goes away the sweeper stops acting, reports
+        itself unready and retries with backoff; it carries on by itself once the
+        service is back (a standby may have taken the lease meanwhile).
+        """
+        backoff = Backoff()
+        due = {"sweep": 0.0, "gauges": 0.0}
         try:
             while not self._stopping:
                 self.health.beat()
-                active = io.lease.keep()
-                metrics.SWEEPER_ACTIVE.set(1 if active else 0)
-                now = time.monotonic()
-                if active and now >= next_sweep:
-                    next_sweep = now + self.settings.sweep_interval_s
-                    self.sweep()
-                if active:
-                    self.answers()
-                if active and now >= next_gauges:
-                    next_gauges = now + self.settings.gauge_interval_s
-                    self.export_gauges()
+                try:
+                    active = self._tick(due)
+                except DOWN as exc:
+                    self._wait_out(backoff, exc)
+                    continue
+                if backoff.failures:
+                    backoff.succeeded()
+                    for name in ("postgres", "redis", "kafka"):
+                        self.health.cleared(name)
+                    log.info("sweeper_resumed")
                 time.sleep(TICK_S if active else min(1.0, self.settings.lease_ttl_s / 3))
         finally:
+            self._close()
+
+    def _tick(self, due: dict[str, float]) -> bool:
+        """One turn of the loop; whether this sweeper holds the lease."""
+        if self.io.conn.closed:
+            self._reconnect_postgres()
+        io = self.io
+        active = io.lease.keep()
+        metrics.SWEEPER_ACTIVE.set(1 if active else 0)
+        now = time.monotonic()
+        if active and now >= due["sweep"]:
+            due["sweep"] = now + self.settings.sweep_interval_s
+            self.sweep()
+        if active:
+            self.answers()
+        if active and now >= due["gauges"]:
+            due["gauges"] = now + self.settings.gauge_interval_s
+            self.export_gauges()
+        return active
+
+    def _wait_out(self, backoff: Backoff, exc: BaseException) -> None:
+        name, detail, delay = dependency(exc), first_line(exc), backoff.failed()
+        metrics.SWEEPER_ACTIVE.set(0)
+        self.health.blocked(name, detail)
+        log.warning(f"{name}_unavailable", error=detail, retry_in_s=delay)
+        deadline = time.monotonic() + delay
+        while not self._stopping and time.monotonic() < deadline:
+            self.health.beat()
+            time.sleep(TICK_S)
+
+    def _reconnect_postgres(self) -> None:
+        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
+        set_json_loads(orjson.loads, conn)
+        self._links = replace(self.io, conn=conn)
+        log.info("postgres_reconnected")
+
+    def _close(self) -> None:
+        io = self.io
+        metrics.SWEEPER_ACTIVE.set(0)
+        with suppress(*DOWN):
             io.lease.release()
-            metrics.SWEEPER_ACTIVE.set(0)
-            io.results.close()
-            io.producer.flush(10)
-            io.conn.close()
-            io.lot.client.close()
+        io.results.close()
+        io.producer.flush(10)
+        io.conn.close()
+        io.lot.client.close()
 
     # ------------------------------------------------------------------ sweeping
 

@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--writers", type=int, default=8, help="concurrent writers (default 8)")
     load.add_argument("--prefix", default="sub-", help="entity id prefix (default sub-)")
     load.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    load.add_argument("--rate", type=float, help="operations per second (default: flat out)")
     load.add_argument("--no-progress", action="store_true", help="no progress bar")
     batch = commands.add_parser("batches", help="create example batches (manifest + work items)")
     batch.add_argument("--count", type=int, default=10, help="batches (default 10)")
@@ -72,7 +73,9 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _loadgen(args: argparse.Namespace, conninfo: str, topic: str) -> None:
-    plan = loadgen.LoadPlan(args.entities, args.events, args.writers, args.prefix, args.seed)
+    plan = loadgen.LoadPlan(
+        args.entities, args.events, args.writers, args.prefix, args.seed, rate=args.rate
+    )
     console = Console(stderr=True)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=args.no_progress) as progress:
@@ -81,6 +84,7 @@ def _loadgen(args: argparse.Namespace, conninfo: str, topic: str) -> None:
     console.print(
         f"wrote {report.events} events from {report.operations} operations "
         f"in {report.seconds:.2f}s: {report.events_per_s:,.0f} events/s"
+        + (f"; {report.retried} retried after a lost connection" if report.retried else "")
     )
 
 

@@ -3,6 +3,10 @@
 Writers share one queue of operations in random order, so several of them change
 the same entity at once: commits interleave, versions are decided by the row
 lock, and the outbox ``id`` order (insert order) differs from commit order.
+
+With ``rate`` set the writers keep a steady pace instead of going flat out, and a
+writer whose connection breaks (PostgreSQL restarted) reconnects with backoff and
+tries the operation again, so load keeps coming through faults of the database.
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import structlog
 
 from producer import subscriptions as subs
+from producer.errors import EntityExistsError
+from schemas.backoff import Backoff
+
+log = structlog.get_logger("inorder.loadgen")
 
 PLANS = tuple(subs.PLAN_PRICES_CENTS)
 # Events written by each operation: create and cycle touch both entity streams.
@@ -37,6 +46,8 @@ class LoadPlan:
     cycle_share: float = 0.05
     # Share of operations that add seats; the rest change the plan.
     seats_share: float = 0.4
+    # Operations per second over all writers; None: as fast as the writers go.
+    rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +66,8 @@ class LoadReport:
     operations: int
     events: int
     seconds: float
+    # Operations tried again on a new connection after the old one broke.
+    retried: int = 0
 
     @property
     def events_per_s(self) -> float:
@@ -98,35 +111,99 @@ def apply(conn: psycopg.Connection[Any], op: Operation, topic: str) -> None:
             subs.recreate_subscription(conn, op.entity_id, op.arg, topic=topic)
 
 
-def _run_writers(
-    conninfo: str,
-    work: queue.Queue[Operation],
-    writers: int,
-    topic: str,
-    advance: Callable[[], None],
-) -> None:
-    errors: list[Exception] = []
+class Pacer:
+    """Hands out start times ``1 / rate`` apart to any number of threads (None: no pacing)."""
 
-    def writer() -> None:
+    def __init__(self, rate: float | None) -> None:
+        self.interval = 1.0 / rate if rate else 0.0
+        self.next_at = time.monotonic()
+        self.lock = threading.Lock()
+
+    def wait(self) -> None:
+        """Sleep until this caller's turn."""
+        if not self.interval:
+            return
+        with self.lock:
+            now = time.monotonic()
+            # A writer that fell behind (a fault) does not earn a burst afterwards.
+            slot = max(self.next_at, now - self.interval)
+            self.next_at = slot + self.interval
+        if slot > now:
+            time.sleep(slot - now)
+
+
+@dataclass(slots=True)
+class _Writers:
+    conninfo: str
+    topic: str
+    advance: Callable[[], None]
+    pacer: Pacer
+    errors: list[Exception]
+    retried: int = 0
+
+    def run(self, work: queue.Queue[Operation]) -> None:
         try:
-            with psycopg.connect(conninfo) as conn:
-                while not errors:
-                    try:
-                        op = work.get_nowait()
-                    except queue.Empty:
-                        return
-                    apply(conn, op, topic)
-                    advance()
+            conn: psycopg.Connection[Any] | None = None
+            while not self.errors:
+                try:
+                    op = work.get_nowait()
+                except queue.Empty:
+                    return
+                self.pacer.wait()
+                conn = self._apply(conn, op)
+                self.advance()
         except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread below
-            errors.append(exc)
+            self.errors.append(exc)
+        finally:
+            if conn is not None:
+                conn.close()
 
-    threads = [threading.Thread(target=writer, name=f"writer-{i}") for i in range(writers)]
+    def _apply(
+        self, conn: psycopg.Connection[Any] | None, op: Operation
+    ) -> psycopg.Connection[Any]:
+        """Apply ``op``, reconnecting while the database is unreachable; the live connection."""
+        backoff = Backoff(base_s=0.2, max_s=5.0)
+        tried = False
+        while True:
+            if conn is None or conn.closed:
+                conn = self._connect(backoff)
+            try:
+                apply(conn, op, self.topic)
+            except EntityExistsError:
+                if not tried:
+                    raise  # a real clash, not a commit that went through before the break
+            except psycopg.OperationalError as exc:
+                conn.close()
+                tried = True
+                self._retry_later(backoff, op, exc)
+                continue
+            return conn
+
+    def _connect(self, backoff: Backoff) -> psycopg.Connection[Any]:
+        while True:
+            try:
+                return psycopg.connect(self.conninfo)
+            except psycopg.OperationalError as exc:
+                self._retry_later(backoff, None, exc)
+
+    def _retry_later(self, backoff: Backoff, op: Operation | None, exc: Exception) -> None:
+        self.retried += op is not None
+        delay = backoff.failed()
+        log.warning("loadgen_retry", op=op and op.kind, entity=op and op.entity_id,
+                    error=str(exc).strip(), retry_in_s=delay)  # fmt: skip
+        time.sleep(delay)
+
+
+def _run_writers(writers: _Writers, work: queue.Queue[Operation], count: int) -> None:
+    threads = [
+        threading.Thread(target=writers.run, args=(work,), name=f"writer-{i}") for i in range(count)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    if errors:
-        raise errors[0]
+    if writers.errors:
+        raise writers.errors[0]
 
 
 def run(
@@ -139,11 +216,12 @@ def run(
     started = time.perf_counter()
     total_ops = 0
     events = 0
+    writers = _Writers(conninfo, topic, advance, Pacer(plan.rate), [])
     for phase in (creates, operations(plan)):
         work: queue.Queue[Operation] = queue.Queue()
         for op in phase:
             work.put(op)
-        _run_writers(conninfo, work, plan.writers, topic, advance)
+        _run_writers(writers, work, plan.writers)
         total_ops += len(phase)
         events += sum(EVENTS_PER_OP[op.kind] for op in phase)
-    return LoadReport(total_ops, events, time.perf_counter() - started)
+    return LoadReport(total_ops, events, time.perf_counter() - started, writers.retried)

@@ -36,6 +36,13 @@ def _restart_with_stack(service: str) -> None:
     subprocess.run([str(STACK_SCRIPT), "restart", service], check=True, capture_output=True)
 
 
+def stack_control(action: str, service: str) -> None:
+    """``stop`` or ``start`` one service of the local stack (for outage tests)."""
+    if not os.environ.get("INORDER_STACK_DIR"):
+        _restart_unsupported(service)
+    subprocess.run([str(STACK_SCRIPT), action, service], check=True, capture_output=True)
+
+
 def _restart_unsupported(service: str) -> None:
     raise ServicesUnavailableError(
         f"cannot restart {service}: services came from the environment without "

@@ -1,0 +1,101 @@
+"""Fixtures of the fault suite: its scale, a pipeline per test, and the report table.
+
+``INORDER_FAULTS=full`` (``make test-faults``) runs every fault more often under a
+longer load; without it the short version runs (part of ``make test``). Each
+fault test adds one row to the report, printed at the end of the run and written
+to ``fault-report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PgSchema, TopicFactory
+from tests.faults.pipeline import Pipeline, Verdict
+from tests.support.services import ROOT, Services
+
+REPORT_FILE = ROOT / "fault-report.json"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How hard a run pushes."""
+
+    name: str
+    entities: int
+    ops_per_entity: int
+    rate: float  # operations per second
+    consumer_kills: int
+    outage_s: float
+    fuzz_messages: int
+
+
+SHORT = Scale("short", entities=30, ops_per_entity=20, rate=120, consumer_kills=3, outage_s=4,
+              fuzz_messages=10_000)  # fmt: skip
+FULL = Scale("full", entities=200, ops_per_entity=30, rate=200, consumer_kills=12, outage_s=15,
+             fuzz_messages=30_000)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the fault report."""
+
+    fault: str
+    injected: int
+    produced: int
+    lost: int
+    applied_twice: int
+    totals_off: int
+    unexplained: int
+    crashed: int
+    seconds: float
+
+
+ROWS: list[Row] = []
+
+
+@pytest.fixture(scope="session")
+def scale() -> Scale:
+    """The short scale unless INORDER_FAULTS=full."""
+    return FULL if os.environ.get("INORDER_FAULTS") == "full" else SHORT
+
+
+@pytest.fixture
+def pipeline(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> Iterator[Pipeline]:
+    """A pipeline of this test's own; every process it started is stopped afterwards."""
+    made = Pipeline(pg_schema, services, topic_factory, tmp_path)
+    yield made
+    made.close()
+
+
+def report(fault: str, injected: int, verdict: Verdict, seconds: float) -> None:
+    """Add one row to the report."""
+    ROWS.append(Row(fault, injected, verdict.produced, verdict.lost, verdict.applied_twice,
+                    verdict.totals_off, verdict.unexplained, len(verdict.crashed),
+                    round(seconds, 1)))  # fmt: skip
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the fault report as a table and write it to fault-report.json."""
+    if not ROWS:
+        return
+    headers = ("fault", "injected", "produced", "lost", "applied twice", "totals off",
+               "unexplained", "crashed", "seconds")  # fmt: skip
+    cells = [[str(v) for v in asdict(row).values()] for row in ROWS]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    terminalreporter.section("fault report")
+    for line in (headers, *cells):
+        pairs = enumerate(zip(line, widths, strict=True))
+        terminalreporter.write_line(
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
+        )
+    REPORT_FILE.write_text(json.dumps([asdict(r) for r in ROWS], indent=2) + "\n")
+    terminalreporter.write_line(f"written to {REPORT_FILE.name}")

@@ -1,0 +1,53 @@
+"""Step functions for the fault suite: the example's effect, plus one row per application.
+
+``fault_effects`` has no key on purpose: a step applied twice shows as two rows, a
+step never applied as none, whatever the consumer's own bookkeeping says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from consumer import examples
+from schemas import Event
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS fault_effects (
+    entity_id  text   NOT NULL,
+    generation bigint NOT NULL,
+    seq        bigint NOT NULL
+)
+"""
+
+ROUTES = (
+    examples.PROJECTION_ROUTE
+    + """
+[[route]]
+stream = "seat_ledger"
+kind = "step"
+[route.handlers]
+"seat_ledger.opened" = "tests.faults.effects:open_ledger"
+"seat_ledger.seats_added" = "tests.faults.effects:add_seats"
+"""
+)
+
+
+def _record(conn: psycopg.Connection[Any], event: Event) -> None:
+    conn.execute(
+        "INSERT INTO fault_effects (entity_id, generation, seq) VALUES (%s, %s, %s)",
+        (event.entity_id, event.generation, event.seq),
+    )
+
+
+def open_ledger(conn: psycopg.Connection[Any], event: Event) -> None:
+    """Open the ledger as the example does, and record the application."""
+    examples.open_ledger(conn, event)
+    _record(conn, event)
+
+
+def add_seats(conn: psycopg.Connection[Any], event: Event) -> None:
+    """Add the seats as the example does, and record the application."""
+    examples.add_seats(conn, event)
+    _record(conn, event)

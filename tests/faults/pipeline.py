@@ -1,0 +1,382 @@
+"""The whole pipeline as real processes on one test's names: start, kill, load, settle, judge.
+
+Relays, consumers and sweepers run as their console scripts against the local
+stack, each logging to the test's folder and serving /metrics and /readyz on a
+port of its own. The load generator writes at a steady rate from a thread. After
+a fault, ``settle`` waits until every row is published, every gap closed, nothing
+parked and no lag; ``verdict`` then counts lost and doubly applied events from the
+effect log and runs ``inorder-admin audit`` as an operator would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from consumer import examples, tables
+from producer import loadgen, migrate
+from producer import subscriptions as subs
+from tests.conftest import PgSchema, TopicFactory
+from tests.faults import effects
+from tests.integration.relay_support import free_port
+from tests.support.services import ROOT, Services
+
+BIN = Path(sys.executable).parent
+COMMANDS = {"relay": "inorder-relay", "consumer": "inorder-consumer", "sweeper": "inorder-sweeper"}
+STEP_STREAM = "seat_ledger"
+
+# Lost: an outbox row of an entity's current generation with no effect (steps), or a
+# projection row behind the newest outbox row. Old generations may be superseded.
+LOST_STEPS = """
+SELECT count(*) FROM outbox o
+WHERE o.entity_type = 'seat_ledger' AND o.failed_at IS NULL
+  AND o.generation = (SELECT max(generation) FROM outbox m
+                      WHERE m.entity_type = o.entity_type AND m.entity_id = o.entity_id)
+  AND NOT EXISTS (SELECT 1 FROM fault_effects e WHERE e.entity_id = o.entity_id
+                  AND e.generation = o.generation AND e.seq = o.seq)
+"""
+LOST_PROJECTION = """
+SELECT count(*) FROM (
+  SELECT entity_id, max(ARRAY[generation, seq]) AS newest FROM outbox
+  WHERE entity_type = 'subscription' AND failed_at IS NULL GROUP BY entity_id
+) o LEFT JOIN billing_view v ON v.subscription_id = o.entity_id
+WHERE v.subscription_id IS NULL OR ARRAY[v.generation, v.seq] < o.newest
+"""
+APPLIED_TWICE = """
+SELECT count(*) FROM (SELECT 1 FROM fault_effects
+                      GROUP BY entity_id, generation, seq HAVING count(*) > 1) twice
+"""
+# The producer's seat totals against the consumer's, for ledgers in the same generation.
+TOTALS_OFF = """
+SELECT count(*) FROM seat_ledgers l JOIN seat_totals t ON t.subscription_id = l.id
+WHERE t.generation = l.generation AND t.seats <> l.seats
+"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a settled pipeline shows."""
+
+    produced: int
+    lost: int
+    applied_twice: int
+    totals_off: int
+    unexplained: int
+    audit: dict[str, Any]
+    crashed: list[str]
+
+    @property
+    def clean(self) -> bool:
+        """Nothing lost, nothing doubled, nothing unexplained, no process died by itself."""
+        return not (
+            self.lost or self.applied_twice or self.totals_off or self.unexplained or self.crashed
+        )
+
+
+@dataclass
+class Load:
+    """The load generator running in a thread; ``join`` returns its report."""
+
+    thread: threading.Thread
+    written: list[int] = field(default_factory=lambda: [0])
+    result: list[loadgen.LoadReport] = field(default_factory=list)
+    error: list[BaseException] = field(default_factory=list)
+
+    def join(self, timeout: float = 300) -> loadgen.LoadReport:
+        """Wait for the load to finish; re-raise what broke it."""
+        self.thread.join(timeout)
+        if self.error:
+            raise self.error[0]
+        assert self.result, f"load still running after {timeout}s"
+        return self.result[0]
+
+
+@dataclass
+class Process:
+    """One started process and how it ended."""
+
+    kind: str
+    popen: subprocess.Popen[bytes]
+    port: int
+    killed: bool = False
+
+
+class Pipeline:
+    """Relays, consumers and sweepers of one test, and what to do to them."""
+
+    def __init__(
+        self,
+        db: PgSchema,
+        services: Services,
+        topic_factory: TopicFactory,
+        logs: Path,
+        **overrides: str,
+    ) -> None:
+        self.db = db
+        self.services = services
+        self.logs = logs
+        self.prefix = f"fault{uuid.uuid4().hex[:8]}"
+        self.events_topic = topic_factory("events", partitions=6)
+        self.group = f"faults-{uuid.uuid4().hex[:8]}"
+        routes = logs / "routes.toml"
+        routes.write_text(effects.ROUTES)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+        self.env.update(
+            PYTHONPATH=str(ROOT), DATABASE_URL=db.url, REDIS_URL=services.redis_url,
+            KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
+            INORDER_ROUTES_FILE=str(routes), INORDER_TOPICS=json.dumps([self.events_topic]),
+            INORDER_DEAD_LETTER_TOPIC=topic_factory("dlq"),
+            INORDER_HELD_TOPIC=topic_factory("held"),
+            INORDER_REPUBLISH_REQUESTS_TOPIC=topic_factory("requests"),
+            INORDER_REPUBLISH_RESULTS_TOPIC=topic_factory("results"),
+            INORDER_REDIS_KEY_PREFIX=self.prefix, INORDER_GROUP_ID=self.group,
+            INORDER_SWEEPER_GROUP_ID=f"{self.group}-sweeper",
+            INORDER_RELAY_GROUP_ID=f"{self.group}-relay", INORDER_CREATE_TOPICS="false",
+            INORDER_GAP_DEADLINE_S="3", INORDER_REPUBLISH_BACKOFF_BASE_S="2",
+            INORDER_REPUBLISH_COOLDOWN_S="1", INORDER_SWEEP_INTERVAL_S="0.5",
+            INORDER_GAUGE_INTERVAL_S="1", INORDER_LEASE_TTL_S="3",
+            # A killed consumer's partitions move on within seconds, not the default 45.
+            INORDER_KAFKA_EXTRA='{"session.timeout.ms": "6000"}',
+        )  # fmt: skip
+        self.env.update(overrides)
+        self.processes: dict[str, Process] = {}
+        with db.connect(autocommit=True) as conn:
+            migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
+            tables.create(conn)
+            conn.execute(examples.BILLING_VIEW)
+            conn.execute(examples.SEAT_TABLES)
+            conn.execute(effects.TABLE)
+
+    # ------------------------------------------------------------ processes
+
+    def start(self, name: str) -> None:
+        """Start ``name`` (``relay-1``, ``consumer-2``, ``sweeper-1`` ...) as its console script."""
+        kind = name.split("-", maxsplit=1)[0]
+        port = free_port()
+        with (self.logs / f"{name}.log").open("ab") as sink:
+            popen = subprocess.Popen(
+                [str(BIN / COMMANDS[kind])], env={**self.env, "INORDER_HTTP_PORT": str(port)},
+                stdout=sink, stderr=sink, cwd=ROOT,
+            )  # fmt: skip
+        self.processes[name] = Process(kind, popen, port)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no clean-up, no last commit."""
+        process = self.processes[name]
+        process.killed = True
+        process.popen.kill()
+        process.popen.wait(30)
+
+    def stop(self, name: str) -> int:
+        """SIGTERM and wait; the exit code."""
+        process = self.processes[name]
+        process.killed = True
+        process.popen.send_signal(signal.SIGTERM)
+        try:
+            return process.popen.wait(60)
+        except subprocess.TimeoutExpired:
+            process.popen.kill()
+            return process.popen.wait(30)
+
+    def restart(self, name: str) -> None:
+        """kill -9, then start again."""
+        self.kill(name)
+        self.start(name)
+
+    def close(self) -> None:
+        """Stop every process that is still running."""
+        for name, process in self.processes.items():
+            if process.popen.poll() is None:
+                self.stop(name)
+
+    def crashed(self) -> list[str]:
+        """Processes that ended without being told to."""
+        return [
+            f"{name} (exit {p.popen.returncode})"
+            for name, p in self.processes.items()
+            if not p.killed and p.popen.poll() is not None
+        ]
+
+    def http(self, name: str, path: str) -> tuple[int, str]:
+        """GET a path of one process's HTTP server: status and body (0 when it does not answer)."""
+        url = f"http://127.0.0.1:{self.processes[name].port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metric(self, name: str, sample: str) -> float:
+        """One sample of one process's /metrics, summed over its labels."""
+        status, text = self.http(name, "/metrics")
+        if status != 200:
+            return 0.0
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == sample
+        )
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+        """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s; logs {self.logs}"
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------ load
+
+    def load(self, entities: int, ops: int, rate: float, *, seed: int = 1) -> Load:
+        """Start the load generator in a thread: ``entities`` x ``ops`` at ``rate`` ops/s."""
+        plan = loadgen.LoadPlan(entities, ops, writers=4, seed=seed, rate=rate)
+        load = Load(threading.Thread(target=lambda: None))
+
+        def run() -> None:
+            try:
+                load.result.append(
+                    loadgen.run(self.db.conninfo, plan, self.events_topic, self._count(load))
+                )
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller by join()
+                load.error.append(exc)
+
+        load.thread = threading.Thread(target=run, name="loadgen", daemon=True)
+        load.thread.start()
+        return load
+
+    @staticmethod
+    def _count(load: Load) -> Callable[[], None]:
+        def advance() -> None:
+            load.written[0] += 1
+
+        return advance
+
+    def lose_one_event(self, entity: str) -> tuple[int, int]:
+        """A new subscription whose next seat change is marked sent but never sent; its version.
+
+        One more change follows, so the consumer parks it behind the gap until the
+        sweeper has the lost one republished.
+        """
+        with self.db.connect() as conn:
+            subs.create_subscription(conn, entity, loadgen.PLANS[0], topic=self.events_topic)
+            with conn.transaction():
+                version = subs.add_seats(conn, entity, 3, topic=self.events_topic)
+                conn.execute(
+                    "UPDATE outbox SET published_at = now(), publish_count = 1 WHERE entity_type "
+                    "= 'seat_ledger' AND entity_id = %s AND generation = %s AND seq = %s",
+                    (entity, version.generation, version.seq),
+                )
+            subs.add_seats(conn, entity, 2, topic=self.events_topic)
+        return version.generation, version.seq
+
+    def gaps(self, statuses: tuple[str, ...] = ("open", "requested")) -> int:
+        """Gaps in these states now."""
+        with self.db.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM inorder_gaps WHERE status = ANY(%s)", (list(statuses),)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def parked(self) -> int:
+        """Entities with parked events, read from Redis directly."""
+        client = redis.Redis.from_url(self.services.redis_url)
+        try:
+            return int(client.zcard(f"{self.prefix}:parkindex:{STEP_STREAM}"))
+        finally:
+            client.close()
+
+    def committed(self) -> dict[int, int]:
+        """The consumer group's committed offset per partition of the events topic."""
+        reader = Consumer(
+            {"bootstrap.servers": self.services.kafka_bootstrap, "group.id": self.group}
+        )
+        try:
+            meta = reader.list_topics(self.events_topic, timeout=10).topics[self.events_topic]
+            tps = [TopicPartition(self.events_topic, p) for p in meta.partitions]
+            return {tp.partition: tp.offset for tp in reader.committed(tps, timeout=10)}
+        finally:
+            reader.close()
+
+    def lag(self) -> int:
+        """Messages of the events topic the group has not committed past."""
+        reader = Consumer({"bootstrap.servers": self.services.kafka_bootstrap, "group.id": "x"})
+        try:
+            total = 0
+            for partition, offset in self.committed().items():
+                tp = TopicPartition(self.events_topic, partition)
+                _, high = reader.get_watermark_offsets(tp, timeout=10)
+                total += high - max(offset, 0)
+            return total
+        finally:
+            reader.close()
+
+    def _pending_rows(self) -> int:
+        with self.db.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM outbox WHERE published_at IS NULL AND failed_at IS NULL"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def settle(self, timeout: float = 120) -> None:
+        """Wait until every row is published, no gap is open, nothing is parked and no lag."""
+
+        def settled() -> bool:
+            try:
+                return (
+                    self._pending_rows() == 0
+                    and self.gaps() == 0
+                    and self.parked() == 0
+                    and self.lag() == 0
+                )
+            except (psycopg.OperationalError, redis.ConnectionError):
+                return False  # a service is still coming back
+
+        self.wait_for("pipeline settled", settled, timeout)
+
+    # ------------------------------------------------------------ verdict
+
+    def audit(self) -> dict[str, Any]:
+        """``inorder-admin --json audit``: its summary line, and whether it passed."""
+        run = subprocess.run(
+            [str(BIN / "inorder-admin"), "--json", "audit"],
+            env=self.env, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+        )  # fmt: skip
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        summary = next((line for line in reversed(lines) if "unexplained" in line), None)
+        assert summary is not None, f"no audit summary: {run.stdout[-2000:]} {run.stderr[-2000:]}"
+        return {**summary, "exit": run.returncode, "lines": lines}
+
+    def verdict(self) -> Verdict:
+        """Counts from the effect log, the state comparison and the audit."""
+        with self.db.connect() as conn:
+
+            def one(query: str) -> int:
+                row = conn.execute(query).fetchone()
+                return int(row[0]) if row else 0
+
+            produced = one("SELECT count(*) FROM outbox")
+            lost = one(LOST_STEPS) + one(LOST_PROJECTION)
+            twice = one(APPLIED_TWICE)
+            totals_off = one(TOTALS_OFF)
+        audit = self.audit()
+        unexplained = int(audit["unexplained"]) + (audit["exit"] != 0 and not audit["unexplained"])
+        return Verdict(produced, lost, twice, totals_off, unexplained, audit, self.crashed())
