@@ -154,10 +154,10 @@ class Audit:
     def _projection_cause(self, route: ProjectionRoute, entity: str, event: Any) -> str | None:
         """Why a row lags its newest event (looked up only when it does)."""
         _, generation, seq, _, unpublished, failure = event
+        if failure:  # a failed row is never published: the failure is the cause
+            return f"outbox row failed: {failure}"
         if unpublished:
             return "not published yet"
-        if failure:
-            return f"outbox row failed: {failure}"
         return self._dead_letter(route.stream, entity, generation, seq)
 
     # ------------------------------------------------------------------ steps
@@ -234,8 +234,8 @@ def _step_cause(
     causes = [
         # A newer generation's seq 1 arrived first and started the entity over.
         (generation < current, f"generation {generation} superseded by re-creation ({current})"),
-        (unpublished, "not published yet"),
         (bool(failure), f"outbox row failed: {failure}"),
+        (unpublished, "not published yet"),
         (
             stopped_at is not None and stopped_at <= seq,
             f"stopped for review at {stopped_at}: {reason}",

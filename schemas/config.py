@@ -7,8 +7,10 @@ variable is ``INORDER_<FIELD>`` unless it names another (``DATABASE_URL``,
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Annotated, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -18,7 +20,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from schemas.republish import worst_case_repair_s
 
@@ -33,8 +35,15 @@ class InorderSettings(BaseSettings):
 
 
 def _is_postgres_url(value: SecretStr) -> SecretStr:
-    if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+    url = value.get_secret_value()
+    if not url.startswith(("postgresql://", "postgres://")):
         raise ValueError("must be a postgresql:// URL, e.g. postgresql://user@host:5432/db")
+    parts = urlsplit(url)
+    if "," not in parts.netloc:  # one host: its port must be a number
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ValueError("the port after host: must be a number from 1 to 65535") from None
     return value
 
 
@@ -60,7 +69,8 @@ class KafkaClientSettings(InorderSettings):
     # CA bundle for SSL/SASL_SSL when the system store does not hold the broker's CA.
     kafka_ssl_ca_location: str | None = None
     # Any other librdkafka property, as a JSON object; explicit settings above win.
-    kafka_extra: dict[str, str] = Field(default_factory=dict)
+    # Hidden in error messages: it may hold credentials (sasl.oauthbearer.config ...).
+    kafka_extra: dict[str, str] = Field(default_factory=dict, json_schema_extra={"secret": True})
 
     @model_validator(mode="after")
     def _sasl_is_complete(self) -> Self:
@@ -119,7 +129,10 @@ def _names(cls: type[BaseSettings]) -> dict[str, tuple[str, bool]]:
         if isinstance(alias, str):
             choices = [alias]
         variable = choices[0] if choices else f"{ENV_PREFIX}{field}".upper()
-        secret = "SecretStr" in str(info.annotation)
+        extra: Any = info.json_schema_extra
+        secret = "SecretStr" in str(info.annotation) or (
+            isinstance(extra, dict) and extra.get("secret") is True
+        )
         for name in (field, *choices):
             names[name] = (variable, secret)
     return names
@@ -148,10 +161,22 @@ def describe(exc: ValidationError, cls: type[BaseSettings]) -> str:
     return "; ".join(parts)
 
 
+def describe_parse_error(exc: SettingsError, cls: type[BaseSettings]) -> str:
+    """One line for a variable that should hold JSON and does not; its value is never shown."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    field = found.group(1) if found else "?"
+    variable, _ = _names(cls).get(field, (f"{ENV_PREFIX}{field}".upper(), False))
+    cause = str(exc.__cause__ or exc).splitlines()[0]
+    return f"{variable}: not valid JSON ({cause}); write a JSON list or object"
+
+
 def load_or_exit(cls: type[S], program: str) -> S:
     """Read ``cls`` from the environment or stop with exit code 2 and one line saying why."""
     try:
         return cls()
     except ValidationError as exc:
-        sys.stderr.write(f"{program}: bad configuration: {describe(exc, cls)}\n")
-        raise SystemExit(2) from None
+        line = describe(exc, cls)
+    except SettingsError as exc:
+        line = describe_parse_error(exc, cls)
+    sys.stderr.write(f"{program}: bad configuration: {line}\n")
+    raise SystemExit(2)

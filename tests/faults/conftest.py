@@ -58,6 +58,8 @@ class Row:
 
 
 ROWS: list[Row] = []
+# The fuzz test's counts: sent, dead-lettered by reason, applied, crashes.
+FUZZ: dict[str, object] = {}
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +87,15 @@ def report(fault: str, injected: int, verdict: Verdict, seconds: float) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the fault report as a table and write it to fault-report.json."""
+    if FUZZ:
+        terminalreporter.section("fuzz report")
+        for key, value in FUZZ.items():
+            terminalreporter.write_line(f"{key:<14} {value}")
+    if not ROWS and not FUZZ:
+        return
+    REPORT_FILE.write_text(
+        json.dumps({"faults": [asdict(r) for r in ROWS], "fuzz": FUZZ}, indent=2) + "\n"
+    )
     if not ROWS:
         return
     headers = ("fault", "injected", "produced", "lost", "applied twice", "totals off",
@@ -97,5 +108,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
         )
-    REPORT_FILE.write_text(json.dumps([asdict(r) for r in ROWS], indent=2) + "\n")
     terminalreporter.write_line(f"written to {REPORT_FILE.name}")

@@ -127,6 +127,8 @@ class Pipeline:
         services: Services,
         topic_factory: TopicFactory,
         logs: Path,
+        *,
+        routes: str = effects.ROUTES,
         **overrides: str,
     ) -> None:
         self.db = db
@@ -135,13 +137,13 @@ class Pipeline:
         self.prefix = f"fault{uuid.uuid4().hex[:8]}"
         self.events_topic = topic_factory("events", partitions=6)
         self.group = f"faults-{uuid.uuid4().hex[:8]}"
-        routes = logs / "routes.toml"
-        routes.write_text(effects.ROUTES)
+        routes_file = logs / "routes.toml"
+        routes_file.write_text(routes)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
         self.env.update(
             PYTHONPATH=str(ROOT), DATABASE_URL=db.url, REDIS_URL=services.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
-            INORDER_ROUTES_FILE=str(routes), INORDER_TOPICS=json.dumps([self.events_topic]),
+            INORDER_ROUTES_FILE=str(routes_file), INORDER_TOPICS=json.dumps([self.events_topic]),
             INORDER_DEAD_LETTER_TOPIC=topic_factory("dlq"),
             INORDER_HELD_TOPIC=topic_factory("held"),
             INORDER_REPUBLISH_REQUESTS_TOPIC=topic_factory("requests"),

@@ -12,6 +12,8 @@ from consumer.audit import _step_cause
     [
         (None, 1, 3, True, None, "not published yet"),
         (None, 1, 3, False, "bad payload", "outbox row failed: bad payload"),
+        # A failed row is also unpublished; the failure is what explains it.
+        (None, 1, 3, True, "bad payload", "outbox row failed: bad payload"),
         ((2, False, None, None, None), 1, 3, False, None,
          "generation 1 superseded by re-creation (2)"),
         ((1, False, 3, "needs_review: x", None), 1, 4, False, None,
