@@ -160,3 +160,34 @@ def test_consumer_cut_off_from_postgres_pauses(pipeline: Pipeline, scale: Scale)
         return 1
 
     run(pipeline, scale, "postgres cut off (consumer)", inject)
+
+
+def test_verdict_sees_lost_doubled_and_wrong_totals(pipeline: Pipeline, scale: Scale) -> None:
+    """The judge can fail: a lost, a doubled and a wrong total are each counted."""
+    start(pipeline, *STANDARD)
+    pipeline.load(10, 5, scale.rate).join()
+    pipeline.settle()
+    assert pipeline.verdict().clean
+    with pipeline.db.connect() as conn:
+        conn.execute(
+            "DELETE FROM fault_effects WHERE entity_id = %(e)s AND seq = 1 AND generation = "
+            "(SELECT max(generation) FROM fault_effects WHERE entity_id = %(e)s)",
+            {"e": "sub-000005"},
+        )  # lost
+        conn.execute(
+            "INSERT INTO fault_effects SELECT * FROM fault_effects WHERE entity_id = %(e)s "
+            "AND seq = 1 AND generation = "
+            "(SELECT max(generation) FROM fault_effects WHERE entity_id = %(e)s)",
+            {"e": "sub-000002"},
+        )  # doubled
+        conn.execute(
+            "UPDATE seat_totals SET seats = seats + 1 WHERE subscription_id = 'sub-000003'"
+        )
+        conn.execute(
+            "DELETE FROM inorder_step_log WHERE entity_id = 'sub-000004' AND seq = 1"
+        )  # the audit's view of a lost step
+    verdict = pipeline.verdict()
+    assert (verdict.lost, verdict.applied_twice, verdict.totals_off) == (1, 1, 1)
+    assert verdict.unexplained >= 1
+    assert verdict.audit["exit"] == 1
+    assert not verdict.clean

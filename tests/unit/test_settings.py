@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from schemas.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings, describe
+from schemas.config import (
+    KafkaClientSettings,
+    PostgresUrl,
+    RepairTimingSettings,
+    describe,
+    load_or_exit,
+)
 
 
 class _Db(KafkaClientSettings):
@@ -70,3 +76,39 @@ def test_kafka_config_passes_security_and_extra_options(monkeypatch: pytest.Monk
         "sasl.password": "s3cret",
         "client.rack": "az1",
     }
+
+
+def test_json_setting_that_does_not_parse_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON setting that does not parse stops with one line, naming it, hiding its value."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/x")
+    monkeypatch.setenv("INORDER_KAFKA_EXTRA", '{"sasl.password": "hunter2"')
+    with pytest.raises(SystemExit) as stopped:
+        load_or_exit(_Db, "prog")
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert line.startswith("prog: bad configuration: INORDER_KAFKA_EXTRA: not valid JSON")
+    assert "hunter2" not in line
+
+
+def test_kafka_extra_values_are_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka_extra may carry credentials: a bad value is named but not shown."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/x")
+    monkeypatch.setenv("INORDER_KAFKA_EXTRA", '{"sasl.password": "hunter2", "n": 5}')
+    line = _problem(_Db)
+    assert "hunter2" not in line
+    assert line.startswith("INORDER_KAFKA_EXTRA:")
+
+
+def test_database_port_must_be_a_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DATABASE_URL whose port is not a number is refused at start, not retried forever."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:hunter2@h:five/x")
+    line = _problem(_Db)
+    assert line == (
+        "DATABASE_URL: the port after host: must be a number from 1 to 65535 (value hidden)"
+    )
