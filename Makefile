@@ -8,11 +8,12 @@ STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules test bench demo
+.PHONY: help venv up down status lint rules test test-faults bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
+	@echo "make test-faults  the full fault suite: kills, restarts, fuzz; prints the report"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
@@ -50,6 +51,11 @@ test: venv up
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory rules
 	$(WITH_STACK_ENV) $(BIN)/pytest
+
+# The fault suite at full scale (make test runs it short): every part killed or
+# restarted under load, 30,000 fuzzed messages; the report table ends the output.
+test-faults: venv up
+	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
 
 bench: venv up
 	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks

@@ -126,7 +126,7 @@ class Pacer:
         with self.lock:
             now = time.monotonic()
             # A writer that fell behind (a fault) does not earn a burst afterwards.
-            slot = max(self.next_at, now - self.interval)
+            slot = max(self.next_at, now)
             self.next_at = slot + self.interval
         if slot > now:
             time.sleep(slot - now)
