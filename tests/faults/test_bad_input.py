@@ -59,7 +59,7 @@ def test_hand_written_bad_rows_are_failed_and_the_rest_flows(
     start(pipeline, *STANDARD)
     started = time.monotonic()
     load = pipeline.load(scale.entities, scale.ops_per_entity, scale.rate, seed=5)
-    pipeline.wait_for("load under way", lambda: load.written[0] > scale.entities * 2)
+    pipeline.wait_for("load under way", lambda: load.written > scale.entities * 2)
     script = ROW.format(id="bad-middle", seq=1, type="subscription.plan_changed",
                         payload=GOOD, headers="'{}'")  # fmt: skip
     for entity, seq, event_type, payload, hdrs, _ in BAD_ROWS:

@@ -30,7 +30,7 @@ def run(
     started = time.monotonic()
     load = pipeline.load(scale.entities, scale.ops_per_entity, scale.rate, seed=seed)
     # Faults land once every entity exists and events flow.
-    pipeline.wait_for("load under way", lambda: load.written[0] > scale.entities * 2)
+    pipeline.wait_for("load under way", lambda: load.written > scale.entities * 2)
     injected = inject()
     load.join()
     pipeline.settle(timeout=180)
