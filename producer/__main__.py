@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     sets = (migrate.OUTBOX, migrate.EXAMPLE)
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            migrate.apply(conn, sets if args.command == "loadgen" or args.example else sets[:1])
+            migrate.apply(
+                conn,
+                sets if args.command == "loadgen" or getattr(args, "example", False) else sets[:1],
+            )
         if args.command == "loadgen":
             _loadgen(args, conninfo, settings.events_topic)
         elif args.command == "batches":

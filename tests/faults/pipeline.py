@@ -39,7 +39,13 @@ from tests.integration.relay_support import free_port
 from tests.support.services import ROOT, Services
 
 BIN = Path(sys.executable).parent
-COMMANDS = {"relay": "inorder-relay", "consumer": "inorder-consumer", "sweeper": "inorder-sweeper"}
+COMMANDS = {
+    "relay": ["inorder-relay"],
+    "consumer": ["inorder-consumer"],
+    "sweeper": ["inorder-sweeper"],
+    # The example worker finishes batch items out of order, in a consumer group of its own.
+    "worker": ["inorder-producer", "worker", "--max-delay-ms", "100"],
+}
 STEP_STREAM = "seat_ledger"
 
 # Lost: an outbox row of an entity's current generation with no effect (steps), or a
@@ -181,14 +187,17 @@ class Pipeline:
     # ------------------------------------------------------------ processes
 
     def start(self, name: str) -> None:
-        """Start ``name`` (``relay-1``, ``consumer-2``, ``sweeper-1`` ...) as its console script."""
+        """Start ``name`` (``relay-1``, ``consumer-2``, ``worker-1`` ...) as its console script."""
         kind = name.split("-", maxsplit=1)[0]
         port = free_port()
+        env = {**self.env, "INORDER_HTTP_PORT": str(port)}
+        if kind == "worker":
+            env["INORDER_GROUP_ID"] = f"{self.group}-worker"
+        program, *arguments = COMMANDS[kind]
         with (self.logs / f"{name}.log").open("ab") as sink:
             popen = subprocess.Popen(
-                [str(BIN / COMMANDS[kind])], env={**self.env, "INORDER_HTTP_PORT": str(port)},
-                stdout=sink, stderr=sink, cwd=ROOT,
-            )  # fmt: skip
+                [str(BIN / program), *arguments], env=env, stdout=sink, stderr=sink, cwd=ROOT
+            )
         self.processes[name] = Process(kind, popen, port)
 
     def kill(self, name: str) -> None:

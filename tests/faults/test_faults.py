@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from producer.batches import BatchItem, BatchTopics, create_batch
+from tests.conftest import PgSchema, TopicFactory
+from tests.faults import effects
 from tests.faults.conftest import Scale, report
 from tests.faults.pipeline import Pipeline
-from tests.support.services import stack_control
+from tests.support.services import Services, stack_control
 
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
 
@@ -44,7 +50,8 @@ def start(pipeline: Pipeline, *names: str) -> None:
     for name in names:
         pipeline.start(name)
     for name in names:
-        pipeline.wait_for(f"{name} up", lambda n=name: pipeline.http(n, "/healthz")[0] == 200)
+        if not name.startswith("worker"):  # the example worker serves no HTTP
+            pipeline.wait_for(f"{name} up", lambda n=name: pipeline.http(n, "/healthz")[0] == 200)
 
 
 def test_consumer_killed_repeatedly(pipeline: Pipeline, scale: Scale) -> None:
@@ -191,3 +198,62 @@ def test_verdict_sees_lost_doubled_and_wrong_totals(pipeline: Pipeline, scale: S
     assert verdict.unexplained >= 1
     assert verdict.audit["exit"] == 1
     assert not verdict.clean
+
+
+def test_consumer_killed_while_batches_assemble(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    scale: Scale,
+) -> None:  # fmt: skip
+    """kill -9 of consumers while results come back: each batch assembled once, in order."""
+    work, output = topic_factory("work"), topic_factory("output")
+    route = (f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
+             f'work_topic = "{work}"\n')  # fmt: skip
+    pipeline = Pipeline(pg_schema, services, topic_factory, tmp_path,
+                        routes=effects.ROUTES + route, INORDER_WORK_TOPIC=work)  # fmt: skip
+    pipeline.env["INORDER_EVENTS_TOPIC"] = pipeline.events_topic  # where results go
+    rng = random.Random(12)
+    batches = [f"fault-batch-{n:03d}" for n in range(scale.entities)]
+    keys = [f"item-{i:02d}" for i in range(1, 11)]
+    try:
+        start(pipeline, *STANDARD, "worker-1")
+        started = time.monotonic()
+        where = BatchTopics(topic=pipeline.events_topic, work_topic=work)
+        with pipeline.db.connect() as conn:
+            for batch_id in batches:
+                with conn.transaction():
+                    create_batch(conn, batch_id, [BatchItem(k, {"k": k}) for k in keys],
+                                 where=where, deadline_s=600)  # fmt: skip
+        for _ in range(scale.consumer_kills):
+            time.sleep(rng.uniform(0.3, 1.5))
+            pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
+        pipeline.wait_for("every batch complete", lambda: _complete(pipeline) == len(batches), 180)
+        pipeline.settle(timeout=180)
+        with pipeline.db.connect() as conn:
+            outputs = conn.execute(
+                "SELECT entity_id, payload FROM outbox WHERE event_type = 'batch.assembled'"
+            ).fetchall()
+            produced = conn.execute("SELECT count(*) FROM outbox").fetchone()
+        per_batch = Counter(entity for entity, _ in outputs)
+        in_order = [(i, k) for i, k in enumerate(keys, start=1)]
+        wrong = [e for e, p in outputs if [(r["position"], r["item_key"]) for r in p["results"]]
+                 != in_order or p["complete"] is not True]  # fmt: skip
+        verdict = pipeline.verdict()
+        lost = len(batches) - len(per_batch) + len(wrong) + verdict.lost
+        twice = sum(n - 1 for n in per_batch.values()) + verdict.applied_twice
+        report("consumer kill -9 (batches)", scale.consumer_kills,
+               replace(verdict, produced=produced[0] if produced else 0, lost=lost,
+                       applied_twice=twice), time.monotonic() - started)  # fmt: skip
+        assert sorted(per_batch) == sorted(batches), "a batch was never assembled"
+        assert twice == 0, f"assembled more than once: {per_batch.most_common(3)}"
+        assert not wrong, f"out of order or incomplete: {wrong[:3]}"
+        assert verdict.clean, verdict
+    finally:
+        pipeline.close()
+
+
+def _complete(pipeline: Pipeline) -> int:
+    with pipeline.db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM inorder_batches WHERE status = 'complete'"
+        ).fetchone()
+    return int(row[0]) if row else 0

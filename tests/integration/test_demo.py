@@ -39,5 +39,7 @@ def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services)
         batches = next(row for row in done.stdout.splitlines() if "batches: complete" in row)
         complete, incomplete, other = (int(n) for n in re.findall(r"(\d+) */? *", batches)[-3:])
         assert (complete + incomplete, other) == (4, 0)
+        # The worker finishes items (a few fail on purpose): most batches come out complete.
+        assert complete >= 2, batches
     finally:
         _demo(services, "down")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from tests.conftest import PgSchema
 
@@ -46,3 +48,27 @@ def test_unreachable_database_stops_with_one_line() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("inorder-producer: cannot use PostgreSQL:")
+
+
+def test_batches_and_worker_commands_start(pg_schema: PgSchema, topic_factory) -> None:
+    """batches writes manifests and work items; worker runs until SIGTERM and exits 0."""
+    work, events = topic_factory("work"), topic_factory("events")
+    env = {"DATABASE_URL": pg_schema.url, "INORDER_WORK_TOPIC": work,
+           "INORDER_EVENTS_TOPIC": events}  # fmt: skip
+    done = _producer("batches", "--count", "2", "--items", "3", **env)
+    assert done.returncode == 0, done.stderr
+    with pg_schema.connect() as conn:
+        rows = conn.execute("SELECT event_type, count(*) FROM outbox GROUP BY 1").fetchall()
+    assert dict(rows) == {"batch.accepted": 2, "batch.work_item": 6}
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "producer", "worker"], env={**base, **env},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        assert worker.poll() is None, worker.communicate()[1][-2000:]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err[-2000:]
