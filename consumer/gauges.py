@@ -1,4 +1,8 @@
-"""Gauges the consumer refreshes now and then: lag per partition, step entities awaiting review."""
+"""Gauges refreshed now and then: consumer lag and reviews; parked events, gaps and batches.
+
+The consumer keeps a ``Gauges``; the active sweeper calls the ``export_*`` functions,
+so that counts over every entity are exported by one process only.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
-from consumer import metrics
+from consumer import gaps, metrics
+from consumer.parking import ParkingLot
 
 LAG_INTERVAL_S = 5.0
 REVIEW_INTERVAL_S = 30.0
@@ -61,3 +66,38 @@ class Gauges:
         except psycopg.OperationalError:
             return  # the next batch notices and pauses
         metrics.NEEDS_REVIEW.set(row[0] if row else 0)
+
+
+def export_parked(lot: ParkingLot, streams: list[str]) -> None:
+    """Events parked now over every step route, and the age of the oldest park."""
+    total, oldest = 0, None
+    for stream in streams:
+        index = lot.index_key(stream)
+        members: list[bytes] = list(lot.client.zrange(index, 0, -1))  # type: ignore[arg-type]
+        with lot.client.pipeline(transaction=False) as pipe:
+            for entity in members:
+                pipe.zcard(lot.entity_key(stream, entity.decode()))
+            total += sum(pipe.execute())
+        first: list[tuple[bytes, float]] = lot.client.zrange(index, 0, 0, withscores=True)  # type: ignore[assignment]
+        if first:
+            oldest = min(oldest or first[0][1], first[0][1])
+    metrics.PARKED_CURRENT.set(total)
+    metrics.PARKED_OLDEST_AGE.set(time.time() - oldest if oldest else 0)
+
+
+def export_gaps(conn: psycopg.Connection[Any]) -> None:
+    """Gaps by status."""
+    counts = gaps.status_counts(conn)
+    for status in ("open", "requested", "healed", "unrecoverable", "skipped"):
+        metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
+
+
+def export_batches(conn: psycopg.Connection[Any]) -> None:
+    """Positions still pending in waiting batches, and batches held for a person."""
+    pending, held = conn.execute(
+        "SELECT (SELECT count(*) FROM inorder_batch_items AS i JOIN inorder_batches AS b "
+        "USING (route, batch_id) WHERE b.status = 'waiting' AND i.state = 'pending'), "
+        "(SELECT count(*) FROM inorder_batches WHERE status = 'held')"
+    ).fetchone() or (0, 0)
+    metrics.BATCH_ITEMS_PENDING.set(pending)
+    metrics.BATCHES_HELD.set(held)

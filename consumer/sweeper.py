@@ -21,7 +21,7 @@ import structlog
 from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 
-from consumer import gaps, metrics, steps, tables
+from consumer import gaps, gauges, metrics, steps, tables
 from consumer.batch_runner import BatchRunner
 from consumer.lease import Lease
 from consumer.outages import DOWN, dependency, first_line
@@ -316,29 +316,9 @@ class Sweeper:
             io.results.commit(message=message, asynchronous=False)
 
     def export_gauges(self) -> None:
-        """Parked events now, the oldest park's age, and gaps by status."""
+        """Parked events now, the oldest park's age, gaps by status, batches waiting or held."""
         io = self.io
-        total, oldest = 0, None
-        for route in self.stores:
-            index = io.lot.index_key(route)
-            members: list[bytes] = list(io.lot.client.zrange(index, 0, -1))  # type: ignore[arg-type]
-            with io.lot.client.pipeline(transaction=False) as pipe:
-                for entity in members:
-                    pipe.zcard(io.lot.entity_key(route, entity.decode()))
-                total += sum(pipe.execute())
-            first: list[tuple[bytes, float]] = io.lot.client.zrange(index, 0, 0, withscores=True)  # type: ignore[assignment]
-            if first:
-                oldest = min(oldest or first[0][1], first[0][1])
-        metrics.PARKED_CURRENT.set(total)
-        metrics.PARKED_OLDEST_AGE.set(time.time() - oldest if oldest else 0)
-        counts = gaps.status_counts(io.conn)
-        for status in ("open", "requested", "healed", "unrecoverable", "skipped"):
-            metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
+        gauges.export_parked(io.lot, list(self.stores))
+        gauges.export_gaps(io.conn)
         if self.batches.routes:
-            pending, held = io.conn.execute(
-                "SELECT (SELECT count(*) FROM inorder_batch_items AS i JOIN inorder_batches AS b "
-                "USING (route, batch_id) WHERE b.status = 'waiting' AND i.state = 'pending'), "
-                "(SELECT count(*) FROM inorder_batches WHERE status = 'held')"
-            ).fetchone() or (0, 0)
-            metrics.BATCH_ITEMS_PENDING.set(pending)
-            metrics.BATCHES_HELD.set(held)
+            gauges.export_batches(io.conn)

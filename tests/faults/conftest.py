@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PgSchema, TopicFactory
-from tests.faults.pipeline import Pipeline, Verdict
+from tests.faults.pipeline import Pipeline
+from tests.faults.verdict import Verdict
 from tests.support.services import ROOT, Services
 
 REPORT_FILE = ROOT / "fault-report.json"
