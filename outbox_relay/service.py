@@ -6,6 +6,7 @@ A dependency that is down pauses the loop with backoff; it never ends it.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
 import orjson
@@ -31,6 +32,8 @@ log = structlog.get_logger(__name__)
 NOTIFY_CHANNEL = "inorder_outbox"
 # The loop looks at notifications, requests and the stop flag at least this often.
 TICK_S = 0.2
+# How long to wait for metadata when checking whether brokers are back.
+BROKER_CHECK_S = 2.0
 # Backlog gauges are refreshed this often.
 MEASURE_INTERVAL_S = 5.0
 
@@ -97,6 +100,9 @@ class Relay:
         log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay)
         if dependency == "postgres":
             self._close_postgres()
+        else:  # Kafka is down: the backlog and its age are what operators watch now
+            with suppress(psycopg.OperationalError):
+                self._measure()
         self._sleep(delay)
 
     def _sleep(self, seconds: float) -> None:
@@ -110,6 +116,7 @@ class Relay:
     def _publish_until_idle(self) -> bool:
         """Publish batches while they come back full; True if the last one was full."""
         while not self._stopping:
+            self._check_brokers()
             outcome = publish_batch(self._db, self._kafka, self.settings, self.schemas)
             if outcome.published or outcome.claimed:
                 self.health.cleared("kafka")
@@ -118,6 +125,17 @@ class Relay:
             if outcome.claimed < self.settings.batch_size:
                 return False
         return True
+
+    def _check_brokers(self) -> None:
+        """While every broker is known down, ask Kafka first instead of claiming rows.
+
+        Claimed rows stay locked until their deliveries time out; asking first keeps an
+        outage from holding them, and lets the backlog gauges be measured meanwhile.
+        """
+        if "kafka" not in self.health.problems or self._producer is None:
+            return
+        self._producer.list_topics(timeout=BROKER_CHECK_S)  # KafkaException while down
+        self.health.cleared("kafka")
 
     def _answer_requests(self) -> None:
         if self._requests is None:
@@ -150,11 +168,14 @@ class Relay:
             self._next_purge = now + self.settings.purge_interval_s
             self._purge()
         if now >= self._next_measure:
-            self._next_measure = now + MEASURE_INTERVAL_S
-            backlog = store.backlog(self._db)
-            metrics.BACKLOG.set(backlog.rows)
-            metrics.OLDEST_AGE.set(backlog.oldest_age_s)
-            metrics.FAILED_ROWS.set(backlog.failed)
+            self._measure()
+
+    def _measure(self) -> None:
+        self._next_measure = time.monotonic() + MEASURE_INTERVAL_S
+        backlog = store.backlog(self._db)
+        metrics.BACKLOG.set(backlog.rows)
+        metrics.OLDEST_AGE.set(backlog.oldest_age_s)
+        metrics.FAILED_ROWS.set(backlog.failed)
 
     def _purge(self) -> None:
         total = 0

@@ -259,3 +259,55 @@ def _complete(pipeline: Pipeline) -> int:
             "SELECT count(*) FROM inorder_batches WHERE status = 'complete'"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def test_kafka_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
+    """Kafka down under load: backlog and its age show and grow, relay unready; all resumes."""
+    start(pipeline, *STANDARD)
+
+    def backlog() -> float:
+        return pipeline.metric("relay-1", "outbox_backlog_rows")
+
+    def age() -> float:
+        return pipeline.metric("relay-1", "outbox_oldest_unpublished_age_seconds")
+
+    def inject() -> int:
+        stack_control("stop", "kafka")
+        try:
+            pipeline.wait_for(
+                "relay unready", lambda: pipeline.http("relay-1", "/readyz")[0] == 503
+            )
+            pipeline.wait_for("a backlog", lambda: backlog() > 0 and age() > 0)
+            first = age()
+            pipeline.wait_for("the backlog's age growing", lambda: age() > first)
+            time.sleep(scale.outage_s)
+        finally:
+            stack_control("start", "kafka")
+        pipeline.wait_for(
+            "relay ready again", lambda: pipeline.http("relay-1", "/readyz")[0] == 200
+        )
+        return 1
+
+    run(pipeline, scale, "kafka stopped for a while", inject)
+
+
+def test_redis_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
+    """Redis down under load: step consumers pause unready, nothing skipped; all resumes."""
+    start(pipeline, *STANDARD)
+    consumers = ("consumer-1", "consumer-2")
+
+    def ready(name: str) -> bool:
+        return pipeline.http(name, "/readyz")[0] == 200
+
+    def inject() -> int:
+        stack_control("stop", "redis")
+        try:
+            pipeline.wait_for("consumers unready", lambda: not any(ready(n) for n in consumers))
+            pipeline.wait_for("sweeper unready", lambda: not ready("sweeper-1"))
+            time.sleep(scale.outage_s)
+        finally:
+            stack_control("start", "redis")
+        pipeline.wait_for("all ready again", lambda: all(ready(n) for n in STANDARD))
+        return 1
+
+    run(pipeline, scale, "redis stopped for a while", inject)
