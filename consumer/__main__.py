@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     except StoreNotDurableError as exc:
         _fail(CONSUMER, [str(exc)])
     except (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError) as exc:
-        log.warning("dependency_unavailable", error=str(exc).strip().splitlines()[0], at="start")
+        log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")
 
     def run() -> None:
         try:
@@ -96,7 +96,7 @@ def sweeper_main(argv: list[str] | None = None) -> None:
         _fail(SWEEPER, exc.problems)
         return
     except (psycopg.OperationalError, redis.ConnectionError) as exc:
-        _fail(SWEEPER, [f"cannot start: {str(exc).strip().splitlines()[0]}"])
+        _fail(SWEEPER, [f"cannot start: {logs.first_line(exc)}"])
         return
     log.info("sweeper_started", holder=sweeper.io.lease.holder)
     run_until_stopped(
@@ -121,7 +121,7 @@ def admin_main(argv: list[str] | None = None) -> None:
     except RoutesError as exc:
         _fail(ADMIN, exc.problems)
     except (psycopg.OperationalError, redis.ConnectionError) as exc:
-        _fail(ADMIN, [f"cannot connect: {str(exc).strip().splitlines()[0]}"])
+        _fail(ADMIN, [f"cannot connect: {logs.first_line(exc)}"])
 
 
 if __name__ == "__main__":

@@ -18,8 +18,3 @@ def dependency(exc: BaseException) -> str:
     if isinstance(exc, redis.RedisError):
         return "redis"
     return "kafka"
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of the exception's message, for one log field."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -17,6 +17,7 @@ from psycopg import sql
 from consumer.errors import RoutesError
 from consumer.routes import ProjectionRoute
 from schemas import Event
+from schemas.logs import first_line
 
 Conn = psycopg.Connection[Any]
 
@@ -203,7 +204,7 @@ def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcom
                 with conn.transaction():
                     applied |= _write(conn, table, [event])
             except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-                outcome.rejected.append((event, str(exc).strip().splitlines()[0]))
+                outcome.rejected.append((event, first_line(exc)))
     rejected = {id(e) for e, _ in outcome.rejected}
     for event in newest:
         if event.entity_id in applied:

@@ -23,7 +23,7 @@ from consumer.batch_runner import BatchRunner
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
 from consumer.gauges import Gauges
 from consumer.offsets import Offsets, commit
-from consumer.outages import REDIS_DOWN, dependency, first_line
+from consumer.outages import REDIS_DOWN, dependency
 from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
@@ -34,6 +34,7 @@ from consumer.steps import StepStore, resolve
 from producer import migrate
 from schemas.backoff import Backoff
 from schemas.health import Health
+from schemas.logs import first_line
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)

@@ -24,7 +24,7 @@ from psycopg.types.json import set_json_loads
 from consumer import gaps, gauges, metrics, steps, tables
 from consumer.batch_runner import BatchRunner
 from consumer.lease import Lease
-from consumer.outages import DOWN, dependency, first_line
+from consumer.outages import DOWN, dependency
 from consumer.parking import ParkingLot
 from consumer.routes import BatchRoute, Route, StepRoute
 from consumer.settings import SweeperSettings
@@ -33,6 +33,7 @@ from consumer.steps import Progress, StepStore
 from schemas import DecodeError, decode
 from schemas.backoff import Backoff
 from schemas.health import Health
+from schemas.logs import first_line
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
 
 log = structlog.get_logger(__name__)
@@ -164,10 +165,7 @@ class Sweeper:
         metrics.SWEEPER_ACTIVE.set(0)
         self.health.blocked(name, detail)
         log.warning(f"{name}_unavailable", error=detail, retry_in_s=delay)
-        deadline = time.monotonic() + delay
-        while not self._stopping and time.monotonic() < deadline:
-            self.health.beat()
-            time.sleep(TICK_S)
+        self.health.sleep(delay, lambda: self._stopping, TICK_S)
 
     def _reconnect_postgres(self) -> None:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)

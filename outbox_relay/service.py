@@ -24,6 +24,7 @@ from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
 from schemas.backoff import Backoff
 from schemas.health import Health
+from schemas.logs import first_line
 from schemas.republish import decode_request
 from schemas.topics import ensure_topics
 
@@ -95,7 +96,7 @@ class Relay:
 
     def _pause(self, backoff: Backoff, dependency: str, exc: Exception) -> None:
         delay = backoff.failed()
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = first_line(exc)
         self.health.blocked(dependency, detail)
         log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay)
         if dependency == "postgres":
@@ -103,13 +104,7 @@ class Relay:
         else:  # Kafka is down: the backlog and its age are what operators watch now
             with suppress(psycopg.OperationalError):
                 self._measure()
-        self._sleep(delay)
-
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping and time.monotonic() < deadline:
-            self.health.beat()
-            time.sleep(min(TICK_S, max(0.0, deadline - time.monotonic())))
+        self.health.sleep(delay, lambda: self._stopping, TICK_S)
 
     # ------------------------------------------------------------------ work
 

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "worker":
             _worker(args)
     except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = logs.first_line(exc)
         sys.stderr.write(f"{PROGRAM}: cannot use PostgreSQL: {first}\n")
         raise SystemExit(2) from None
 

@@ -41,6 +41,13 @@ class Health:
         with self._lock:
             self._not_ready.pop(dependency, None)
 
+    def sleep(self, seconds: float, stopping: Callable[[], bool], tick_s: float = 0.2) -> None:
+        """Wait ``seconds`` while beating; return early once ``stopping()`` is true."""
+        deadline = time.monotonic() + seconds
+        while not stopping() and time.monotonic() < deadline:
+            self.beat()
+            time.sleep(min(tick_s, max(0.0, deadline - time.monotonic())))
+
     @property
     def live(self) -> bool:
         """True while the main loop beat recently."""

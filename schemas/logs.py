@@ -22,3 +22,8 @@ def configure(level: str = "INFO") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name if it has none), for one field."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
