@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -36,9 +35,9 @@ from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.verdict import Verdict, judge
 from tests.integration.relay_support import free_port
+from tests.integration.sweeper_support import tool
 from tests.support.services import ROOT, Services
 
-BIN = Path(sys.executable).parent
 COMMANDS = {
     "relay": ["inorder-relay"],
     "consumer": ["inorder-consumer"],
@@ -149,7 +148,7 @@ class Pipeline:
         program, *arguments = COMMANDS[kind]
         with (self.logs / f"{name}.log").open("ab") as sink:
             popen = subprocess.Popen(
-                [str(BIN / program), *arguments], env=env, stdout=sink, stderr=sink, cwd=ROOT
+                [tool(program), *arguments], env=env, stdout=sink, stderr=sink, cwd=ROOT
             )
         self.processes[name] = Process(kind, popen, port)
 
@@ -263,28 +262,30 @@ class Pipeline:
 
     def committed(self) -> dict[int, int]:
         """The consumer group's committed offset per partition of the events topic."""
+        return {tp.partition: tp.offset for tp, _ in self._offsets()}
+
+    def lag(self) -> int:
+        """Messages of the events topic the group has not committed past."""
+        return sum(high - max(tp.offset, 0) for tp, high in self._offsets())
+
+    def _offsets(self) -> list[tuple[TopicPartition, int]]:
+        """Each partition's committed offset for the group, and the partition's end."""
         reader = Consumer(
             {"bootstrap.servers": self.services.kafka_bootstrap, "group.id": self.group}
         )
         try:
             meta = reader.list_topics(self.events_topic, timeout=10).topics[self.events_topic]
             tps = [TopicPartition(self.events_topic, p) for p in meta.partitions]
-            return {tp.partition: tp.offset for tp in reader.committed(tps, timeout=10)}
+            return [
+                (tp, reader.get_watermark_offsets(tp, timeout=10)[1])
+                for tp in reader.committed(tps, timeout=10)
+            ]
         finally:
             reader.close()
 
-    def lag(self) -> int:
-        """Messages of the events topic the group has not committed past."""
-        reader = Consumer({"bootstrap.servers": self.services.kafka_bootstrap, "group.id": "x"})
-        try:
-            total = 0
-            for partition, offset in self.committed().items():
-                tp = TopicPartition(self.events_topic, partition)
-                _, high = reader.get_watermark_offsets(tp, timeout=10)
-                total += high - max(offset, 0)
-            return total
-        finally:
-            reader.close()
+    def ready(self, name: str) -> bool:
+        """Whether one process answers /readyz with 200."""
+        return self.http(name, "/readyz")[0] == 200
 
     def _pending_rows(self) -> int:
         with self.db.connect() as conn:

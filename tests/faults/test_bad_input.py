@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import Scale, report
-from tests.faults.pipeline import BIN, Pipeline
+from tests.faults.pipeline import Pipeline
 from tests.faults.test_faults import STANDARD, start
+from tests.integration.sweeper_support import tool
 from tests.support.services import ROOT, Services
 
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(600)]
@@ -135,7 +136,7 @@ def _stops_with_one_line(
     program: str, env: dict[str, str], expected: str, args: list[str] | None = None
 ) -> None:
     run = subprocess.run(
-        [str(BIN / program), *(args or [])],
+        [tool(program), *(args or [])],
         env=env, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
     )  # fmt: skip
     lines = [line for line in run.stderr.splitlines() if line.strip()]

@@ -148,24 +148,25 @@ def test_consumer_cut_off_from_postgres_pauses(pipeline: Pipeline, scale: Scale)
     start(pipeline, *STANDARD)
     consumers = ("consumer-1", "consumer-2")
 
-    def ready(name: str) -> bool:
-        return pipeline.http(name, "/readyz")[0] == 200
-
     def inject() -> int:
-        pipeline.wait_for("consumers ready", lambda: all(ready(n) for n in consumers))
+        pipeline.wait_for("consumers ready", lambda: all(pipeline.ready(n) for n in consumers))
         stack_control("stop", "postgres")
         try:
-            pipeline.wait_for("consumers unready", lambda: not any(ready(n) for n in consumers))
+            pipeline.wait_for(
+                "consumers unready", lambda: not any(pipeline.ready(n) for n in consumers)
+            )
             paused = sum(pipeline.metric(n, "consumer_paused") for n in consumers)
-            pipeline.wait_for("relay and sweeper unready",
-                              lambda: not ready("relay-1") and not ready("sweeper-1"))  # fmt: skip
+            pipeline.wait_for(
+                "relay and sweeper unready",
+                lambda: not pipeline.ready("relay-1") and not pipeline.ready("sweeper-1"),
+            )
             before = pipeline.committed()
             time.sleep(scale.outage_s)
             assert pipeline.committed() == before, "offsets committed while PostgreSQL was down"
         finally:
             stack_control("start", "postgres")
         assert paused >= 1, "no consumer reported itself paused"
-        pipeline.wait_for("all ready again", lambda: all(ready(n) for n in STANDARD))
+        pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
         return 1
 
     run(pipeline, scale, "postgres stopped for a while", inject)
@@ -283,9 +284,7 @@ def test_kafka_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
             time.sleep(scale.outage_s)
         finally:
             stack_control("start", "kafka")
-        pipeline.wait_for(
-            "relay ready again", lambda: pipeline.http("relay-1", "/readyz")[0] == 200
-        )
+        pipeline.wait_for("relay ready again", lambda: pipeline.ready("relay-1"))
         return 1
 
     run(pipeline, scale, "kafka stopped for a while", inject)
@@ -296,18 +295,17 @@ def test_redis_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
     start(pipeline, *STANDARD)
     consumers = ("consumer-1", "consumer-2")
 
-    def ready(name: str) -> bool:
-        return pipeline.http(name, "/readyz")[0] == 200
-
     def inject() -> int:
         stack_control("stop", "redis")
         try:
-            pipeline.wait_for("consumers unready", lambda: not any(ready(n) for n in consumers))
-            pipeline.wait_for("sweeper unready", lambda: not ready("sweeper-1"))
+            pipeline.wait_for(
+                "consumers unready", lambda: not any(pipeline.ready(n) for n in consumers)
+            )
+            pipeline.wait_for("sweeper unready", lambda: not pipeline.ready("sweeper-1"))
             time.sleep(scale.outage_s)
         finally:
             stack_control("start", "redis")
-        pipeline.wait_for("all ready again", lambda: all(ready(n) for n in STANDARD))
+        pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
         return 1
 
     run(pipeline, scale, "redis stopped for a while", inject)

@@ -96,7 +96,7 @@ def test_fuzzed_envelopes_are_dead_lettered_and_valid_ones_applied(
     pipe = Pipeline(pg_schema, services, topic_factory, tmp_path)
     try:
         pipe.start("consumer-1")
-        pipe.wait_for("consumer ready", lambda: pipe.http("consumer-1", "/readyz")[0] == 200)
+        pipe.wait_for("consumer ready", lambda: pipe.ready("consumer-1"))
         cases = mutations.cases(scale.fuzz_messages, scale.fuzz_messages // 5, seed=20261130)
         by_kcat = [c for i, c in enumerate(cases) if i % 2 and c.key is not None]
         by_confluent = [c for c in cases if c not in set(by_kcat)]

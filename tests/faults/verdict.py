@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tests.conftest import PgSchema
+from tests.integration.sweeper_support import tool
 from tests.support.services import ROOT
-
-BIN = Path(sys.executable).parent
 
 # Lost: an outbox row of an entity's current generation with no effect (steps), or a
 # projection row behind the newest outbox row. Old generations may be superseded.
@@ -65,7 +62,7 @@ class Verdict:
 def audit(env: dict[str, str]) -> dict[str, Any]:
     """``inorder-admin --json audit``: its summary line, its lines, and its exit code."""
     run = subprocess.run(
-        [str(BIN / "inorder-admin"), "--json", "audit"],
+        [tool("inorder-admin"), "--json", "audit"],
         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
     )  # fmt: skip
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
