@@ -99,26 +99,16 @@ def test_redis_restarted_while_events_parked(pipeline: Pipeline, scale: Scale) -
     run(pipeline, scale, "redis restart (parked)", inject)
 
 
-def test_postgres_restarted(pipeline: Pipeline, scale: Scale) -> None:
-    """A PostgreSQL restart under load: every process reconnects and nothing is lost."""
+@pytest.mark.parametrize("service", ["postgres", "kafka"])
+def test_service_restarted(pipeline: Pipeline, scale: Scale, service: str) -> None:
+    """PostgreSQL or the Kafka broker restarted under load: all reconnect, nothing is lost."""
     start(pipeline, *STANDARD)
 
     def inject() -> int:
-        pipeline.services.restart("postgres")
+        pipeline.services.restart(service)
         return 1
 
-    run(pipeline, scale, "postgres restart", inject)
-
-
-def test_kafka_restarted(pipeline: Pipeline, scale: Scale) -> None:
-    """A Kafka broker restart under load: relays retry, consumers rejoin, nothing is lost."""
-    start(pipeline, *STANDARD)
-
-    def inject() -> int:
-        pipeline.services.restart("kafka")
-        return 1
-
-    run(pipeline, scale, "kafka restart", inject)
+    run(pipeline, scale, f"{service} restart", inject)
 
 
 def test_active_sweeper_killed_while_gap_open(pipeline: Pipeline, scale: Scale) -> None:
