@@ -147,7 +147,8 @@ def test_batch_of_one_and_empty_batch(batch: bs.BatchSetup) -> None:
     empty, single = bs.new_id(), bs.new_id()
     with cs.running(batch.settings):
         batch.send([bs.accepted(empty, ""), bs.accepted(single, "A")])
-        wait_until(lambda: _finished(batch.db, empty))
+        # The two manifests may sit on different partitions: wait for both to be read.
+        wait_until(lambda: _finished(batch.db, empty) and bs.status(batch.db, single) is not None)
         assert bs.status(batch.db, single) == ("waiting", None, 0)
         batch.send([bs.result(single, 1)])
         wait_until(lambda: _finished(batch.db, single))
