@@ -139,3 +139,23 @@ def test_encode_then_decode_is_identity(**fields: Any) -> None:
         occurred_at="2026-01-02T03:04:05Z", published_at="2026-01-02T03:04:06.5-01:00", **fields
     )
     assert schemas.decode(schemas.encode(event)) == event
+
+
+def test_remembered_valid_types_do_not_let_invalid_ones_through() -> None:
+    """After many valid event types are remembered, a near miss is still bad_format."""
+    for i in range(codec.MEMO_SIZE + 10):
+        assert schemas.decode(_with(event_type=f"subscription.t{i}")).event_type.endswith(str(i))
+    for bad in ("Subscription.t1", "subscription.t1.", "subscription..t1", "subscription.t1\n"):
+        with pytest.raises(schemas.DecodeError) as caught:
+            schemas.decode(_with(event_type=bad))
+        assert caught.value.reason == codec.BAD_FORMAT, bad
+
+
+def test_fast_path_event_equals_a_constructed_one() -> None:
+    """The event the fast path builds is equal, hashes the same and stays frozen."""
+    event = schemas.decode(orjson.dumps(VALID))
+    built = schemas.Event(**VALID)
+    assert event == built
+    assert hash(event.version) == hash(built.version)
+    with pytest.raises(AttributeError):
+        event.seq = 8  # type: ignore[misc]
