@@ -25,6 +25,9 @@ the entity's sequence::
     function = "billing.steps:send_goodbye"
     external = true                  # has an effect outside PostgreSQL
     idempotent = false               # so an interrupted call needs a person
+    [route.handlers."seat_ledger.seats_moved"]
+    function = "billing.steps:move_seats_many"
+    many = true                      # takes a list of events: one call per batch
 
 A batch route reassembles a batch's results in position order. It takes the
 stream's ``batch.accepted`` events and the workers' results, whose entity_type is the
@@ -57,7 +60,7 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 STREAM = re.compile(r"[a-z][a-z0-9_]{0,62}\Z")
 KINDS = ("projection", "step", "batch")
 _STEP_KEYS = {"stream", "kind", "handlers", "max_parked", "park_ttl_s"}
-_HANDLER_KEYS = {"function", "external", "idempotent"}
+_HANDLER_KEYS = {"function", "external", "idempotent", "many"}
 _BATCH_KEYS = {
     "stream", "kind", "output_topic", "work_topic", "max_retries", "deadline_s", "on_incomplete",
 }  # fmt: skip
@@ -100,6 +103,9 @@ class Handler:
     external: bool = False
     # Calling it twice is harmless, so an interrupted attempt may be retried automatically.
     idempotent: bool = False
+    # The function takes a list of events, fn(conn, events), and applies them all in the
+    # order given (each entity's in seq order): one call, and set-based SQL, per batch.
+    many: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +242,18 @@ def _handler(problems: list[str], where: str, event_type: str, spec: Any) -> Han
             f"{where}: handler for {event_type} must be 'module:function', got {function!r}"
         )
         return None
-    flags = {k: spec.get(k, False) for k in ("external", "idempotent")}
+    flags = {k: spec.get(k, False) for k in ("external", "idempotent", "many")}
     for name, value in flags.items():
         if not isinstance(value, bool):
             problems.append(f"{where}: {name} of handler {event_type} must be true or false")
-    return Handler(function, flags["external"] is True, flags["idempotent"] is True)
+    if flags["many"] is True and flags["external"] is True:
+        problems.append(
+            f"{where}: handler {event_type} cannot be both many and external "
+            "(an outside call is recorded and made one event at a time)"
+        )
+    return Handler(
+        function, flags["external"] is True, flags["idempotent"] is True, flags["many"] is True
+    )
 
 
 def _positive(

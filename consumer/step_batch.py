@@ -9,6 +9,7 @@ import structlog
 
 from consumer.steps import (
     Conn,
+    ManyFailedError,
     PipelinedError,
     Plan,
     Progress,
@@ -45,6 +46,7 @@ def _apply_together(
     limits: Mapping[str, tuple[int, int]],
     *,
     pipelined: bool,
+    single: bool,
 ) -> dict[str, Plan]:
     """One transaction: lock, plan, claim all runs in one statement, run the functions.
 
@@ -75,21 +77,15 @@ def _apply_together(
                 entity_plan.apply = []
             else:
                 applied += entity_plan.apply
+        applies = {entity_id: plans[entity_id].apply for entity_id in claimed}
         if pipelined:
             with conn.pipeline():
-                _run_all(conn, store, plans, claimed, pipelined=True)
+                store.run(conn, applies, pipelined=True, single=single)
                 store.record(conn, applied)
         else:
-            _run_all(conn, store, plans, claimed, pipelined=False)
+            store.run(conn, applies, single=single)
             store.record(conn, applied)
     return plans
-
-
-def _run_all(
-    conn: Conn, store: StepStore, plans: Mapping[str, Plan], claimed: set[str], *, pipelined: bool
-) -> None:
-    for entity_id in sorted(claimed):
-        store.run(conn, entity_id, plans[entity_id].apply, pipelined=pipelined)
 
 
 def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -> bool:
@@ -111,7 +107,7 @@ def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -
         store.lock(conn, {event.entity_id: event})
         if not store.claim(conn, event.entity_id, start, Progress(event.generation, event.seq)):
             return False
-        store.run(conn, event.entity_id, [event])
+        store.run(conn, {event.entity_id: [event]})
         if external:
             store.finish_attempt(conn, event)
         store.record(conn, [event])
@@ -147,17 +143,22 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
 
     A function that raises rolls the batch back; the batch is applied again with that
     entity's earlier steps only, and the entity is stopped at the failing seq for a person.
+    A ``many`` call that raises is first run again one step per call to find that step.
     """
     skip: set[str] = set()
     limits: dict[str, tuple[int, int]] = {}
     reasons: dict[str, str] = {}
-    pipelined = True
+    pipelined, single = True, False
     for _ in range(MAX_FAILURES_PER_BATCH):
         try:
-            plans = _apply_together(conn, store, events, skip, limits, pipelined=pipelined)
+            plans = _apply_together(
+                conn, store, events, skip, limits, pipelined=pipelined, single=single
+            )
             break
         except (PipelinedError, psycopg.errors.InFailedSqlTransaction):
             pipelined = False  # find out, statement by statement, whose step failed
+        except ManyFailedError:
+            pipelined, single = False, True  # and, step by step, which one
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError) or not pipelined:
                 raise

@@ -1,7 +1,9 @@
 """Step routes: in-order rate, against the projection consumer and with early arrivals.
 
 Events: 500 entities x 60 steps, interleaved entity by entity. The step function
-appends one row per step (the test handler). On the same topic, the projection
+appends one row per step (the test handler), called once per step; the same rows are
+written by a ``many`` function (one call and one statement per batch), and a function
+that does nothing measures the ordering alone. On the same topic, the projection
 consumer writes the newest step of each entity. A second topic carries the same
 events with 10% of them moved up to 5 places earlier within their entity, so they
 park and drain. Last, 10,000 events are parked straight into Redis to measure
@@ -42,6 +44,10 @@ kind = "step"
 "ledger.added" = "tests.integration.step_handlers:record"
 """
 NOOP_ROUTES = STEP_ROUTES.replace("step_handlers:record", "step_handlers:nothing")
+MANY_ROUTES = STEP_ROUTES.replace(
+    '"tests.integration.step_handlers:record"',
+    '{ function = "tests.integration.step_handlers:record_many", many = true }',
+)
 PROJECTION_ROUTES = """[[route]]
 stream = "ledger"
 kind = "projection"
@@ -142,14 +148,17 @@ def run() -> list[BenchResult]:
         _topic(bootstrap, _reordered()) as shuffled,
     ):
         steps_file, projection_file = Path(folder, "steps.toml"), Path(folder, "projection.toml")
-        noop_file = Path(folder, "noop.toml")
+        noop_file, many_file = Path(folder, "noop.toml"), Path(folder, "many.toml")
         steps_file.write_text(STEP_ROUTES)
         noop_file.write_text(NOOP_ROUTES)
+        many_file.write_text(MANY_ROUTES)
         projection_file.write_text(PROJECTION_ROUTES)
         _fresh_tables(url)
         noop = _run(url, ordered, noop_file, progress, prefix)
         _fresh_tables(url)
         in_order = _run(url, ordered, steps_file, progress, prefix)
+        _fresh_tables(url)
+        many = _run(url, ordered, many_file, progress, prefix)
         projection = _run(url, ordered, projection_file, projected, prefix)
         _fresh_tables(url)
         reordered = _run(url, shuffled, steps_file, progress, prefix)
@@ -159,6 +168,8 @@ def run() -> list[BenchResult]:
         BenchResult("steps_inorder_per_s", in_order, "steps/s", how),
         BenchResult("steps_projection_per_s", projection, "events/s", "same topic, projection"),
         BenchResult("steps_vs_projection", in_order / projection, "x", "goal >= 0.5"),
+        BenchResult("steps_many_per_s", many, "steps/s", "same rows, one many call per batch"),
+        BenchResult("steps_many_vs_projection", many / projection, "x", "set-based step function"),
         BenchResult("steps_noop_per_s", noop, "steps/s", "same, step function does nothing"),
         BenchResult("steps_noop_vs_projection", noop / projection, "x", "ordering cost alone"),
         BenchResult("steps_reordered_per_s", reordered, "steps/s", "10% up to 5 places early"),

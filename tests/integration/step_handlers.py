@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from schemas import Event
@@ -9,9 +10,10 @@ from schemas import Event
 TABLE = """
 CREATE TABLE applied_steps (
     entity_id text NOT NULL, generation bigint NOT NULL, seq bigint NOT NULL,
-    event_type text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    event_type text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    n bigserial
 )
-"""  # no key on purpose: a step applied twice shows up twice
+"""  # no key on purpose: a step applied twice shows up twice; n is the order of writing
 CALLS: list[tuple[str, int]] = []
 
 
@@ -46,3 +48,39 @@ def bad_sql_for_a_at_13(conn: Any, event: Event) -> None:
 
 def nothing(conn: Any, event: Event) -> None:
     """A step with no work of its own, to measure what ordering alone costs."""
+
+
+def record_many(conn: Any, events: Sequence[Event]) -> None:
+    """Append all the steps to the log table in one statement, in the order given."""
+    conn.execute(
+        "INSERT INTO applied_steps (entity_id, generation, seq, event_type) "
+        "SELECT e, g, s, t FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[]) "
+        "WITH ORDINALITY AS u(e, g, s, t, n) ORDER BY n",
+        (
+            [e.entity_id for e in events], [e.generation for e in events],
+            [e.seq for e in events], [e.event_type for e in events],
+        ),
+    )  # fmt: skip
+
+
+def fail_at_13_many(conn: Any, events: Sequence[Event]) -> None:
+    """Record the steps, unless seq 13 is among them: then refuse them all."""
+    if any(e.seq == 13 for e in events):
+        raise ValueError("seq 13 is refused")
+    record_many(conn, events)
+
+
+def bad_sql_many_for_a_at_13(conn: Any, events: Sequence[Event]) -> None:
+    """Record the steps; if entity a at seq 13 is among them, run SQL that fails too."""
+    record_many(conn, events)
+    if any(e.entity_id == "a" and e.seq == 13 for e in events):
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+
+MANY_CALLS: list[int] = []
+
+
+def counted_many(conn: Any, events: Sequence[Event]) -> None:
+    """Record the steps and remember how many came in this call."""
+    MANY_CALLS.append(len(events))
+    record_many(conn, events)

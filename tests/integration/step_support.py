@@ -19,10 +19,12 @@ STREAM = "ledger"
 
 
 def routes_text(handler: str = "record", *, max_parked: int = 1000, extra: str = "") -> str:
-    """A routes file with one step route for the ``ledger`` stream."""
+    """A routes file with one step route for the ``ledger`` stream (``*_many``: many = true)."""
+    function = f"tests.integration.step_handlers:{handler}"
+    spec = f'{{ function = "{function}", many = true }}' if "_many" in handler else f'"{function}"'
     return (
         f'[[route]]\nstream = "{STREAM}"\nkind = "step"\nmax_parked = {max_parked}\n'
-        f'[route.handlers]\n"ledger.added" = "tests.integration.step_handlers:{handler}"\n{extra}'
+        f'[route.handlers]\n"ledger.added" = {spec}\n{extra}'
     )
 
 
@@ -59,7 +61,7 @@ def applied(schema: PgSchema, entity: str = "a") -> list[tuple[int, int]]:
     """(generation, seq) of every applied step of an entity, in the order applied."""
     with schema.connect() as conn:
         rows = conn.execute(
-            "SELECT generation, seq FROM applied_steps WHERE entity_id = %s ORDER BY applied_at",
+            "SELECT generation, seq FROM applied_steps WHERE entity_id = %s ORDER BY n",
             (entity,),
         ).fetchall()
     return [(int(g), int(s)) for g, s in rows]

@@ -7,6 +7,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumer.steps import Progress
 from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -26,14 +27,15 @@ def steps_db(pg_schema: PgSchema) -> PgSchema:
 def test_any_permutation_with_duplicates_applies_each_step_once_in_order(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, data: st.DataObject
 ) -> None:
-    """30 steps shuffled with duplicates, in batches, through PostgreSQL and Redis: 1..30 once."""
+    """30 steps shuffled with duplicates, in batches, one or many per call: 1..30 once, in order."""
     entity = f"e{data.draw(st.integers(0, 10**9))}"
+    handler = data.draw(st.sampled_from(["record", "record_many"]))
     events = [ss.step(seq, entity) for seq in range(1, 31)]
     delivered = data.draw(
         st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=15)))
     )
     cuts = sorted(data.draw(st.lists(st.integers(1, len(delivered) - 1), max_size=6, unique=True)))
-    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(handler))
     with steps_db.connect(autocommit=True) as conn:
         for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
             assert ss.feed(run, conn, delivered[start:end]) == []
@@ -72,11 +74,12 @@ def test_full_parking_set_holds_the_entity_and_loses_nothing(
     assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 3
 
 
+@pytest.mark.parametrize("handler", ["fail_at_13", "fail_at_13_many"])
 def test_failing_function_stops_only_its_entity(
-    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, handler: str
 ) -> None:
-    """A function that raises stops its entity at that seq; other entities carry on."""
-    run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_at_13"))
+    """A function that raises (alone or for many steps) stops its entity at that seq only."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(handler))
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(run, conn, [ss.step(s, e) for e in ("a", "b") for s in range(1, 13)])
         ss.feed(run, conn, [ss.step(13, "a"), ss.step(14, "a"), ss.step(15, "a"), ss.step(13, "b")])
@@ -148,11 +151,12 @@ def test_new_generation_starts_over_and_discards_old_parked_events(
     assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "a"))
 
 
+@pytest.mark.parametrize("handler", ["bad_sql_for_a_at_13", "bad_sql_many_for_a_at_13"])
 def test_failing_sql_in_a_function_stops_the_right_entity(
-    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, handler: str
 ) -> None:
-    """A statement that fails inside one entity's step stops that entity only, at that seq."""
-    run = ss.runner(redis_client, redis_prefix, ss.routes_text("bad_sql_for_a_at_13"))
+    """A statement that fails inside one entity's step (or a many call) stops that entity only."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(handler))
     with steps_db.connect(autocommit=True) as conn:
         batch = [ss.step(s, e) for s in range(1, 16) for e in ("a", "b", "c")]
         ss.feed(run, conn, batch)
@@ -188,3 +192,35 @@ def test_leftover_of_an_applied_event_is_removed_on_drain(
         ss.feed(run, conn, [ss.step(3)])
     assert [m for m, _ in redis_client.zrange(key, 0, -1, withscores=True)] == [encode(ss.step(5))]
     assert ss.applied(steps_db) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_many_function_is_called_once_for_a_batch(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Three entities' five due steps each reach a many function in one call of 15."""
+    step_handlers.MANY_CALLS.clear()
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("counted_many"))
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(s, e) for s in range(5, 0, -1) for e in ("a", "b", "c")])
+    assert step_handlers.MANY_CALLS == [15]
+    for entity in ("a", "b", "c"):
+        assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 6)]
+
+
+def test_claim_advances_only_entities_still_where_the_plan_found_them(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Claims from a stale start or on a stopped entity change nothing and are not returned."""
+    store = ss.runner(redis_client, redis_prefix, ss.routes_text()).stores[ss.STREAM]
+    with steps_db.connect() as conn:
+        store.lock(conn, {e: ss.step(1, e) for e in ("a", "b", "c")})
+        store.claim_many(conn, [(e, Progress(1, 0), Progress(1, 5)) for e in ("a", "b", "c")])
+        store.stop(conn, "c", 6, "a person looks first")
+        claimed = store.claim_many(
+            conn,
+            [("a", Progress(1, 5), Progress(1, 7)), ("b", Progress(1, 3), Progress(1, 6)),
+             ("c", Progress(1, 5), Progress(1, 6))],
+        )  # fmt: skip
+        conn.commit()
+    assert claimed == {"a"}
+    assert [ss.progress(steps_db, e)[:2] for e in ("a", "b", "c")] == [(1, 7), (1, 5), (1, 5)]

@@ -6,7 +6,7 @@ import pytest
 
 from consumer.errors import RoutesError
 from consumer.router import Router
-from consumer.routes import BatchRoute, ProjectionRoute, parse_routes
+from consumer.routes import BatchRoute, Handler, ProjectionRoute, StepRoute, parse_routes
 from schemas import Event
 
 VALID = """
@@ -30,6 +30,29 @@ max_retries = 2
 deadline_s = 600
 on_incomplete = "hold"
 """
+
+STEPS = """
+[[route]]
+stream = "ledger"
+kind = "step"
+[route.handlers]
+"ledger.added" = "billing.steps:add"
+[route.handlers."ledger.moved"]
+function = "billing.steps:move_many"
+many = true
+"""
+
+
+def test_step_route_keeps_each_handlers_flags() -> None:
+    """A handler given as a string has no flags; a table may declare it takes many events."""
+    [route] = parse_routes(STEPS)
+    assert route == StepRoute(
+        stream="ledger",
+        handlers={
+            "ledger.added": Handler("billing.steps:add"),
+            "ledger.moved": Handler("billing.steps:move_many", many=True),
+        },
+    )
 
 
 def test_batch_route_takes_its_results_stream_too() -> None:
@@ -95,6 +118,11 @@ def test_projection_route_is_parsed_with_defaults() -> None:
             "unknown setting 'filter'",
         ),
         ("x = 1\n" + VALID, "unknown top-level key 'x'"),
+        (STEPS.replace("many = true", 'many = "yes"'), "many of handler ledger.moved must be"),
+        (
+            STEPS.replace("many = true", "many = true\nexternal = true"),
+            "cannot be both many and external",
+        ),
     ],
 )
 def test_each_mistake_is_named(text: str, problem: str) -> None:
