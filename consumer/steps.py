@@ -92,16 +92,20 @@ def calls(
     find which one fails). Types without a function make no call.
     """
     runs_per_entity: list[list[tuple[Entry, list[Event]]]] = []
+    get = functions.get
     for entity_id in sorted(applies):
         runs: list[tuple[Entry, list[Event]]] = []
+        last: Entry | None = None
+        join = False
         for event in applies[entity_id]:
-            entry = functions.get(event.event_type)
+            entry = get(event.event_type)
             if entry is None:
                 continue
-            if runs and runs[-1][0] is entry and entry[0].many and not single:
+            if join and entry is last:
                 runs[-1][1].append(event)
             else:
                 runs.append((entry, [event]))
+                last, join = entry, entry[0].many and not single
         runs_per_entity.append(runs)
     result: list[tuple[Entry, list[Event]]] = []
     for round_ in range(max((len(r) for r in runs_per_entity), default=0)):
