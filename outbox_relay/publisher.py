@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -64,15 +65,19 @@ def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
 def deliver(
     conn: Conn, producer: Producer, rows: list[OutboxRow], settings: RelaySettings,
     schemas: PayloadSchemas, republish_request: str | None = None,
+    on_sent: Callable[[], None] | None = None,
 ) -> tuple[Sent, list[int]]:  # fmt: skip
     """Send rows in the caller's transaction: mark the ones Kafka took, fail the ones it never will.
 
+    ``on_sent`` is called once Kafka has answered for every row, before the marking.
     Returns what Kafka reported and the ids of every row marked failed (unsendable or refused).
     """
     messages, failed = prepare(conn, rows, settings, schemas, republish_request)
     by_id = {row.id: row for row in rows}
     created = {row.id: row.created_at.timestamp() for row in rows}
     sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
+    if on_sent is not None:
+        on_sent()
     for row_id, reason in sent.rejected:
         fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
     store.mark_published(conn, sent.delivered)
@@ -80,18 +85,26 @@ def deliver(
 
 
 def publish_batch(
-    conn: Conn, producer: Producer, settings: RelaySettings, schemas: PayloadSchemas
-) -> BatchOutcome:
+    conn: Conn, producer: Producer, settings: RelaySettings, schemas: PayloadSchemas,
+    on_sent: Callable[[int], None] | None = None,
+) -> BatchOutcome:  # fmt: skip
     """Claim one batch, send it, and mark what Kafka acknowledged, in one transaction.
 
     The row locks keep other relays off these rows until the marks commit; rows
-    whose delivery failed stay pending for the next claim.
+    whose delivery failed stay pending for the next claim. ``on_sent`` gets the
+    number of rows claimed as soon as they are sent (0 if none were pending), while
+    the marking is still to come.
     """
     with conn.transaction():
         rows = store.claim(conn, settings.batch_size)
         if not rows:
+            if on_sent is not None:
+                on_sent(0)
             return BatchOutcome(0, 0, 0, 0)
-        sent, failed = deliver(conn, producer, rows, settings, schemas)
+        sent, failed = deliver(
+            conn, producer, rows, settings, schemas,
+            on_sent=None if on_sent is None else lambda: on_sent(len(rows)),
+        )  # fmt: skip
     metrics.PUBLISHED.inc(len(sent.delivered))
     for _, reason in sent.failed:
         metrics.PUBLISH_FAILURES.labels(reason).inc()

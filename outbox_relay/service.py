@@ -5,7 +5,9 @@ A dependency that is down pauses the loop with backoff; it never ends it.
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from typing import Any
 
@@ -18,7 +20,7 @@ from psycopg.types.json import set_json_loads
 from outbox_relay import metrics, store
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.kafka import make_producer, make_request_consumer
-from outbox_relay.publisher import publish_batch
+from outbox_relay.publisher import BatchOutcome, publish_batch
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
@@ -57,6 +59,13 @@ class Relay:
         self.cooldown = Cooldown(settings.republish_cooldown_s)
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
+        # The second publishing connection, when marking overlaps the next batch.
+        self._second: psycopg.Connection[Any] | None = None
+        self._lanes = (
+            ThreadPoolExecutor(2, thread_name_prefix="inorder-publish")
+            if settings.overlap_marking
+            else None
+        )
         self._listener: psycopg.Connection[Any] | None = None
         self._producer: Producer | None = None
         self._requests: Consumer | None = None
@@ -110,16 +119,64 @@ class Relay:
 
     def _publish_until_idle(self) -> bool:
         """Publish batches while they come back full; True if the last one was full."""
+        if self._lanes is not None:
+            return self._publish_overlapped(self._lanes)
         while not self._stopping:
             self._check_brokers()
             outcome = publish_batch(self._db, self._kafka, self.settings, self.schemas)
-            if outcome.published or outcome.claimed:
-                self.health.cleared("kafka")
-            if outcome.delivery_failures:
-                raise KafkaException(f"{outcome.delivery_failures} deliveries failed")
+            self._settled(outcome)
             if outcome.claimed < self.settings.batch_size:
                 return False
         return True
+
+    def _publish_overlapped(self, lanes: ThreadPoolExecutor) -> bool:
+        """``_publish_until_idle`` with two connections taking turns.
+
+        Batch N+1 is claimed (skipping the rows batch N still locks) and sent while
+        batch N's rows are marked published. Batch N+1 starts only once batch N is
+        sent, and batch N+2 only once batch N is committed, so sends never overlap and
+        one relay still publishes in id order.
+        """
+        conns = (self._db, self._second_conn)
+        in_hand: list[Future[BatchOutcome]] = []  # at most the one marking and the next
+        full = False
+        try:
+            turn = 0
+            while not self._stopping:
+                self._check_brokers()
+                sent = threading.Event()
+                claimed: list[int] = []
+
+                def on_sent(
+                    count: int, claimed: list[int] = claimed, sent: threading.Event = sent
+                ) -> None:
+                    claimed.append(count)
+                    sent.set()
+
+                batch = lanes.submit(
+                    publish_batch, conns[turn % 2], self._kafka, self.settings, self.schemas,
+                    on_sent,
+                )  # fmt: skip
+                in_hand.append(batch)
+                turn += 1
+                while not sent.wait(TICK_S) and not batch.done():
+                    self.health.beat()
+                if len(in_hand) == 2:
+                    self._settled(in_hand.pop(0).result())
+                full = bool(claimed) and claimed[0] >= self.settings.batch_size
+                if not full:
+                    break
+        finally:
+            wait(in_hand)  # every batch in hand commits or rolls back before anything else
+        for batch in in_hand:
+            self._settled(batch.result())
+        return full
+
+    def _settled(self, outcome: BatchOutcome) -> None:
+        if outcome.published or outcome.claimed:
+            self.health.cleared("kafka")
+        if outcome.delivery_failures:
+            raise KafkaException(f"{outcome.delivery_failures} deliveries failed")
 
     def _check_brokers(self) -> None:
         """While every broker is known down, ask Kafka first instead of claiming rows.
@@ -207,6 +264,12 @@ class Relay:
         return self._conn
 
     @property
+    def _second_conn(self) -> psycopg.Connection[Any]:
+        if self._second is None:
+            raise psycopg.OperationalError("not connected to PostgreSQL")
+        return self._second
+
+    @property
     def _kafka(self) -> Producer:
         if self._producer is None:
             raise KafkaException("Kafka producer not started")
@@ -223,6 +286,9 @@ class Relay:
                 conn.close()
                 raise
             self._conn = conn
+            if self._lanes is not None:
+                self._second = psycopg.connect(url, autocommit=True)
+                set_json_loads(orjson.loads, self._second)
             if self.listen:
                 self._listener = psycopg.connect(url, autocommit=True)
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
@@ -241,12 +307,14 @@ class Relay:
             log.info("relay_started", batch_size=self.settings.batch_size)
 
     def _close_postgres(self) -> None:
-        for conn in (self._conn, self._listener):
+        for conn in (self._conn, self._second, self._listener):
             if conn is not None:
                 conn.close()
-        self._conn = self._listener = None
+        self._conn = self._second = self._listener = None
 
     def _close(self) -> None:
+        if self._lanes is not None:
+            self._lanes.shutdown(wait=True)
         if self._producer is not None:
             left = self._producer.flush(self.settings.delivery_timeout_ms / 1000)
             log.info("relay_stopped", undelivered=left)

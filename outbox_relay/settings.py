@@ -16,6 +16,9 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings):
     database_url: PostgresUrl
     # Rows claimed and sent per transaction.
     batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Mark a sent batch published on a second connection while the next batch is claimed
+    # and sent (sends still never overlap, so rows go out in id order).
+    overlap_marking: bool = True
     # Fallback poll when no NOTIFY arrives (missed notifications, other writers).
     poll_interval_s: float = Field(default=1.0, gt=0, le=600)
     # How long librdkafka may try to deliver one message before reporting failure.

@@ -56,6 +56,25 @@ def test_every_committed_row_arrives_exactly_once(
     assert (headers.EVENT_TYPE, b"subscription.plan_changed") in first.headers()
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_one_relay_publishes_each_entity_in_seq_order(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, overlap: bool
+) -> None:
+    """Over many batches (marking overlapped with the next send, or not) seqs stay in order."""
+    rs.write_rows(outbox, topics.events, 3000, entities=40)
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, batch_size=100, overlap_marking=overlap
+    )
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0, timeout_s=90)
+    seqs: dict[str, list[int]] = {}
+    for message in drain(services.kafka_bootstrap, topics.events, expect=3000):
+        event = schemas.decode(message.value())
+        seqs.setdefault(event.entity_id, []).append(event.seq)
+    assert len(seqs) == 40
+    assert all(found == list(range(1, 76)) for found in seqs.values())
+
+
 def test_two_relays_publish_every_row_once(
     outbox: PgSchema, services: Services, topics: rs.RelayTopics
 ) -> None:
