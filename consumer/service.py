@@ -23,7 +23,7 @@ from consumer.batch_runner import BatchRunner
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
 from consumer.gauges import Gauges
 from consumer.offsets import Offsets, commit
-from consumer.outages import REDIS_DOWN, dependency
+from consumer.outages import DOWN, REDIS_DOWN, dependency
 from consumer.parking import ParkingLot, durability_problem
 from consumer.projection import ProjectionTable, check_table
 from consumer.router import Router
@@ -39,7 +39,6 @@ from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
 
-# Redis failures that mean "unreachable", as opposed to a bug in a command.
 # With no messages coming, how often the dependencies are checked, so that an outage
 # shows in readiness and the pause gauge before the next batch runs into it.
 IDLE_PROBE_INTERVAL_S = 2.0
@@ -198,7 +197,7 @@ class ConsumerService:
                         self.connect_postgres()
                     self.connect_redis()
                     self._start_kafka()
-                except (psycopg.OperationalError, KafkaException, *REDIS_DOWN) as exc:
+                except DOWN as exc:
                     self._wait_out(backoff, "startup", exc)
             while not self._stopping:
                 self._poll_once()
@@ -235,12 +234,7 @@ class ConsumerService:
             try:
                 self._commit_batch(prepared)
                 break
-            except (
-                psycopg.OperationalError,
-                DependencyDownError,
-                KafkaException,
-                *REDIS_DOWN,
-            ) as exc:
+            except (*DOWN, DependencyDownError) as exc:
                 self._pause()
                 self._wait_out(backoff, dependency(exc), exc)
                 if self._stopping:
