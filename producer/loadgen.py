@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -25,6 +25,7 @@ import structlog
 from producer import subscriptions as subs
 from producer.errors import EntityExistsError
 from schemas.backoff import Backoff
+from schemas.logs import first_line
 
 log = structlog.get_logger("inorder.loadgen")
 
@@ -140,6 +141,7 @@ class _Writers:
     pacer: Pacer
     errors: list[Exception]
     retried: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the writers share retried
 
     def run(self, work: queue.Queue[Operation]) -> None:
         try:
@@ -187,10 +189,11 @@ class _Writers:
                 self._retry_later(backoff, None, exc)
 
     def _retry_later(self, backoff: Backoff, op: Operation | None, exc: Exception) -> None:
-        self.retried += op is not None
+        with self.lock:
+            self.retried += op is not None
         delay = backoff.failed()
         log.warning("loadgen_retry", op=op and op.kind, entity=op and op.entity_id,
-                    error=str(exc).strip(), retry_in_s=delay)  # fmt: skip
+                    error=first_line(exc), retry_in_s=delay)  # fmt: skip
         time.sleep(delay)
 
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from schemas.logs import first_line
 from schemas.republish import worst_case_repair_s
 
 S = TypeVar("S", bound=BaseSettings)
@@ -166,7 +167,7 @@ def describe_parse_error(exc: SettingsError, cls: type[BaseSettings]) -> str:
     found = re.search(r'field "(\w+)"', str(exc))
     field = found.group(1) if found else "?"
     variable, _ = _names(cls).get(field, (f"{ENV_PREFIX}{field}".upper(), False))
-    cause = str(exc.__cause__ or exc).splitlines()[0]
+    cause = first_line(exc.__cause__ or exc)
     return f"{variable}: not valid JSON ({cause}); write a JSON list or object"
 
 
