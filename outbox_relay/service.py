@@ -137,7 +137,7 @@ class Relay:
         sent, and batch N+2 only once batch N is committed, so sends never overlap and
         one relay still publishes in id order.
         """
-        conns = (self._db, self._second_conn)
+        conns = (self._db, _connected(self._second))
         in_hand: list[Future[BatchOutcome]] = []  # at most the one marking and the next
         full = False
         try:
@@ -259,15 +259,7 @@ class Relay:
 
     @property
     def _db(self) -> psycopg.Connection[Any]:
-        if self._conn is None:
-            raise psycopg.OperationalError("not connected to PostgreSQL")
-        return self._conn
-
-    @property
-    def _second_conn(self) -> psycopg.Connection[Any]:
-        if self._second is None:
-            raise psycopg.OperationalError("not connected to PostgreSQL")
-        return self._second
+        return _connected(self._conn)
 
     @property
     def _kafka(self) -> Producer:
@@ -278,8 +270,7 @@ class Relay:
     def _connect(self) -> None:
         url = self.settings.database_url.get_secret_value()
         if self._conn is None:
-            conn = psycopg.connect(url, autocommit=True)
-            set_json_loads(orjson.loads, conn)
+            conn = _publishing_connection(url)
             try:
                 store.check_schema(conn)
             except SchemaNotReadyError:
@@ -287,8 +278,7 @@ class Relay:
                 raise
             self._conn = conn
             if self._lanes is not None:
-                self._second = psycopg.connect(url, autocommit=True)
-                set_json_loads(orjson.loads, self._second)
+                self._second = _publishing_connection(url)
             if self.listen:
                 self._listener = psycopg.connect(url, autocommit=True)
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
@@ -321,3 +311,16 @@ class Relay:
         if self._requests is not None:
             self._requests.close()
         self._close_postgres()
+
+
+def _connected(conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any]:
+    if conn is None:
+        raise psycopg.OperationalError("not connected to PostgreSQL")
+    return conn
+
+
+def _publishing_connection(url: str) -> psycopg.Connection[Any]:
+    """A connection that claims and marks rows (JSON columns read by orjson)."""
+    conn = psycopg.connect(url, autocommit=True)
+    set_json_loads(orjson.loads, conn)
+    return conn
