@@ -68,9 +68,20 @@ def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None
         except DecodeError:
             continue  # not an event: nothing in the projections or step logs to explain
         m = dead.message
-        rows.append((event.entity_type, event.entity_id, event.generation, event.seq,
-                     event.event_id, dead.reason, dead.detail[:1000], m.topic() or "",
-                     m.partition() or 0, m.offset() or 0))  # fmt: skip
+        rows.append(
+            (
+                event.entity_type,
+                event.entity_id,
+                event.generation,
+                event.seq,
+                event.event_id,
+                dead.reason,
+                dead.detail[:1000],
+                m.topic() or "",
+                m.partition() or 0,
+                m.offset() or 0,
+            )
+        )
     if rows:
         with conn.cursor() as cur:
             cur.executemany(

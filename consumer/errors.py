@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from schemas import Event
 from schemas.errors import InorderError
 
 
@@ -25,3 +26,29 @@ class StoreNotDurableError(ConsumerError):
 
 class DependencyDownError(ConsumerError):
     """Raised when PostgreSQL, Redis or Kafka cannot take the batch; the batch is retried."""
+
+
+class StepFailedError(ConsumerError):
+    """Raised inside a batch when a step function raised; the batch is rolled back."""
+
+    def __init__(self, entity_id: str, event: Event, error: BaseException) -> None:
+        super().__init__(f"{entity_id} seq {event.seq}: {error!r}")
+        self.entity_id = entity_id
+        self.event = event
+        self.error = error
+
+
+class ManyFailedError(ConsumerError):
+    """Raised when a ``many`` call of several steps failed: which step it was is not known."""
+
+
+class PipelinedError(ConsumerError):
+    """Raised when a pipelined statement failed and cannot be traced to one entity."""
+
+
+class AdminError(ConsumerError):
+    """Raised when an operator command cannot be done as asked; the message says why."""
+
+
+class BatchAdminError(AdminError):
+    """Raised when a batch command cannot be done as asked; the message says why."""

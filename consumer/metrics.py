@@ -1,41 +1,55 @@
-"""The consumer's Prometheus metrics (names fixed by the design)."""
+"""The consumer's Prometheus metrics (names fixed by the design), and the gauges it refreshes."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import Counter, Gauge, Histogram
+
+LAG_INTERVAL_S = 5.0
+REVIEW_INTERVAL_S = 30.0
 
 CONSUMED = Counter("events_consumed_total", "Messages taken from Kafka")
 APPLIED = Counter("events_applied_total", "Events whose effect was applied", ["route"])
 STALE = Counter(
-    "events_stale_total", "Events ignored because a newer or equal version was applied",
+    "events_stale_total",
+    "Events ignored because a newer or equal version was applied",
     ["event_type"],
-)  # fmt: skip
+)
 DEAD_LETTERED = Counter(
     "events_dead_lettered_total", "Messages sent to the dead-letter topic", ["reason"]
 )
 BATCH_SIZE = Histogram(
-    "consumer_batch_size", "Messages per poll batch",
+    "consumer_batch_size",
+    "Messages per poll batch",
     buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000),
-)  # fmt: skip
+)
 BATCH_DURATION = Histogram(
-    "consumer_batch_duration_seconds", "Time to apply and commit one poll batch",
+    "consumer_batch_duration_seconds",
+    "Time to apply and commit one poll batch",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
-)  # fmt: skip
+)
 APPLY_LATENCY = Histogram(
-    "event_apply_latency_seconds", "From the message's Kafka timestamp to its effect committed",
+    "event_apply_latency_seconds",
+    "From the message's Kafka timestamp to its effect committed",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-)  # fmt: skip
+)
 PARKED = Counter(
     "events_parked_total", "Early events parked waiting for a predecessor", ["event_type"]
 )
 REORDER_DISTANCE = Histogram(
-    "event_reorder_distance", "How far ahead of the next expected seq an early event arrived",
+    "event_reorder_distance",
+    "How far ahead of the next expected seq an early event arrived",
     buckets=(1, 2, 3, 5, 10, 25, 100, 1000),
-)  # fmt: skip
+)
 GAPS_ESCALATED = Counter(
-    "event_gaps_escalated_total", "Gaps escalated (deadline passed or parking cap reached)",
+    "event_gaps_escalated_total",
+    "Gaps escalated (deadline passed or parking cap reached)",
     ["event_type"],
-)  # fmt: skip
+)
 NEEDS_REVIEW = Gauge("steps_needs_review", "Step entities stopped until a person looks at them")
 PARKED_CURRENT = Gauge("events_parked_current", "Events parked now, over all routes and entities")
 PARKED_OLDEST_AGE = Gauge(
@@ -43,14 +57,16 @@ PARKED_OLDEST_AGE = Gauge(
 )
 GAPS_OPEN = Gauge("gaps_open", "Gaps by status", ["status"])
 GAP_HEAL_TIME = Histogram(
-    "gap_time_to_heal_seconds", "From a gap's detection to its range being applied",
+    "gap_time_to_heal_seconds",
+    "From a gap's detection to its range being applied",
     buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 7200),
-)  # fmt: skip
+)
 REPUBLISH_REQUESTED = Counter("republish_requests_sent_total", "Republish requests sent")
 SWEEP_DURATION = Histogram(
-    "sweep_duration_seconds", "One sweep over every route's overdue entities",
+    "sweep_duration_seconds",
+    "One sweep over every route's overdue entities",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
-)  # fmt: skip
+)
 SWEEPER_ACTIVE = Gauge("sweeper_active", "1 while this sweeper holds the lease")
 LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
 PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")
@@ -65,3 +81,50 @@ BATCH_RESULTS = Counter(
 )
 BATCH_ITEMS_PENDING = Gauge("batch_items_pending", "Positions still pending in waiting batches")
 BATCHES_HELD = Gauge("batches_held", "Batches held for a person to decide")
+
+
+class Gauges:
+    """Keeps the lag and review gauges current without querying on every poll."""
+
+    def __init__(self, *, reviews: str | None) -> None:
+        # The statement counting entities stopped for a person (None: no step routes).
+        self._reviews_sql = reviews
+        self._labels: set[tuple[str, str]] = set()
+        self._next_lag = 0.0
+        self._next_review = 0.0
+
+    def refresh(self, consumer: Consumer | None, conn: psycopg.Connection[Any] | None) -> None:
+        """Update whichever gauges are due."""
+        now = time.monotonic()
+        if consumer is not None and now >= self._next_lag:
+            self._next_lag = now + LAG_INTERVAL_S
+            self._lag(consumer)
+        if self._reviews_sql and conn is not None and now >= self._next_review:
+            self._next_review = now + REVIEW_INTERVAL_S
+            self._reviews(conn)
+
+    def drop(self, partitions: list[TopicPartition]) -> None:
+        """Stop reporting lag for partitions that are no longer ours."""
+        for p in partitions:
+            label = (p.topic, str(p.partition))
+            if label in self._labels:
+                LAG.remove(*label)
+                self._labels.discard(label)
+
+    def _lag(self, consumer: Consumer) -> None:
+        assignment = consumer.assignment()
+        if not assignment:
+            return
+        for position in consumer.position(assignment):
+            _, high = consumer.get_watermark_offsets(position, cached=True)
+            if position.offset >= 0 and high >= 0:
+                label = (position.topic, str(position.partition))
+                LAG.labels(*label).set(high - position.offset)
+                self._labels.add(label)
+
+    def _reviews(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            row = conn.execute(self._reviews_sql or "").fetchone()
+        except psycopg.OperationalError:
+            return  # the next batch notices and pauses
+        NEEDS_REVIEW.set(row[0] if row else 0)

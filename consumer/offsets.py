@@ -55,9 +55,10 @@ class Offsets:
         if failed:
             self.retry |= {(p.topic, p.partition) for p in failed}
             log.warning(
-                "offset_commit_failed", error=str(err or failed[0].error),
+                "offset_commit_failed",
+                error=str(err or failed[0].error),
                 partitions=[f"{p.topic}:{p.partition}@{p.offset}" for p in failed],
-            )  # fmt: skip
+            )
 
     def take_retries(self) -> list[TopicPartition]:
         """Done offsets of the partitions to commit again, still ours; clears the list."""

@@ -18,23 +18,16 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
 
-from consumer import deadletter, metrics, pipeline, tables
-from consumer.batch_runner import BatchRunner
+from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
-from consumer.gauges import Gauges
+from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
+from consumer.kinds.steps.parking import durability_problem
+from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
-from consumer.outages import DOWN, REDIS_DOWN, dependency
-from consumer.parking import ParkingLot, durability_problem
-from consumer.projection import ProjectionTable, check_table
-from consumer.router import Router
-from consumer.routes import BatchRoute, ProjectionRoute, Route, StepRoute
+from consumer.poll import Prepared, Routing, next_offsets, prepare
 from consumer.settings import ConsumerSettings
-from consumer.step_runner import StepRunner
-from consumer.steps import StepStore, resolve
-from producer import migrate
-from schemas.backoff import Backoff
-from schemas.health import Health
-from schemas.logs import first_line
+from schemas.runtime.health import Health
+from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -47,24 +40,33 @@ IDLE_PROBE_INTERVAL_S = 2.0
 class ConsumerService:
     """One consumer process. ``run`` returns after ``stop`` once the batch in hand is committed."""
 
-    def __init__(self, settings: ConsumerSettings, routes: Sequence[Route], health: Health) -> None:
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        routes: Sequence[Route],
+        health: Health,
+        kinds: Mapping[str, Kind] = KINDS,
+    ) -> None:
         self.settings = settings
-        self.router = Router(routes)
         self.health = health
-        # Handlers are imported once; an unimportable one is a start-up error.
-        self._stores = {
-            r.stream: StepStore(r, resolve(r)) for r in routes if isinstance(r, StepRoute)
-        }
-        self._runner: StepRunner | None = None
-        batch_routes = [r for r in routes if isinstance(r, BatchRoute)]
-        self._batches = BatchRunner(batch_routes) if batch_routes else None
+        order = list(kinds)
+        # Each route's applier, started once (handlers imported: an unimportable one is a
+        # start-up error), in the order the registry applies kinds.
+        ordered = sorted(routes, key=lambda r: order.index(r.kind))
+        self.routing = Routing([kinds[r.kind].start(r) for r in ordered])
+        used = [kinds[r.kind] for r in ordered]
+        self._needs_redis = any(k.needs_redis for k in used)
+        self._migrations = tables.migration_sets(used)
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
-        self._tables: Mapping[str, ProjectionTable] = {}
+        self._redis: redis.Redis | None = None
+        self._routes_connected = False
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._offsets = Offsets()
-        self._gauges = Gauges(steps=bool(self._stores))
+        steps = any(r.kind == "step" for r in ordered)
+        self._gauges = metrics.Gauges(reviews=NEEDS_REVIEW_COUNT if steps else None)
+        self._outages = Outages("consumption", health, lambda: self._stopping)
         self._paused = False
         self._probe_at = 0.0
 
@@ -74,71 +76,85 @@ class ConsumerService:
 
     # ------------------------------------------------------------------ start and stop
 
-    def connect_postgres(self) -> None:
-        """Connect and check every projection table; ``RoutesError`` if a table does not fit."""
+    def connect(self) -> None:
+        """Connect PostgreSQL (migrating the consumer's tables) and Redis, then every route.
+
+        ``RoutesError`` when a route does not fit the database, ``StoreNotDurableError``
+        when step routes would park in a Redis that can lose data.
+        """
+        if self._conn is None:
+            self._connect_postgres()
+        self._connect_redis()
+        if not self._routes_connected and self._conn is not None:
+            links = Links(self._conn, self._redis, self.settings.redis_key_prefix)
+            for applier in self.routing.appliers:
+                applier.connect(links)
+            self._routes_connected = True
+
+    def _connect_postgres(self) -> None:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
         set_json_loads(orjson.loads, conn)
         try:
-            self._tables = {
-                s: check_table(conn, r)
-                for s, r in self.router.routes.items()
-                if isinstance(r, ProjectionRoute)
-            }
-            tables.create(conn)
-            if self._batches is not None:  # assembled batches leave through our own outbox
-                migrate.apply(conn, (migrate.OUTBOX,))
+            tables.migrate(conn, self._migrations)
         except Exception:
             conn.close()
             raise
         self._conn = conn
         self.health.cleared("postgres")
 
-    def connect_redis(self) -> None:
-        """Connect the parking store when step routes exist, refusing one that can lose data."""
-        if not self._stores or self._runner is not None:
+    def _connect_redis(self) -> None:
+        """Connect the parking store when a route parks, refusing one that can lose data."""
+        if not self._needs_redis or self._redis is not None:
             return
         if self.settings.redis_url is None:
             raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
         client = redis.Redis.from_url(
-            self.settings.redis_url.get_secret_value(), socket_timeout=10,
-            socket_connect_timeout=5, health_check_interval=30,
-        )  # fmt: skip
+            self.settings.redis_url.get_secret_value(),
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            health_check_interval=30,
+        )
         client.ping()
         problem = durability_problem(client)
         if problem is not None and not self.settings.park_store_trusted:
             client.close()
             raise StoreNotDurableError(problem)
-        self._runner = StepRunner(self._stores, ParkingLot(client, self.settings.redis_key_prefix))
+        self._redis = client
         self.health.cleared("redis")
 
     def _start_kafka(self) -> None:
         config = self.settings.kafka_config()
         if self.settings.create_topics:
-            batch_topics = [
-                t for r in (self._batches.routes.values() if self._batches else ())
-                for t in (r.output_topic, r.work_topic)
-            ]  # fmt: skip
-            ensure_topics(
-                config,
-                [*self.settings.topics, self.settings.dead_letter_topic, self.settings.held_topic,
-                 *batch_topics],
-                self.settings.topic_partitions,
-            )  # fmt: skip
+            route_topics = [t for a in self.routing.appliers for t in a.route.topics]
+            topics = [self.settings.dead_letter_topic, self.settings.held_topic, *route_topics]
+            ensure_topics(config, [*self.settings.topics, *topics], self.settings.topic_partitions)
         dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
         self._producer = Producer(
-            {**config, "client.id": "inorder-consumer-dlq", "enable.idempotence": True,
-             "acks": "all", "message.max.bytes": dlq_max}
-        )  # fmt: skip
+            {
+                **config,
+                "client.id": "inorder-consumer-dlq",
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.max.bytes": dlq_max,
+            }
+        )
         self._consumer = Consumer(
-            {**config, "client.id": "inorder-consumer", "group.id": self.settings.group_id,
-             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-             "partition.assignment.strategy": "cooperative-sticky",
-             "on_commit": self._offsets.failed}
-        )  # fmt: skip
+            {
+                **config,
+                "client.id": "inorder-consumer",
+                "group.id": self.settings.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                "on_commit": self._offsets.failed,
+            }
+        )
         self._consumer.subscribe(
             self.settings.topics,
-            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost,
-        )  # fmt: skip
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
         self.health.cleared("starting")
         log.info("consumer_started", topics=self.settings.topics, group=self.settings.group_id)
 
@@ -189,16 +205,13 @@ class ConsumerService:
 
     def run(self) -> None:
         """Consume until ``stop``."""
-        backoff = Backoff()
         try:
             while not self._stopping and self._consumer is None:
                 try:
-                    if self._conn is None:
-                        self.connect_postgres()
-                    self.connect_redis()
+                    self.connect()
                     self._start_kafka()
                 except DOWN as exc:
-                    self._wait_out(backoff, "startup", exc)
+                    self._outages.wait(exc)
             while not self._stopping:
                 self._poll_once()
         finally:
@@ -228,77 +241,81 @@ class ConsumerService:
         started = time.perf_counter()
         metrics.CONSUMED.inc(len(messages))
         metrics.BATCH_SIZE.observe(len(messages))
-        prepared = pipeline.prepare(messages, self.router, self.settings.max_message_bytes)
-        backoff = Backoff()
+        prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         while messages:
             try:
                 self._commit_batch(prepared)
                 break
             except (*DOWN, DependencyDownError) as exc:
                 self._pause()
-                self._wait_out(backoff, dependency(exc), exc)
+                self._wait_out(exc)
                 if self._stopping:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return
                 messages = [m for m in messages if self._offsets.ours(m)]
-                prepared = pipeline.prepare(messages, self.router, self.settings.max_message_bytes)
+                prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         self._resume()
         metrics.BATCH_DURATION.observe(time.perf_counter() - started)
 
-    def _commit_batch(self, prepared: pipeline.Prepared) -> None:
+    def _commit_batch(self, prepared: Prepared) -> None:
+        """Every route's share, then dead letters and held copies, then the offsets."""
         if self._conn is None:
-            self.connect_postgres()
+            self._connect_postgres()
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
-        refused = pipeline.apply_projections(self._conn, self._tables, prepared)
-        batch_outcome = None
-        if self._batches is not None:
-            batch_outcome = self._batches.process(self._conn, prepared.by_stream)
-            refused += pipeline.batch_letters(prepared, batch_outcome.refused)
-        held = []
-        if self._runner is not None:
-            held = self._runner.process(self._conn, prepared.by_stream, prepared.raw)
-        deadletter.send(
-            self._producer, self.settings.dead_letter_topic, prepared.dead + refused,
-            self.settings.dead_letter_max_value_bytes,
-        )  # fmt: skip
-        deadletter.send(
-            self._producer, self.settings.held_topic, pipeline.held_letters(prepared, held),
-            self.settings.dead_letter_max_value_bytes,
-        )  # fmt: skip
-        deadletter.record(self._conn, prepared.dead + refused)
-        if batch_outcome is not None:
-            batch_outcome.count()
-        if refused or prepared.dead:
-            for dead in prepared.dead + refused:
-                log.warning(
-                    "event_dead_lettered", reason=dead.reason, detail=dead.detail[:200],
-                    topic=dead.message.topic(), partition=dead.message.partition(),
-                    offset=dead.message.offset(),
-                )  # fmt: skip
+        outcomes = [
+            (applier, applier.apply(self._conn, events, prepared.raw))
+            for applier, events in prepared.shares
+        ]
+        refused = prepared.dead + prepared.letters([r for _, o in outcomes for r in o.refused])
+        held = prepared.letters([h for _, o in outcomes for h in o.held])
+        limit = self.settings.dead_letter_max_value_bytes
+        deadletter.send(self._producer, self.settings.dead_letter_topic, refused, limit)
+        deadletter.send(self._producer, self.settings.held_topic, held, limit)
+        deadletter.record(self._conn, refused)
+        self._count(prepared, outcomes)
+        for dead in refused:
+            log.warning(
+                "event_dead_lettered",
+                reason=dead.reason,
+                detail=dead.detail[:200],
+                topic=dead.message.topic(),
+                partition=dead.message.partition(),
+                offset=dead.message.offset(),
+            )
         # The effects are committed, so the offsets may go asynchronously: a commit that is
         # lost only means a redelivery, which is harmless. Stop and revoke commit synchronously.
-        offsets = pipeline.next_offsets(prepared.messages)
+        offsets = next_offsets(prepared.messages)
         self._offsets.done(offsets)
         commit(self._kafka_consumer, offsets, wait=False)
+
+    @staticmethod
+    def _count(prepared: Prepared, outcomes: list[tuple[Applier, Outcome]]) -> None:
+        now = time.time()
+        for applier, outcome in outcomes:
+            outcome.count(applier.route.stream)
+            for event in outcome.applied:
+                message = prepared.by_event.get(event.event_id)
+                if message is not None:  # drained events arrived in an earlier batch
+                    sent_at = message.timestamp()[1] / 1000
+                    metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
 
     # ------------------------------------------------------------------ dependencies
 
     def _check_dependencies(self) -> None:
         """While idle, ping PostgreSQL and Redis; one that is down pauses like a failed batch."""
-        backoff = Backoff()
         while not self._stopping:
             try:
                 if self._conn is None:
-                    self.connect_postgres()
+                    self._connect_postgres()
                 if self._conn is not None:
                     self._conn.execute("SELECT 1")
-                if self._runner is not None:
-                    self._runner.lot.client.ping()
+                if self._redis is not None:
+                    self._redis.ping()
                 break
             except (psycopg.OperationalError, *REDIS_DOWN) as exc:
                 self._pause()
-                self._wait_out(backoff, dependency(exc), exc)
+                self._wait_out(exc)
         self._resume()
         self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
 
@@ -311,6 +328,7 @@ class ConsumerService:
         metrics.PAUSED.set(1)
 
     def _resume(self) -> None:
+        self._outages.recovered()
         if not self._paused:
             return
         consumer = self._kafka_consumer
@@ -319,29 +337,22 @@ class ConsumerService:
             consumer.resume(assignment)
         self._paused = False
         metrics.PAUSED.set(0)
-        for name in ("postgres", "kafka", "redis"):
-            self.health.cleared(name)
-        log.info("consumption_resumed")
 
-    def _wait_out(self, backoff: Backoff, dependency: str, exc: Exception) -> None:
-        delay = backoff.failed()
-        detail = first_line(exc)
-        self.health.blocked(dependency, detail)
-        log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay, paused=True)
-        if dependency == "postgres" and self._conn is not None:
+    def _wait_out(self, exc: BaseException) -> None:
+        if dependency(exc) == "postgres" and self._conn is not None:
             self._conn.close()
             self._conn = None
-        deadline = time.monotonic() + delay
-        while not self._stopping and time.monotonic() < deadline:
-            self.health.beat()
-            if self._consumer is not None:
-                # Polling keeps the group membership alive and serves rebalances; paused
-                # partitions return nothing, and anything that does arrive is fetched again later.
-                for message in self._consumer.consume(num_messages=1, timeout=0.2):
-                    if message.error() is None:
-                        self._put_back(message)
-            else:
-                time.sleep(0.2)
+        self._outages.wait(exc, paused=True, waiting=self._keep_polling)
+
+    def _keep_polling(self, deadline: float) -> None:
+        """While waiting out an outage: stay in the group, serve rebalances, lose nothing."""
+        if self._consumer is None:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            return
+        # Paused partitions return nothing, and anything that does arrive is fetched again later.
+        for message in self._consumer.consume(num_messages=1, timeout=0.2):
+            if message.error() is None:
+                self._put_back(message)
 
     def _put_back(self, message: Message) -> None:
         """Fetch ``message`` again once consumption resumes, instead of dropping it."""

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
-from schemas.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
+from schemas.runtime.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
 
 
 def _is_redis_url(value: SecretStr | None) -> SecretStr | None:

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from outbox_relay import metrics
 from outbox_relay.rows import Message as OutMessage
 from outbox_relay.settings import RelaySettings
-from schemas.health import Health
+from schemas.runtime.health import Health
 
 log = structlog.get_logger(__name__)
 
@@ -90,9 +90,12 @@ def send(
     for message in messages:
         try:
             producer.produce(
-                message.topic, message.value, message.key, headers=message.headers,
+                message.topic,
+                message.value,
+                message.key,
+                headers=message.headers,
                 on_delivery=_report(sent, message.row_id, created_at[message.row_id]),
-            )  # fmt: skip
+            )
         except KafkaException as exc:
             err = exc.args[0]
             bucket = sent.rejected if err.code() in PERMANENT else sent.failed

@@ -31,9 +31,12 @@ class BatchOutcome:
 
 
 def prepare(
-    conn: Conn, rows: list[OutboxRow], settings: RelaySettings, schemas: PayloadSchemas,
+    conn: Conn,
+    rows: list[OutboxRow],
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
     republish_request: str | None = None,
-) -> tuple[list[Message], list[int]]:  # fmt: skip
+) -> tuple[list[Message], list[int]]:
     """Messages for the sendable rows; rows that cannot be sent are marked failed."""
     now = datetime.now(UTC).isoformat()
     messages: list[Message] = []
@@ -41,9 +44,12 @@ def prepare(
     for row in rows:
         try:
             message = to_message(
-                row, now, schemas=schemas, max_bytes=settings.max_message_bytes,
+                row,
+                now,
+                schemas=schemas,
+                max_bytes=settings.max_message_bytes,
                 republish_request=republish_request,
-            )  # fmt: skip
+            )
         except RowProblem as problem:
             fail(conn, row, problem.reason, str(problem))
             failed.append(row.id)
@@ -57,16 +63,25 @@ def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
     store.mark_failed(conn, row.id, detail)
     metrics.ROWS_FAILED.labels(reason).inc()
     log.error(
-        "outbox_row_failed", row_id=row.id, entity=f"{row.entity_type}:{row.entity_id}",
-        generation=row.generation, seq=row.seq, reason=reason, detail=detail,
-    )  # fmt: skip
+        "outbox_row_failed",
+        row_id=row.id,
+        entity=f"{row.entity_type}:{row.entity_id}",
+        generation=row.generation,
+        seq=row.seq,
+        reason=reason,
+        detail=detail,
+    )
 
 
 def deliver(
-    conn: Conn, producer: Producer, rows: list[OutboxRow], settings: RelaySettings,
-    schemas: PayloadSchemas, republish_request: str | None = None,
+    conn: Conn,
+    producer: Producer,
+    rows: list[OutboxRow],
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
+    republish_request: str | None = None,
     on_sent: Callable[[], None] | None = None,
-) -> tuple[Sent, list[int]]:  # fmt: skip
+) -> tuple[Sent, list[int]]:
     """Send rows in the caller's transaction: mark the ones Kafka took, fail the ones it never will.
 
     ``on_sent`` is called once Kafka has answered for every row, before the marking.
@@ -85,9 +100,12 @@ def deliver(
 
 
 def publish_batch(
-    conn: Conn, producer: Producer, settings: RelaySettings, schemas: PayloadSchemas,
+    conn: Conn,
+    producer: Producer,
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
     on_sent: Callable[[int], None] | None = None,
-) -> BatchOutcome:  # fmt: skip
+) -> BatchOutcome:
     """Claim one batch, send it, and mark what Kafka acknowledged, in one transaction.
 
     The row locks keep other relays off these rows until the marks commit; rows
@@ -102,15 +120,21 @@ def publish_batch(
                 on_sent(0)
             return BatchOutcome(0, 0, 0, 0)
         sent, failed = deliver(
-            conn, producer, rows, settings, schemas,
+            conn,
+            producer,
+            rows,
+            settings,
+            schemas,
             on_sent=None if on_sent is None else lambda: on_sent(len(rows)),
-        )  # fmt: skip
+        )
     metrics.PUBLISHED.inc(len(sent.delivered))
     for _, reason in sent.failed:
         metrics.PUBLISH_FAILURES.labels(reason).inc()
     if sent.failed:
         log.warning(
-            "kafka_delivery_failed", rows=len(sent.failed), reason=sent.failed[0][1],
+            "kafka_delivery_failed",
+            rows=len(sent.failed),
+            reason=sent.failed[0][1],
             published=len(sent.delivered),
-        )  # fmt: skip
+        )
     return BatchOutcome(len(rows), len(sent.delivered), len(failed), len(sent.failed))

@@ -56,9 +56,14 @@ def bounded(request: RepublishRequest) -> RepublishRequest:
     if last == request.to_seq:
         return request
     return RepublishRequest(
-        request.request_id, request.entity_type, request.entity_id, request.generation,
-        request.from_seq, last, request.reason,
-    )  # fmt: skip
+        request.request_id,
+        request.entity_type,
+        request.entity_id,
+        request.generation,
+        request.from_seq,
+        last,
+        request.reason,
+    )
 
 
 def answer(
@@ -72,9 +77,12 @@ def answer(
     """Re-send the rows of the request's range that exist, then publish the answer."""
     request = bounded(request)
     key: RangeKey = (
-        request.entity_type, request.entity_id, request.generation, request.from_seq,
+        request.entity_type,
+        request.entity_id,
+        request.generation,
+        request.from_seq,
         request.to_seq,
-    )  # fmt: skip
+    )
     repeat = cooldown.recent(key)
     resent: list[int] = []
     with conn.transaction():
@@ -88,21 +96,34 @@ def answer(
             resent = sorted(by_id[row_id].seq for row_id in sent.delivered)
     present = {row.seq for row in rows} | set(failed)
     result = RepublishResult(
-        request.request_id, request.entity_type, request.entity_id, request.generation,
-        request.from_seq, request.to_seq, tuple(resent),
-        tuple(s for s in request.seqs if s not in present), tuple(sorted(failed)), repeat,
-    )  # fmt: skip
+        request.request_id,
+        request.entity_type,
+        request.entity_id,
+        request.generation,
+        request.from_seq,
+        request.to_seq,
+        tuple(resent),
+        tuple(s for s in request.seqs if s not in present),
+        tuple(sorted(failed)),
+        repeat,
+    )
     _publish(producer, settings.republish_results_topic, result, settings)
     if not repeat:
         cooldown.note(key)
     metrics.REPUBLISHED.inc(len(resent))
     metrics.REPUBLISH_REQUESTS.labels("cooldown" if repeat else "answered").inc()
     log.info(
-        "republish_answered", request_id=request.request_id,
-        entity=f"{request.entity_type}:{request.entity_id}", generation=request.generation,
-        from_seq=request.from_seq, to_seq=request.to_seq, resent=len(resent),
-        missing=len(result.missing), failed=len(result.failed), cooldown=repeat,
-    )  # fmt: skip
+        "republish_answered",
+        request_id=request.request_id,
+        entity=f"{request.entity_type}:{request.entity_id}",
+        generation=request.generation,
+        from_seq=request.from_seq,
+        to_seq=request.to_seq,
+        resent=len(resent),
+        missing=len(result.missing),
+        failed=len(result.failed),
+        cooldown=repeat,
+    )
     return result
 
 

@@ -24,10 +24,9 @@ from outbox_relay.publisher import BatchOutcome, publish_batch
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
-from schemas.backoff import Backoff
-from schemas.health import Health
-from schemas.logs import first_line
 from schemas.republish import decode_request
+from schemas.runtime.health import Health
+from schemas.runtime.outages import Outages
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -72,6 +71,7 @@ class Relay:
         self._next_purge = 0.0
         self._next_measure = 0.0
         self._last_request_error: str | None = None
+        self._outages = Outages("relay", health, lambda: self._stopping)
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand and return."""
@@ -81,17 +81,20 @@ class Relay:
 
     def run(self) -> None:
         """Serve until ``stop``; a dependency that is down pauses the relay, never ends it."""
-        backoff = Backoff()
         try:
             while not self._stopping:
                 try:
                     self._connect()
                     self._cycle()
-                    backoff.succeeded()
+                    self._outages.recovered()
                 except (psycopg.OperationalError, SchemaNotReadyError) as exc:
-                    self._pause(backoff, "postgres", exc)
+                    self._close_postgres()
+                    self._outages.wait(exc, on="postgres")
                 except (KafkaException, RepublishDeliveryError) as exc:
-                    self._pause(backoff, "kafka", exc)
+                    # Kafka is down: the backlog and its age are what operators watch now.
+                    with suppress(psycopg.OperationalError):
+                        self._measure()
+                    self._outages.wait(exc, on="kafka")
         finally:
             self._close()
 
@@ -102,18 +105,6 @@ class Relay:
         self.health.beat()
         if not published_full:
             self._wait_for_work()
-
-    def _pause(self, backoff: Backoff, dependency: str, exc: Exception) -> None:
-        delay = backoff.failed()
-        detail = first_line(exc)
-        self.health.blocked(dependency, detail)
-        log.warning(f"{dependency}_unavailable", error=detail, retry_in_s=delay)
-        if dependency == "postgres":
-            self._close_postgres()
-        else:  # Kafka is down: the backlog and its age are what operators watch now
-            with suppress(psycopg.OperationalError):
-                self._measure()
-        self.health.sleep(delay, lambda: self._stopping, TICK_S)
 
     # ------------------------------------------------------------------ work
 
@@ -154,9 +145,13 @@ class Relay:
                     sent.set()
 
                 batch = lanes.submit(
-                    publish_batch, conns[turn % 2], self._kafka, self.settings, self.schemas,
+                    publish_batch,
+                    conns[turn % 2],
+                    self._kafka,
+                    self.settings,
+                    self.schemas,
                     on_sent,
-                )  # fmt: skip
+                )
                 in_hand.append(batch)
                 turn += 1
                 while not sent.wait(TICK_S) and not batch.done():

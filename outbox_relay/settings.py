@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
-from schemas.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
+from schemas.runtime.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
 
 
 class RelaySettings(KafkaClientSettings, RepairTimingSettings):

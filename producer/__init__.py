@@ -8,16 +8,10 @@ Typical use, in the transaction that changes the entity::
                                payload, generation=version.generation))
 """
 
-from producer.errors import (
-    DuplicateEventError,
-    EntityExistsError,
-    EntityNotFoundError,
-    InvalidEventError,
-    NotInTransactionError,
-    ProducerError,
-)
-from producer.outbox import OutboxEvent, emit, emit_many
+from producer.errors import EntityExistsError, EntityNotFoundError, ProducerError
 from producer.versioning import Version
+from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
+from schemas.outbox import OutboxEvent, emit, emit_many
 
 __all__ = [
     "DuplicateEventError",

@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from producer import loadgen, migrate
-from producer.batches import BatchItem, BatchTopics, create_batch
 from producer.settings import ProducerSettings
 from producer.worker import Worker, WorkerPlan, WorkerSettings
-from schemas import logs
-from schemas.config import load_or_exit
+from schemas.batches import BatchItem, BatchTopics, create_batch
+from schemas.runtime import logs
+from schemas.runtime.config import load_or_exit
 
 PROGRAM = "inorder-producer"
 
@@ -42,10 +42,19 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="the example worker: finish items out of order")
     worker.add_argument("--max-delay-ms", type=int, default=200, help="per item (default 200)")
     worker.add_argument("--fail-rate", type=float, default=0.0, help="share of items that fail")
-    worker.add_argument("--uncertain-share", type=float, default=0.0,
-                        help="share of failures whose outcome is uncertain")  # fmt: skip
-    worker.add_argument("--fail-first", nargs="*", default=[], metavar="ITEM_KEY",
-                        help="item keys whose first attempt fails")  # fmt: skip
+    worker.add_argument(
+        "--uncertain-share",
+        type=float,
+        default=0.0,
+        help="share of failures whose outcome is uncertain",
+    )
+    worker.add_argument(
+        "--fail-first",
+        nargs="*",
+        default=[],
+        metavar="ITEM_KEY",
+        help="item keys whose first attempt fails",
+    )
     return parser
 
 
@@ -55,17 +64,21 @@ def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
             items = [BatchItem(f"item-{i:04d}", {"n": i}) for i in range(1, args.items + 1)]
             with conn.transaction():
                 create_batch(
-                    conn, f"batch-{uuid.uuid4().hex[:12]}-{n}", items,
-                    deadline_s=args.deadline_s, on_incomplete=args.on_incomplete,
+                    conn,
+                    f"batch-{uuid.uuid4().hex[:12]}-{n}",
+                    items,
+                    deadline_s=args.deadline_s,
+                    on_incomplete=args.on_incomplete,
                     where=BatchTopics(topic=topic),
-                )  # fmt: skip
+                )
     Console(stderr=True).print(f"created {args.count} batches of {args.items} items")
 
 
 def _worker(args: argparse.Namespace) -> None:
     settings = load_or_exit(WorkerSettings, PROGRAM)
-    plan = WorkerPlan(args.max_delay_ms, args.fail_rate, args.uncertain_share,
-                      frozenset(args.fail_first))  # fmt: skip
+    plan = WorkerPlan(
+        args.max_delay_ms, args.fail_rate, args.uncertain_share, frozenset(args.fail_first)
+    )
     worker = Worker(settings, plan)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: worker.stop())

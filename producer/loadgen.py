@@ -24,8 +24,8 @@ import structlog
 
 from producer import subscriptions as subs
 from producer.errors import EntityExistsError
-from schemas.backoff import Backoff
-from schemas.logs import first_line
+from schemas.runtime.backoff import Backoff
+from schemas.runtime.logs import first_line
 
 log = structlog.get_logger("inorder.loadgen")
 
@@ -192,8 +192,13 @@ class _Writers:
         with self.lock:
             self.retried += op is not None
         delay = backoff.failed()
-        log.warning("loadgen_retry", op=op and op.kind, entity=op and op.entity_id,
-                    error=first_line(exc), retry_in_s=delay)  # fmt: skip
+        log.warning(
+            "loadgen_retry",
+            op=op and op.kind,
+            entity=op and op.entity_id,
+            error=first_line(exc),
+            retry_in_s=delay,
+        )
         time.sleep(delay)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from schemas import DEFAULT_TOPICS
-from schemas.config import InorderSettings, PostgresUrl
+from schemas.runtime.config import InorderSettings, PostgresUrl
 
 
 class ProducerSettings(InorderSettings):

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 
 from producer import versioning
-from producer.outbox import OutboxEvent, emit, emit_many
 from producer.versioning import Version
 from schemas import DEFAULT_TOPICS
+from schemas.outbox import OutboxEvent, emit, emit_many
 
 SUBSCRIPTION = "subscription"
 SEAT_LEDGER = "seat_ledger"
@@ -54,9 +54,13 @@ def _ledger_event(
 
 
 def _open(
-    conn: psycopg.Connection[Any], sub_id: str, plan: str, seats: int, topic: str,
+    conn: psycopg.Connection[Any],
+    sub_id: str,
+    plan: str,
+    seats: int,
+    topic: str,
     start: Callable[[psycopg.Connection[Any], str, str, dict[str, Any]], Version],
-) -> Version:  # fmt: skip
+) -> Version:
     """Start a generation of both entities (``versioning.create`` or ``recreate``) and emit it."""
     with conn.transaction():
         values = {"plan": plan, "price_cents": PLAN_PRICES_CENTS[plan]}

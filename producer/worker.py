@@ -20,11 +20,11 @@ import structlog
 from confluent_kafka import Consumer, Message
 from pydantic import Field
 
-from producer.batches import STREAM, WORK_ITEM, WorkItem, result_event
-from producer.errors import DuplicateEventError
-from producer.outbox import emit
 from schemas import DEFAULT_TOPICS, DecodeError, decode
-from schemas.config import KafkaClientSettings, PostgresUrl
+from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
+from schemas.errors import DuplicateEventError
+from schemas.outbox import emit
+from schemas.runtime.config import KafkaClientSettings, PostgresUrl
 
 log = structlog.get_logger(__name__)
 
@@ -91,9 +91,13 @@ def work_item(message: Message) -> WorkItem | None:
         return None
     p = event.payload
     return WorkItem(
-        p["batch_id"], p["position"], p["item_key"], event.seq, p.get("input") or {},
+        p["batch_id"],
+        p["position"],
+        p["item_key"],
+        event.seq,
+        p.get("input") or {},
         event.generation,
-    )  # fmt: skip
+    )
 
 
 class Worker:
@@ -113,10 +117,14 @@ class Worker:
     def run(self) -> None:
         """Work until ``stop``."""
         consumer = Consumer(
-            {**self.settings.kafka_config(), "group.id": self.settings.group_id,
-             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-             "client.id": "inorder-worker"}
-        )  # fmt: skip
+            {
+                **self.settings.kafka_config(),
+                "group.id": self.settings.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "client.id": "inorder-worker",
+            }
+        )
         consumer.subscribe([self.settings.work_topic])
         try:
             with psycopg.connect(self.settings.database_url.get_secret_value()) as conn:
@@ -140,10 +148,14 @@ class Worker:
         item = finish.item
         done_at = datetime.now(UTC).isoformat()
         event = result_event(
-            item, result_ref=None if finish.error else f"results/{item.batch_id}/{item.item_key}",
-            error=finish.error, outcome_uncertain=finish.uncertain, finished_at=done_at,
-            stream=self.settings.batch_stream, topic=self.settings.events_topic,
-        )  # fmt: skip
+            item,
+            result_ref=None if finish.error else f"results/{item.batch_id}/{item.item_key}",
+            error=finish.error,
+            outcome_uncertain=finish.uncertain,
+            finished_at=done_at,
+            stream=self.settings.batch_stream,
+            topic=self.settings.events_topic,
+        )
         try:
             with conn.transaction():
                 emit(conn, event)

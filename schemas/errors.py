@@ -47,3 +47,34 @@ class UnknownEventTypeError(PayloadError):
 
 class SchemaDefinitionError(ContractError):
     """Raised when a schema file uses something the codec cannot enforce."""
+
+
+class OutboxError(InorderError):
+    """Raised when an event cannot be written to the outbox."""
+
+
+class NotInTransactionError(OutboxError):
+    """Raised when ``emit`` is called on a connection with no open transaction."""
+
+
+class InvalidEventError(OutboxError):
+    """Raised when an event to emit breaks the envelope or its payload schema."""
+
+
+class DuplicateEventError(OutboxError):
+    """Raised when the outbox already holds this (entity, generation, seq) or event id.
+
+    The caller's transaction is aborted by then and must be rolled back.
+    """
+
+    def __init__(self, detail: str, constraint: str | None) -> None:
+        super().__init__(
+            f"duplicate outbox event ({constraint}): {detail} "
+            "Versions must come from the entity's own row in the same transaction."
+        )
+        self.detail = detail
+        self.constraint = constraint
+
+
+class MigrationError(InorderError):
+    """Raised when a migration file cannot be applied."""

@@ -33,12 +33,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from consumer import examples, tables
-from consumer.audit import Audit
+from consumer.admin.audit import Audit
 from consumer.routes import parse_routes
 from producer import loadgen, migrate
 from producer import subscriptions as subs
-from producer.batches import BatchItem, BatchTopics, create_batch
-from schemas import logs
+from schemas.batches import BatchItem, BatchTopics, create_batch
+from schemas.runtime import logs
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("INORDER_STACK_DIR", ROOT / ".stack")) / "demo"
@@ -58,14 +58,27 @@ OUTPUT_TOPIC = "inorder.demo.batch.output"
 EVENTS_TOPIC = "inorder.demo.events"
 # name -> (command and arguments, HTTP port or None)
 PROCESSES: dict[str, tuple[tuple[str, ...], int | None]] = {
-    "relay-1": (("inorder-relay",), 9400), "relay-2": (("inorder-relay",), 9410),
-    "consumer-1": (("inorder-consumer",), 9401), "consumer-2": (("inorder-consumer",), 9411),
+    "relay-1": (("inorder-relay",), 9400),
+    "relay-2": (("inorder-relay",), 9410),
+    "consumer-1": (("inorder-consumer",), 9401),
+    "consumer-2": (("inorder-consumer",), 9411),
     "sweeper": (("inorder-sweeper",), 9402),
     # The example worker: items finish out of order; item-0003's first attempt always fails
     # (retried), and a few others fail for good or with an uncertain outcome.
-    "worker": (("inorder-producer", "worker", "--fail-rate", "0.02", "--uncertain-share", "0.5",
-                "--fail-first", "item-0003"), None),
-}  # fmt: skip
+    "worker": (
+        (
+            "inorder-producer",
+            "worker",
+            "--fail-rate",
+            "0.02",
+            "--uncertain-share",
+            "0.5",
+            "--fail-first",
+            "item-0003",
+        ),
+        None,
+    ),
+}
 BATCH_ROUTE = f"""
 [[route]]
 stream = "batch"
@@ -89,12 +102,22 @@ def _urls() -> tuple[str, str, str]:
 def _env(group: str) -> dict[str, str]:
     db, kafka, redis_url = _urls()
     env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
-    env.update(TOPICS, DATABASE_URL=db, KAFKA_BOOTSTRAP_SERVERS=kafka, REDIS_URL=redis_url,
-               INORDER_ROUTES_FILE=str(STATE / "routes.toml"), INORDER_REDIS_KEY_PREFIX=PREFIX,
-               INORDER_GROUP_ID=group, INORDER_SWEEPER_GROUP_ID=f"{group}-sweeper",
-               INORDER_RELAY_GROUP_ID=f"{group}-relay", INORDER_GAP_DEADLINE_S="5",
-               INORDER_REPUBLISH_BACKOFF_BASE_S="2", INORDER_SWEEP_INTERVAL_S="1",
-               INORDER_GAUGE_INTERVAL_S="1", INORDER_LOG_LEVEL="INFO")  # fmt: skip
+    env.update(
+        TOPICS,
+        DATABASE_URL=db,
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        REDIS_URL=redis_url,
+        INORDER_ROUTES_FILE=str(STATE / "routes.toml"),
+        INORDER_REDIS_KEY_PREFIX=PREFIX,
+        INORDER_GROUP_ID=group,
+        INORDER_SWEEPER_GROUP_ID=f"{group}-sweeper",
+        INORDER_RELAY_GROUP_ID=f"{group}-relay",
+        INORDER_GAP_DEADLINE_S="5",
+        INORDER_REPUBLISH_BACKOFF_BASE_S="2",
+        INORDER_SWEEP_INTERVAL_S="1",
+        INORDER_GAUGE_INTERVAL_S="1",
+        INORDER_LOG_LEVEL="INFO",
+    )
     return env
 
 
@@ -106,9 +129,12 @@ def start(name: str, env: dict[str, str]) -> None:
         own["INORDER_GROUP_ID"] = f"{env['INORDER_GROUP_ID']}-worker"
     with (STATE / f"{name}.log").open("ab") as log:
         process = subprocess.Popen(  # noqa: S603 - our own console script, fixed arguments
-            [str(BIN / command), *arguments], env={**env, **own},
-            stdout=log, stderr=log, start_new_session=True,
-        )  # fmt: skip
+            [str(BIN / command), *arguments],
+            env={**env, **own},
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     (STATE / f"{name}.pid").write_text(str(process.pid))
 
 
@@ -152,7 +178,7 @@ def reset(console: Console) -> str:
         conn.execute(f"CREATE SCHEMA {SCHEMA}")
     with psycopg.connect(db, autocommit=True) as conn:
         migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
-        tables.create(conn)
+        tables.migrate(conn)
         conn.execute(examples.BILLING_VIEW)
         conn.execute(examples.SEAT_TABLES)
     admin = AdminClient({"bootstrap.servers": kafka})
@@ -255,12 +281,17 @@ def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Tabl
         ("gaps escalated / healed", f"{gaps[0]} / {gaps[1]}"),
         ("time to heal (detection to healed)", f"{gaps[2] or 0:.1f} s"),
         ("dead letters", int(totals.get("events_dead_lettered_total", 0))),
-        ("batches: complete / incomplete / other",
-         f"{batches.get('complete', 0)} / {batches.get('incomplete', 0)} / "
-         f"{sum(batches.values()) - batches.get('complete', 0) - batches.get('incomplete', 0)}"),
-        ("audit", f"{audit.entities} entities, {len(audit.divergences)} divergences, "
-                  f"{len(audit.unexplained)} unexplained"),
-    ]  # fmt: skip
+        (
+            "batches: complete / incomplete / other",
+            f"{batches.get('complete', 0)} / {batches.get('incomplete', 0)} / "
+            f"{sum(batches.values()) - batches.get('complete', 0) - batches.get('incomplete', 0)}",
+        ),
+        (
+            "audit",
+            f"{audit.entities} entities, {len(audit.divergences)} divergences, "
+            f"{len(audit.unexplained)} unexplained",
+        ),
+    ]
     for what, shown in rows:
         table.add_row(what, str(shown))
     return table
@@ -376,8 +407,12 @@ def up(args: argparse.Namespace, console: Console) -> int:
     seconds = time.monotonic() - started
     produced, audit = _report(console, db, peak, lost)
     if args.summary_json:
-        figures = {"events": produced, "seconds_to_settled": seconds, "settled": settled,
-                   "unexplained": len(audit.unexplained)}  # fmt: skip
+        figures = {
+            "events": produced,
+            "seconds_to_settled": seconds,
+            "settled": settled,
+            "unexplained": len(audit.unexplained),
+        }
         Path(args.summary_json).write_text(json.dumps(figures))
     return 0 if not audit.unexplained and settled else 1
 

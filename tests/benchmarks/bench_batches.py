@@ -25,8 +25,8 @@ from confluent_kafka.cimpl import NewTopic
 from consumer import tables
 from consumer.settings import ConsumerSettings
 from producer import migrate
-from producer.batches import BatchItem, WorkItem, batch_events, result_event
 from schemas import encode
+from schemas.batches import BatchItem, WorkItem, batch_events, result_event
 from tests.benchmarks.fixtures import consume_until, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.batch_support import as_event
@@ -88,11 +88,17 @@ def _topic(bootstrap: str, values: list[bytes]) -> Iterator[str]:
 
 def _run(url: str, topic: str, routes: Path, done: str, want: int) -> float:
     settings = ConsumerSettings(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
-        routes_file=routes, topics=[topic], group_id=f"bench-{uuid.uuid4().hex[:8]}",
-        create_topics=False, http_port=0, dead_letter_topic=f"{topic}.dlq",
-        held_topic=f"{topic}.held", poll_timeout_ms=100,
-    )  # fmt: skip
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        routes_file=routes,
+        topics=[topic],
+        group_id=f"bench-{uuid.uuid4().hex[:8]}",
+        create_topics=False,
+        http_port=0,
+        dead_letter_topic=f"{topic}.dlq",
+        held_topic=f"{topic}.held",
+        poll_timeout_ms=100,
+    )
     return BATCHES * ITEMS / consume_until(settings, url, done, want)
 
 
@@ -106,7 +112,7 @@ def run() -> list[BenchResult]:
     ):
         with psycopg.connect(url, autocommit=True) as conn:
             migrate.apply(conn)
-            tables.create(conn)
+            tables.migrate(conn)
             conn.execute(
                 "CREATE TABLE result_view (item_id text PRIMARY KEY, generation bigint, "
                 "seq bigint, result_ref text)"
@@ -130,6 +136,10 @@ def run() -> list[BenchResult]:
         BenchResult("batch_items_per_s", batch_rate, "items/s", how),
         BenchResult("batch_projection_per_s", projection_rate, "events/s", "same results"),
         BenchResult("batch_vs_projection", batch_rate / projection_rate, "x", "same run"),
-        BenchResult("batches_assembled_in_order", float(ordered[0] if ordered else 0), "batches",
-                    f"of {BATCHES:,}; each output checked 1..{ITEMS}"),
-    ]  # fmt: skip
+        BenchResult(
+            "batches_assembled_in_order",
+            float(ordered[0] if ordered else 0),
+            "batches",
+            f"of {BATCHES:,}; each output checked 1..{ITEMS}",
+        ),
+    ]

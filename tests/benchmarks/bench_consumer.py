@@ -33,7 +33,7 @@ from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from schemas import Event, decode, encode
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 
@@ -63,10 +63,16 @@ WHERE ({}.generation, {}.seq) < (EXCLUDED.generation, EXCLUDED.seq)"""
 def _event(entity: int, version: int) -> Event:
     payload = {"plan": ("free", "basic", "pro")[version % 3], "price_cents": version}
     return Event(
-        f"subscription:b{entity}:1:{version}", "subscription.plan_changed", "subscription",
-        f"b{entity}", 1, version, "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z",
+        f"subscription:b{entity}:1:{version}",
+        "subscription.plan_changed",
+        "subscription",
+        f"b{entity}",
+        1,
+        version,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
         {**payload, "status": "active"},
-    )  # fmt: skip
+    )
 
 
 def _events() -> list[bytes]:
@@ -117,9 +123,11 @@ def _count(url: str, table: str, *, at_least: int) -> int:
 
 def _group_config(bootstrap: str) -> dict[str, Any]:
     return {
-        "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-    }  # fmt: skip
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
 
 
 def _raw_consume(bootstrap: str, topic: str) -> float:
@@ -139,10 +147,17 @@ def _raw_consume(bootstrap: str, topic: str) -> float:
 
 def _settings(url: str, bootstrap: str, routes: Path, topic: str) -> ConsumerSettings:
     return ConsumerSettings(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=bootstrap, routes_file=routes, topics=[topic],
-        group_id=f"bench-{uuid.uuid4().hex[:8]}", create_topics=False, http_port=0,
-        dead_letter_topic=f"{topic}.dlq", batch_size=1000, poll_timeout_ms=100,
-    )  # fmt: skip
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        routes_file=routes,
+        topics=[topic],
+        group_id=f"bench-{uuid.uuid4().hex[:8]}",
+        create_topics=False,
+        http_port=0,
+        dead_letter_topic=f"{topic}.dlq",
+        batch_size=1000,
+        poll_timeout_ms=100,
+    )
 
 
 def _projection(url: str, bootstrap: str, topic: str, workdir: Path) -> float:
@@ -176,8 +191,17 @@ def _naive(url: str, bootstrap: str, topic: str) -> float:
             for message in consumer.consume(100, 1.0):
                 event = decode(message.value())
                 p = event.payload
-                conn.execute(upsert, (event.entity_id, event.generation, event.seq, p["plan"],
-                                      p["price_cents"], p["status"]))  # fmt: skip
+                conn.execute(
+                    upsert,
+                    (
+                        event.entity_id,
+                        event.generation,
+                        event.seq,
+                        p["plan"],
+                        p["price_cents"],
+                        p["status"],
+                    ),
+                )
                 done += 1
     rate = done / (time.perf_counter() - started)
     consumer.close()
@@ -191,11 +215,17 @@ def _peak_rss_mib(url: str, bootstrap: str, topic: str, workdir: Path) -> float:
     settings = _settings(url, bootstrap, routes, topic)
     env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
     env.update(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=bootstrap, INORDER_ROUTES_FILE=str(routes),
-        INORDER_TOPICS=f'["{topic}"]', INORDER_GROUP_ID=settings.group_id,
-        INORDER_CREATE_TOPICS="false", INORDER_HTTP_PORT="0", INORDER_BATCH_SIZE="1000",
-        INORDER_DEAD_LETTER_TOPIC=settings.dead_letter_topic, INORDER_LOG_LEVEL="WARNING",
-    )  # fmt: skip
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        INORDER_ROUTES_FILE=str(routes),
+        INORDER_TOPICS=f'["{topic}"]',
+        INORDER_GROUP_ID=settings.group_id,
+        INORDER_CREATE_TOPICS="false",
+        INORDER_HTTP_PORT="0",
+        INORDER_BATCH_SIZE="1000",
+        INORDER_DEAD_LETTER_TOPIC=settings.dead_letter_topic,
+        INORDER_LOG_LEVEL="WARNING",
+    )
     process = subprocess.Popen([sys.executable, "-m", "consumer"], env=env)
     try:
         while not _complete(url, table):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 
-from consumer.audit import Audit
+from consumer.admin.audit import Audit
 from consumer.routes import parse_routes
 from producer import subscriptions as subs
 from tests.benchmarks.result import BenchResult
@@ -84,11 +84,23 @@ def run() -> list[BenchResult]:
             threading.Thread(target=_demo, args=("down",)).run()
     q = statistics.quantiles(delays, n=100)
     return [
-        BenchResult("e2e_events_per_s", figures["events"] / figures["seconds_to_settled"],
-                    "events/s", f"demo: {figures['events']} events, load start to settled"),
-        BenchResult("e2e_latency_p50_ms", q[49] * 1000, "ms",
-                    f"outbox commit to projection row, {RATE_EVENTS_S} events/s"),
+        BenchResult(
+            "e2e_events_per_s",
+            figures["events"] / figures["seconds_to_settled"],
+            "events/s",
+            f"demo: {figures['events']} events, load start to settled",
+        ),
+        BenchResult(
+            "e2e_latency_p50_ms",
+            q[49] * 1000,
+            "ms",
+            f"outbox commit to projection row, {RATE_EVENTS_S} events/s",
+        ),
         BenchResult("e2e_latency_p99_ms", q[98] * 1000, "ms", f"{len(delays)} subscriptions"),
-        BenchResult("audit_rows_per_s", report.rows / audit_s, "rows/s",
-                    f"{report.rows} rows, {report.entities} entities"),
-    ]  # fmt: skip
+        BenchResult(
+            "audit_rows_per_s",
+            report.rows / audit_s,
+            "rows/s",
+            f"{report.rows} rows, {report.entities} entities",
+        ),
+    ]

@@ -29,7 +29,7 @@ from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from producer import OutboxEvent, emit_many, migrate
 from schemas import decode
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from consumer import tables
-from consumer.parking import ParkingLot
+from consumer.kinds.steps.parking import ParkingLot
 from consumer.settings import ConsumerSettings
 from schemas import Event, encode
 from tests.benchmarks.fixtures import consume_until, temp_schema
@@ -60,9 +60,16 @@ amount = "amount"
 
 def _event(entity: int, seq: int) -> Event:
     return Event(
-        f"l{entity}:1:{seq}", "ledger.added", "ledger", f"l{entity}", 1, seq,
-        "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z", {"amount": seq},
-    )  # fmt: skip
+        f"l{entity}:1:{seq}",
+        "ledger.added",
+        "ledger",
+        f"l{entity}",
+        1,
+        seq,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
+        {"amount": seq},
+    )
 
 
 def _in_order() -> list[Event]:
@@ -100,12 +107,19 @@ def _topic(bootstrap: str, events: list[Event]) -> Iterator[str]:
 
 def _run(url: str, topic: str, routes: Path, done: str, prefix: str) -> float:
     settings = ConsumerSettings(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
-        REDIS_URL=os.environ["REDIS_URL"], routes_file=routes, topics=[topic],
-        group_id=f"bench-{uuid.uuid4().hex[:8]}", create_topics=False, http_port=0,
-        dead_letter_topic=f"{topic}.dlq", held_topic=f"{topic}.held", poll_timeout_ms=100,
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        REDIS_URL=os.environ["REDIS_URL"],
+        routes_file=routes,
+        topics=[topic],
+        group_id=f"bench-{uuid.uuid4().hex[:8]}",
+        create_topics=False,
+        http_port=0,
+        dead_letter_topic=f"{topic}.dlq",
+        held_topic=f"{topic}.held",
+        poll_timeout_ms=100,
         redis_key_prefix=prefix,
-    )  # fmt: skip
+    )
     return ENTITIES * STEPS / consume_until(settings, url, done, ENTITIES)
 
 
@@ -113,7 +127,7 @@ def _fresh_tables(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS applied_steps, inorder_step_progress, inorder_step_log")
         conn.execute(step_handlers.TABLE)
-        tables.create(conn)
+        tables.migrate(conn)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS ledger_view (entity_id text PRIMARY KEY,"
             " generation bigint, seq bigint, amount bigint)"

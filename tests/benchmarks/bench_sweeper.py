@@ -25,11 +25,11 @@ from confluent_kafka.cimpl import NewTopic
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import SweeperSettings
-from consumer.sweeper import Sweeper
+from consumer.sweeper.service import Sweeper
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from producer import migrate
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration import step_handlers
@@ -60,14 +60,26 @@ def _topics(bootstrap: str) -> Iterator[dict[str, str]]:
 
 def _settings(url: str, routes: Path, topics: dict[str, str], prefix: str) -> SweeperSettings:
     return SweeperSettings(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
-        REDIS_URL=os.environ["REDIS_URL"], routes_file=routes, topics=[topics["events"]],
-        dead_letter_topic=topics["dlq"], held_topic=topics["held"],
-        republish_requests_topic=topics["requests"], republish_results_topic=topics["results"],
-        group_id=f"c-{uuid.uuid4().hex[:8]}", sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
-        redis_key_prefix=prefix, create_topics=False, http_port=0, poll_timeout_ms=100,
-        gap_deadline_s=1.0, republish_backoff_base_s=1.0, sweep_interval_s=0.2, lease_ttl_s=3.0,
-    )  # fmt: skip
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        REDIS_URL=os.environ["REDIS_URL"],
+        routes_file=routes,
+        topics=[topics["events"]],
+        dead_letter_topic=topics["dlq"],
+        held_topic=topics["held"],
+        republish_requests_topic=topics["requests"],
+        republish_results_topic=topics["results"],
+        group_id=f"c-{uuid.uuid4().hex[:8]}",
+        sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
+        redis_key_prefix=prefix,
+        create_topics=False,
+        http_port=0,
+        poll_timeout_ms=100,
+        gap_deadline_s=1.0,
+        republish_backoff_base_s=1.0,
+        sweep_interval_s=0.2,
+        lease_ttl_s=3.0,
+    )
 
 
 def _sweep_seconds(sweeper: Sweeper, client: redis.Redis, index: str, entities: int) -> float:
@@ -95,11 +107,15 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
                 (settings.topics[0], seq, f"lost:1:{seq}", seq),
             )
     relay = RelaySettings(
-        DATABASE_URL=url, KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
+        DATABASE_URL=url,
+        KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
         republish_requests_topic=settings.republish_requests_topic,
-        republish_results_topic=settings.republish_results_topic, create_topics=False,
-        http_port=0, relay_group_id=f"r-{uuid.uuid4().hex[:8]}", poll_interval_s=0.2,
-    )  # fmt: skip
+        republish_results_topic=settings.republish_results_topic,
+        create_topics=False,
+        http_port=0,
+        relay_group_id=f"r-{uuid.uuid4().hex[:8]}",
+        poll_interval_s=0.2,
+    )
     routes = parse_routes(settings.routes_file.read_text())
     index = f"{settings.redis_key_prefix}:parkindex:ledger"
     with ExitStack() as stack, psycopg.connect(url, autocommit=True) as conn:

@@ -13,7 +13,7 @@ from psycopg import sql
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.support.threads import serving
 
 

@@ -37,10 +37,24 @@ class Scale:
     fuzz_messages: int
 
 
-SHORT = Scale("short", entities=30, ops_per_entity=20, rate=120, consumer_kills=3, outage_s=4,
-              fuzz_messages=10_000)  # fmt: skip
-FULL = Scale("full", entities=200, ops_per_entity=30, rate=200, consumer_kills=12, outage_s=15,
-             fuzz_messages=30_000)  # fmt: skip
+SHORT = Scale(
+    "short",
+    entities=30,
+    ops_per_entity=20,
+    rate=120,
+    consumer_kills=3,
+    outage_s=4,
+    fuzz_messages=10_000,
+)
+FULL = Scale(
+    "full",
+    entities=200,
+    ops_per_entity=30,
+    rate=200,
+    consumer_kills=12,
+    outage_s=15,
+    fuzz_messages=30_000,
+)
 
 
 @dataclass(frozen=True)
@@ -81,9 +95,19 @@ def pipeline(
 
 def report(fault: str, injected: int, verdict: Verdict, seconds: float) -> None:
     """Add one row to the report."""
-    ROWS.append(Row(fault, injected, verdict.produced, verdict.lost, verdict.applied_twice,
-                    verdict.totals_off, verdict.unexplained, len(verdict.crashed),
-                    round(seconds, 1)))  # fmt: skip
+    ROWS.append(
+        Row(
+            fault,
+            injected,
+            verdict.produced,
+            verdict.lost,
+            verdict.applied_twice,
+            verdict.totals_off,
+            verdict.unexplained,
+            len(verdict.crashed),
+            round(seconds, 1),
+        )
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -99,8 +123,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
     if not ROWS:
         return
-    headers = ("fault", "injected", "produced", "lost", "applied twice", "totals off",
-               "unexplained", "crashed", "seconds")  # fmt: skip
+    headers = (
+        "fault",
+        "injected",
+        "produced",
+        "lost",
+        "applied twice",
+        "totals off",
+        "unexplained",
+        "crashed",
+        "seconds",
+    )
     cells = [[str(v) for v in asdict(row).values()] for row in ROWS]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     terminalreporter.section("fault report")

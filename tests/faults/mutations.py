@@ -37,10 +37,16 @@ class Case:
 def valid_event(fid: int, entity: str | None = None) -> Event:
     """The valid subscription event of case ``fid``."""
     return Event(
-        f"fz:{fid}", "subscription.plan_changed", "subscription", entity or f"fz-{fid}", 1, 1,
-        "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z",
+        f"fz:{fid}",
+        "subscription.plan_changed",
+        "subscription",
+        entity or f"fz-{fid}",
+        1,
+        1,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
         {"plan": PLANS[fid % len(PLANS)], "price_cents": fid, "status": "active"},
-    )  # fmt: skip
+    )
 
 
 def _doc(fid: int) -> dict[str, Any]:

@@ -111,27 +111,35 @@ class Pipeline:
         routes_file.write_text(routes)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
         self.env.update(
-            PYTHONPATH=str(ROOT), DATABASE_URL=db.url, REDIS_URL=services.redis_url,
+            PYTHONPATH=str(ROOT),
+            DATABASE_URL=db.url,
+            REDIS_URL=services.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
-            INORDER_ROUTES_FILE=str(routes_file), INORDER_TOPICS=json.dumps([self.events_topic]),
+            INORDER_ROUTES_FILE=str(routes_file),
+            INORDER_TOPICS=json.dumps([self.events_topic]),
             INORDER_DEAD_LETTER_TOPIC=topic_factory("dlq"),
             INORDER_HELD_TOPIC=topic_factory("held"),
             INORDER_REPUBLISH_REQUESTS_TOPIC=topic_factory("requests"),
             INORDER_REPUBLISH_RESULTS_TOPIC=topic_factory("results"),
-            INORDER_REDIS_KEY_PREFIX=self.prefix, INORDER_GROUP_ID=self.group,
+            INORDER_REDIS_KEY_PREFIX=self.prefix,
+            INORDER_GROUP_ID=self.group,
             INORDER_SWEEPER_GROUP_ID=f"{self.group}-sweeper",
-            INORDER_RELAY_GROUP_ID=f"{self.group}-relay", INORDER_CREATE_TOPICS="false",
-            INORDER_GAP_DEADLINE_S="3", INORDER_REPUBLISH_BACKOFF_BASE_S="2",
-            INORDER_REPUBLISH_COOLDOWN_S="1", INORDER_SWEEP_INTERVAL_S="0.5",
-            INORDER_GAUGE_INTERVAL_S="1", INORDER_LEASE_TTL_S="3",
+            INORDER_RELAY_GROUP_ID=f"{self.group}-relay",
+            INORDER_CREATE_TOPICS="false",
+            INORDER_GAP_DEADLINE_S="3",
+            INORDER_REPUBLISH_BACKOFF_BASE_S="2",
+            INORDER_REPUBLISH_COOLDOWN_S="1",
+            INORDER_SWEEP_INTERVAL_S="0.5",
+            INORDER_GAUGE_INTERVAL_S="1",
+            INORDER_LEASE_TTL_S="3",
             # A killed consumer's partitions move on within seconds, not the default 45.
             INORDER_KAFKA_EXTRA='{"session.timeout.ms": "6000"}',
-        )  # fmt: skip
+        )
         self.env.update(overrides)
         self.processes: dict[str, Process] = {}
         with db.connect(autocommit=True) as conn:
             migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
-            tables.create(conn)
+            tables.migrate(conn)
             conn.execute(examples.BILLING_VIEW)
             conn.execute(examples.SEAT_TABLES)
             conn.execute(effects.TABLE)

@@ -31,15 +31,26 @@ ROW = (
 GOOD = """'{"plan": "pro", "price_cents": 900, "status": "active"}'"""
 # entity, seq, event type, payload, headers -> the reason code the relay must give.
 BAD_ROWS = [
-    ("bad-plan", 1, "subscription.plan_changed", """'{"plan": "platinum"}'""", "'{}'",
-     "payload"),
-    ("bad-price", 1, "subscription.plan_changed",
-     """'{"plan": "pro", "price_cents": "lots", "status": "active"}'""", "'{}'", "payload"),
-    ("bad-size", 1, "subscription.noted", """jsonb_build_object('blob', repeat('x', 2000000))""",
-     "'{}'", "bytes"),
+    ("bad-plan", 1, "subscription.plan_changed", """'{"plan": "platinum"}'""", "'{}'", "payload"),
+    (
+        "bad-price",
+        1,
+        "subscription.plan_changed",
+        """'{"plan": "pro", "price_cents": "lots", "status": "active"}'""",
+        "'{}'",
+        "payload",
+    ),
+    (
+        "bad-size",
+        1,
+        "subscription.noted",
+        """jsonb_build_object('blob', repeat('x', 2000000))""",
+        "'{}'",
+        "bytes",
+    ),
     ("bad-headers", 1, "subscription.plan_changed", GOOD, """'{"trace": 5}'""", "headers"),
     ("bad-middle", 2, "subscription.plan_changed", """'{"plan": 7}'""", "'{}'", "payload"),
-]  # fmt: skip
+]
 
 
 def psql(url: str, script: str, **variables: str) -> None:
@@ -49,8 +60,12 @@ def psql(url: str, script: str, **variables: str) -> None:
     sets = [arg for k, v in variables.items() for arg in ("-v", f"{k}={v}")]
     subprocess.run(
         [binary, url, "-X", "-q", "-v", "ON_ERROR_STOP=1", *sets],
-        input=script, text=True, check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        input=script,
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_hand_written_bad_rows_are_failed_and_the_rest_flows(
@@ -61,12 +76,14 @@ def test_hand_written_bad_rows_are_failed_and_the_rest_flows(
     started = time.monotonic()
     load = pipeline.load(scale.entities, scale.ops_per_entity, scale.rate, seed=5)
     pipeline.wait_for("load under way", lambda: load.written > scale.entities * 2)
-    script = ROW.format(id="bad-middle", seq=1, type="subscription.plan_changed",
-                        payload=GOOD, headers="'{}'")  # fmt: skip
+    script = ROW.format(
+        id="bad-middle", seq=1, type="subscription.plan_changed", payload=GOOD, headers="'{}'"
+    )
     for entity, seq, event_type, payload, hdrs, _ in BAD_ROWS:
         script += ROW.format(id=entity, seq=seq, type=event_type, payload=payload, headers=hdrs)
-    script += ROW.format(id="bad-middle", seq=3, type="subscription.plan_changed",
-                         payload=GOOD, headers="'{}'")  # fmt: skip
+    script += ROW.format(
+        id="bad-middle", seq=3, type="subscription.plan_changed", payload=GOOD, headers="'{}'"
+    )
     psql(pipeline.db.url, script, topic=pipeline.events_topic)
     load.join()
     pipeline.settle(timeout=180)
@@ -117,19 +134,30 @@ SETTINGS = {
     "no database": ("inorder-consumer", {"DATABASE_URL": ""}, "DATABASE_URL"),
     "database not a URL": ("inorder-relay", {"DATABASE_URL": "host=x"}, "postgresql://"),
     "port not a number": (
-        "inorder-relay", {"DATABASE_URL": "postgresql://u:pw@127.0.0.1:five/x"}, "port"),
+        "inorder-relay",
+        {"DATABASE_URL": "postgresql://u:pw@127.0.0.1:five/x"},
+        "port",
+    ),
     "retention too short": ("inorder-relay", {"INORDER_RETENTION_S": "10"}, "worst-case"),
     "SASL incomplete": (
-        "inorder-relay", {"INORDER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "INORDER_KAFKA_SASL"),
+        "inorder-relay",
+        {"INORDER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"},
+        "INORDER_KAFKA_SASL",
+    ),
     "unknown protocol": (
-        "inorder-consumer", {"INORDER_KAFKA_SECURITY_PROTOCOL": "TLS"},
-        "INORDER_KAFKA_SECURITY_PROTOCOL"),
+        "inorder-consumer",
+        {"INORDER_KAFKA_SECURITY_PROTOCOL": "TLS"},
+        "INORDER_KAFKA_SECURITY_PROTOCOL",
+    ),
     "kafka extra not JSON": ("inorder-relay", {"INORDER_KAFKA_EXTRA": "{"}, "INORDER_KAFKA_EXTRA"),
-    "HTTP port out of range": ("inorder-sweeper", {"INORDER_HTTP_PORT": "70000"},
-                               "INORDER_HTTP_PORT"),
+    "HTTP port out of range": (
+        "inorder-sweeper",
+        {"INORDER_HTTP_PORT": "70000"},
+        "INORDER_HTTP_PORT",
+    ),
     "sweeper without Redis": ("inorder-sweeper", {"REDIS_URL": ""}, "REDIS_URL"),
     "arguments given": ("inorder-consumer", {"--verbose": ""}, "takes no arguments"),
-}  # fmt: skip
+}
 
 
 def _stops_with_one_line(
@@ -137,8 +165,13 @@ def _stops_with_one_line(
 ) -> None:
     run = subprocess.run(
         [tool(program), *(args or [])],
-        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert run.returncode == 2, f"{program} exit {run.returncode}: {run.stderr[-2000:]}"
     assert len(lines) == 1, f"expected one line, got: {lines}"

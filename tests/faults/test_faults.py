@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from producer.batches import BatchItem, BatchTopics, create_batch
+from schemas.batches import BatchItem, BatchTopics, create_batch
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.conftest import Scale, report
@@ -194,15 +194,26 @@ def test_verdict_sees_lost_doubled_and_wrong_totals(pipeline: Pipeline, scale: S
 
 
 def test_consumer_killed_while_batches_assemble(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     scale: Scale,
-) -> None:  # fmt: skip
+) -> None:
     """kill -9 of consumers while results come back: each batch assembled once, in order."""
     work, output = topic_factory("work"), topic_factory("output")
-    route = (f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
-             f'work_topic = "{work}"\n')  # fmt: skip
-    pipeline = Pipeline(pg_schema, services, topic_factory, tmp_path,
-                        routes=effects.ROUTES + route, INORDER_WORK_TOPIC=work)  # fmt: skip
+    route = (
+        f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
+        f'work_topic = "{work}"\n'
+    )
+    pipeline = Pipeline(
+        pg_schema,
+        services,
+        topic_factory,
+        tmp_path,
+        routes=effects.ROUTES + route,
+        INORDER_WORK_TOPIC=work,
+    )
     pipeline.env["INORDER_EVENTS_TOPIC"] = pipeline.events_topic  # where results go
     rng = random.Random(12)
     batches = [f"fault-batch-{n:03d}" for n in range(scale.entities)]
@@ -214,8 +225,13 @@ def test_consumer_killed_while_batches_assemble(
         with pipeline.db.connect() as conn:
             for batch_id in batches:
                 with conn.transaction():
-                    create_batch(conn, batch_id, [BatchItem(k, {"k": k}) for k in keys],
-                                 where=where, deadline_s=600)  # fmt: skip
+                    create_batch(
+                        conn,
+                        batch_id,
+                        [BatchItem(k, {"k": k}) for k in keys],
+                        where=where,
+                        deadline_s=600,
+                    )
         for _ in range(scale.consumer_kills):
             time.sleep(rng.uniform(0.3, 1.5))
             pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
@@ -228,14 +244,23 @@ def test_consumer_killed_while_batches_assemble(
             produced = conn.execute("SELECT count(*) FROM outbox").fetchone()
         per_batch = Counter(entity for entity, _ in outputs)
         in_order = [(i, k) for i, k in enumerate(keys, start=1)]
-        wrong = [e for e, p in outputs if [(r["position"], r["item_key"]) for r in p["results"]]
-                 != in_order or p["complete"] is not True]  # fmt: skip
+        wrong = [
+            e
+            for e, p in outputs
+            if [(r["position"], r["item_key"]) for r in p["results"]] != in_order
+            or p["complete"] is not True
+        ]
         verdict = pipeline.verdict()
         lost = len(batches) - len(per_batch) + len(wrong) + verdict.lost
         twice = sum(n - 1 for n in per_batch.values()) + verdict.applied_twice
-        report("consumer kill -9 (batches)", scale.consumer_kills,
-               replace(verdict, produced=produced[0] if produced else 0, lost=lost,
-                       applied_twice=twice), time.monotonic() - started)  # fmt: skip
+        report(
+            "consumer kill -9 (batches)",
+            scale.consumer_kills,
+            replace(
+                verdict, produced=produced[0] if produced else 0, lost=lost, applied_twice=twice
+            ),
+            time.monotonic() - started,
+        )
         assert sorted(per_batch) == sorted(batches), "a batch was never assembled"
         assert twice == 0, f"assembled more than once: {per_batch.most_common(3)}"
         assert not wrong, f"out of order or incomplete: {wrong[:3]}"

@@ -37,16 +37,34 @@ def send_with_kcat(bootstrap: str, topic: str, cases: list[mutations.Case]) -> N
         f"fz:{c.fid}{KEY_SEP}".encode() + (c.value or b"") + END.encode() for c in cases
     )
     subprocess.run(
-        [kcat, "-P", "-b", bootstrap, "-t", topic, "-K", KEY_SEP, "-D", END, "-z", "none",
-         "-X", "message.max.bytes=5000000"],
-        input=body, check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        [
+            kcat,
+            "-P",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-K",
+            KEY_SEP,
+            "-D",
+            END,
+            "-z",
+            "none",
+            "-X",
+            "message.max.bytes=5000000",
+        ],
+        input=body,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 def send_with_confluent(bootstrap: str, topic: str, cases: list[mutations.Case]) -> None:
     """Produce the cases with confluent-kafka; a header carries the case id, keys as generated."""
-    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 5_000_000,
-                         "linger.ms": 5})  # fmt: skip
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "message.max.bytes": 5_000_000, "linger.ms": 5}
+    )
     for case in cases:
         producer.produce(topic, case.value, case.key, headers=[(FID, str(case.fid))])
         producer.poll(0)
@@ -64,8 +82,14 @@ def case_id(key: bytes | None, hdrs: list[tuple[str, bytes]] | None) -> int:
 
 def dead_letters(bootstrap: str, topic: str, expected: int) -> dict[int, list[str]]:
     """Case id -> reasons, read from the dead-letter topic until ``expected`` have come."""
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
-                       "auto.offset.reset": "earliest", "fetch.max.bytes": 10_000_000})  # fmt: skip
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{topic}",
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 10_000_000,
+        }
+    )
     reader.subscribe([topic])
     found: dict[int, list[str]] = {}
     count, deadline = 0, time.monotonic() + 180
@@ -89,9 +113,12 @@ def dead_letters(bootstrap: str, topic: str, expected: int) -> dict[int, list[st
 
 
 def test_fuzzed_envelopes_are_dead_lettered_and_valid_ones_applied(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     scale: Scale,
-) -> None:  # fmt: skip
+) -> None:
     """10,000+ mutations via kcat and confluent-kafka: no crash, right reasons, valid applied."""
     pipe = Pipeline(pg_schema, services, topic_factory, tmp_path)
     try:
@@ -115,9 +142,12 @@ def test_fuzzed_envelopes_are_dead_lettered_and_valid_ones_applied(
         good = {c.fid: c for c in cases if c.expected == mutations.APPLIED}
         spurious = [(good[f].kind, r) for f, r in dlq.items() if f in good]
         with pipe.db.connect() as conn:
-            rows = dict(conn.execute(
-                "SELECT subscription_id, (generation, seq, plan, price_cents, status)::text "
-                "FROM billing_view").fetchall())  # fmt: skip
+            rows = dict(
+                conn.execute(
+                    "SELECT subscription_id, (generation, seq, plan, price_cents, status)::text "
+                    "FROM billing_view"
+                ).fetchall()
+            )
         want = {}
         for case in good.values():
             event = decode(case.value)
@@ -129,10 +159,16 @@ def test_fuzzed_envelopes_are_dead_lettered_and_valid_ones_applied(
         log = (tmp_path / "consumer-1.log").read_text(errors="replace")
 
         reasons = Counter(r for rs in dlq.values() for r in rs)
-        FUZZ.update(sent=len(cases), by_kcat=len(by_kcat), by_confluent=len(by_confluent),
-                    mutated=len(bad), dead_lettered=dict(sorted(reasons.items())),
-                    applied=len(want) - len(missing), valid=len(want),
-                    crashes=0 if alive and "Traceback" not in log else 1)  # fmt: skip
+        FUZZ.update(
+            sent=len(cases),
+            by_kcat=len(by_kcat),
+            by_confluent=len(by_confluent),
+            mutated=len(bad),
+            dead_lettered=dict(sorted(reasons.items())),
+            applied=len(want) - len(missing),
+            valid=len(want),
+            crashes=0 if alive and "Traceback" not in log else 1,
+        )
         assert alive, "the consumer died"
         assert "Traceback" not in log
         assert not wrong, f"{len(wrong)} wrongly handled, e.g. {wrong[:5]}"

@@ -69,10 +69,20 @@ def test_sql_looking_strings_are_stored_verbatim(
             conn.cursor().executemany(
                 "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
                 "payload, headers) VALUES (%s, %s, %s, 1, %s, %s, %s, %s)",
-                [(pipe.events_topic, stream, text, f"{stream}.written", f"{stream} {i} {text}",
-                  Jsonb({"title": text, "body": text}), Jsonb({"x-note": text}))
-                 for stream in ("note", "unrouted") for i, text in enumerate(SQL_STRINGS)],
-            )  # fmt: skip
+                [
+                    (
+                        pipe.events_topic,
+                        stream,
+                        text,
+                        f"{stream}.written",
+                        f"{stream} {i} {text}",
+                        Jsonb({"title": text, "body": text}),
+                        Jsonb({"x-note": text}),
+                    )
+                    for stream in ("note", "unrouted")
+                    for i, text in enumerate(SQL_STRINGS)
+                ],
+            )
             conn.commit()
         pipe.settle(timeout=120)
         with pipe.db.connect() as conn:
@@ -125,10 +135,12 @@ def test_secrets_never_in_logs_or_metrics(
             stack_control("start", "postgres")
         pipe.settle(timeout=120)
         # A consumer that cannot authenticate to Kafka: SASL against a plaintext listener.
-        pipe.env.update(INORDER_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
-                        INORDER_KAFKA_SASL_MECHANISM="PLAIN",
-                        INORDER_KAFKA_SASL_USERNAME="svc-inorder",
-                        INORDER_KAFKA_SASL_PASSWORD=SASL_PASSWORD)  # fmt: skip
+        pipe.env.update(
+            INORDER_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+            INORDER_KAFKA_SASL_MECHANISM="PLAIN",
+            INORDER_KAFKA_SASL_USERNAME="svc-inorder",
+            INORDER_KAFKA_SASL_PASSWORD=SASL_PASSWORD,
+        )
         pipe.start("consumer-2")
         time.sleep(5)
         pages = []

@@ -63,8 +63,13 @@ def audit(env: dict[str, str]) -> dict[str, Any]:
     """``inorder-admin --json audit``: its summary line, its lines, and its exit code."""
     run = subprocess.run(
         [tool("inorder-admin"), "--json", "audit"],
-        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     summary = next((line for line in reversed(lines) if "unexplained" in line), None)
     assert summary is not None, f"no audit summary: {run.stdout[-2000:]} {run.stderr[-2000:]}"

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from consumer import tables
-from consumer.batch_admin import BatchAdmin
-from consumer.batch_runner import BatchRunner
+from consumer.admin.batches import BatchAdmin
+from consumer.kinds.batches.runner import BatchRunner
 from consumer.routes import BatchRoute, parse_routes
 from consumer.settings import ConsumerSettings, SweeperSettings
-from consumer.sweeper import Sweeper, SweepReport
+from consumer.sweeper.service import Sweeper, SweepReport
 from producer import migrate
-from producer.batches import BatchItem, BatchTopics, WorkItem, batch_events, result_event
-from producer.outbox import OutboxEvent
 from schemas import Event
-from schemas.health import Health
+from schemas.batches import BatchItem, BatchTopics, WorkItem, batch_events, result_event
+from schemas.outbox import OutboxEvent
+from schemas.runtime.health import Health
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.support.services import Services
@@ -62,7 +62,7 @@ def setup(
     """Topics, the outbox table and a routes file with one batch route."""
     with db.connect(autocommit=True) as conn:
         migrate.apply(conn)
-        tables.create(conn)
+        tables.migrate(conn)
     events, output, work, dlq = (topic_factory(n) for n in ("events", "output", "work", "dlq"))
     routes = tmp / "routes.toml"
     routes.write_text(
@@ -77,9 +77,16 @@ def as_event(o: OutboxEvent) -> Event:
     """The envelope the relay would publish for an outbox event."""
     now = datetime.now(UTC).isoformat()
     return Event(
-        o.resolved_event_id, o.event_type, o.entity_type, o.entity_id, o.generation, o.seq,
-        now, now, dict(o.payload),
-    )  # fmt: skip
+        o.resolved_event_id,
+        o.event_type,
+        o.entity_type,
+        o.entity_id,
+        o.generation,
+        o.seq,
+        now,
+        now,
+        dict(o.payload),
+    )
 
 
 def new_id() -> str:
@@ -94,18 +101,26 @@ def accepted(batch_id: str, keys: str = KEYS, **kw: Any) -> Event:
 
 
 def result(
-    batch_id: str, position: int, key: str | None = None, *, attempt: int = 1, ok: bool = True,
-    uncertain: bool = False, finished_at: str | None = None,
-) -> Event:  # fmt: skip
+    batch_id: str,
+    position: int,
+    key: str | None = None,
+    *,
+    attempt: int = 1,
+    ok: bool = True,
+    uncertain: bool = False,
+    finished_at: str | None = None,
+) -> Event:
     """A worker's answer for one position (key defaults to the letter at that position)."""
     item = WorkItem(batch_id, position, key or KEYS[position - 1], attempt)
     return as_event(
         result_event(
-            item, result_ref=f"r/{item.item_key}" if ok else None,
-            error=None if ok else "worker failed", outcome_uncertain=uncertain,
+            item,
+            result_ref=f"r/{item.item_key}" if ok else None,
+            error=None if ok else "worker failed",
+            outcome_uncertain=uncertain,
             finished_at=finished_at,
         )
-    )  # fmt: skip
+    )
 
 
 def outputs(db: PgSchema, batch_id: str) -> list[dict[str, Any]]:
@@ -165,11 +180,17 @@ def sweep_once(b: BatchSetup) -> SweepReport:
     """One sweep by a sweeper with the test's settings (the batch deadlines are part of it)."""
     s = b.settings
     settings = SweeperSettings(
-        DATABASE_URL=b.db.url, KAFKA_BOOTSTRAP_SERVERS=b.services.kafka_bootstrap,
-        REDIS_URL=b.services.redis_url, routes_file=s.routes_file, topics=s.topics,
-        dead_letter_topic=s.dead_letter_topic, create_topics=False, http_port=0,
-        sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}", redis_key_prefix=f"t{uuid.uuid4().hex[:8]}",
-    )  # fmt: skip
+        DATABASE_URL=b.db.url,
+        KAFKA_BOOTSTRAP_SERVERS=b.services.kafka_bootstrap,
+        REDIS_URL=b.services.redis_url,
+        routes_file=s.routes_file,
+        topics=s.topics,
+        dead_letter_topic=s.dead_letter_topic,
+        create_topics=False,
+        http_port=0,
+        sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
+        redis_key_prefix=f"t{uuid.uuid4().hex[:8]}",
+    )
     sweeper = Sweeper(settings, parse_routes(s.routes_file.read_text()), Health())
     sweeper.connect()
     try:

@@ -19,7 +19,7 @@ from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from schemas import Event, encode
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.conftest import PgSchema
 from tests.support.threads import serving
 
@@ -33,10 +33,16 @@ def plan_event(entity: str, seq: int, generation: int = 1, plan: str | None = No
     """A full-state subscription event whose plan is derived from its version."""
     plan = plan or PLANS[(generation + seq) % len(PLANS)]
     return Event(
-        f"subscription:{entity}:{generation}:{seq}", "subscription.plan_changed", "subscription",
-        entity, generation, seq, "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z",
+        f"subscription:{entity}:{generation}:{seq}",
+        "subscription.plan_changed",
+        "subscription",
+        entity,
+        generation,
+        seq,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
         {"plan": plan, "price_cents": seq * 100, "status": "active"},
-    )  # fmt: skip
+    )
 
 
 def create_view(schema: PgSchema) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from producer import OutboxEvent, emit_many, migrate
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.conftest import PgSchema
 from tests.support.threads import serving
 

@@ -57,10 +57,12 @@ def record_many(conn: Any, events: Sequence[Event]) -> None:
         "SELECT e, g, s, t FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[]) "
         "WITH ORDINALITY AS u(e, g, s, t, n) ORDER BY n",
         (
-            [e.entity_id for e in events], [e.generation for e in events],
-            [e.seq for e in events], [e.event_type for e in events],
+            [e.entity_id for e in events],
+            [e.generation for e in events],
+            [e.seq for e in events],
+            [e.event_type for e in events],
         ),
-    )  # fmt: skip
+    )
 
 
 def fail_at_13_many(conn: Any, events: Sequence[Event]) -> None:

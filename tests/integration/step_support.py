@@ -7,10 +7,9 @@ from typing import Any
 import redis
 
 from consumer import tables
-from consumer.parking import ParkingLot
+from consumer.kinds import Links
+from consumer.kinds.steps import StepApplier
 from consumer.routes import parse_routes
-from consumer.step_runner import StepRunner
-from consumer.steps import StepStore, resolve
 from schemas import Event, encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -33,28 +32,37 @@ def step(
 ) -> Event:
     """A ledger event."""
     return Event(
-        f"{entity}:{generation}:{seq}", event_type, STREAM, entity, generation, seq,
-        "2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z", {"amount": seq},
-    )  # fmt: skip
+        f"{entity}:{generation}:{seq}",
+        event_type,
+        STREAM,
+        entity,
+        generation,
+        seq,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
+        {"amount": seq},
+    )
 
 
 def prepare(schema: PgSchema) -> None:
     """Create the step tables and the log table the handlers write."""
     with schema.connect(autocommit=True) as conn:
-        tables.create(conn)
+        tables.migrate(conn)
         conn.execute(step_handlers.TABLE)
 
 
-def runner(client: redis.Redis, prefix: str, text: str) -> StepRunner:
-    """A StepRunner for the routes in ``text``, parking under ``prefix``."""
+def runner(client: redis.Redis, prefix: str, text: str) -> StepApplier:
+    """The step route in ``text`` started as the consumer starts it, parking under ``prefix``."""
     [route] = parse_routes(text)
-    store = StepStore(route, resolve(route))  # type: ignore[arg-type]
-    return StepRunner({STREAM: store}, ParkingLot(client, prefix.rstrip(":")))
+    applier = StepApplier(route)  # type: ignore[arg-type]
+    applier.connect(Links(None, client, prefix.rstrip(":")))  # type: ignore[arg-type]
+    return applier
 
 
-def feed(run: StepRunner, conn: Any, events: list[Event]) -> list[Event]:
-    """Give one batch to the runner; return events it could not park (held)."""
-    return run.process(conn, {STREAM: events}, {e.event_id: encode(e) for e in events})
+def feed(run: StepApplier, conn: Any, events: list[Event]) -> list[Event]:
+    """Give one batch to the route; return events it could not park (held)."""
+    outcome = run.apply(conn, events, {e.event_id: encode(e) for e in events})
+    return [held.event for held in outcome.held]
 
 
 def applied(schema: PgSchema, entity: str = "a") -> list[tuple[int, int]]:

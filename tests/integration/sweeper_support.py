@@ -14,9 +14,9 @@ from typing import Any
 
 from consumer.routes import parse_routes
 from consumer.settings import SweeperSettings
-from consumer.sweeper import Sweeper
+from consumer.sweeper.service import Sweeper
 from producer import migrate
-from schemas.health import Health
+from schemas.runtime.health import Health
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
@@ -58,14 +58,23 @@ def pipeline(
     routes = tmp / "routes.toml"
     routes.write_text(ss.routes_text())
     settings = SweeperSettings(
-        DATABASE_URL=db.url, KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
-        REDIS_URL=services.redis_url, routes_file=routes, topics=[topics.events],
-        dead_letter_topic=topic_factory("dlq"), held_topic=topic_factory("held"),
-        republish_requests_topic=topics.requests, republish_results_topic=topics.results,
-        group_id=f"c-{uuid.uuid4().hex[:8]}", sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
-        redis_key_prefix=prefix.rstrip(":"), create_topics=False, http_port=0,
-        poll_timeout_ms=100, **{**FAST_REPAIR, **kw},
-    )  # fmt: skip
+        DATABASE_URL=db.url,
+        KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
+        REDIS_URL=services.redis_url,
+        routes_file=routes,
+        topics=[topics.events],
+        dead_letter_topic=topic_factory("dlq"),
+        held_topic=topic_factory("held"),
+        republish_requests_topic=topics.requests,
+        republish_results_topic=topics.results,
+        group_id=f"c-{uuid.uuid4().hex[:8]}",
+        sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
+        redis_key_prefix=prefix.rstrip(":"),
+        create_topics=False,
+        http_port=0,
+        poll_timeout_ms=100,
+        **{**FAST_REPAIR, **kw},
+    )
     return Pipeline(db, services, topics, settings)
 
 
@@ -116,18 +125,23 @@ def env(p: Pipeline) -> dict[str, str]:
     s = p.settings
     out = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
     out.update(
-        DATABASE_URL=p.db.url, KAFKA_BOOTSTRAP_SERVERS=p.services.kafka_bootstrap,
-        REDIS_URL=p.services.redis_url, INORDER_ROUTES_FILE=str(s.routes_file),
-        INORDER_TOPICS=f'["{s.topics[0]}"]', INORDER_HELD_TOPIC=s.held_topic,
+        DATABASE_URL=p.db.url,
+        KAFKA_BOOTSTRAP_SERVERS=p.services.kafka_bootstrap,
+        REDIS_URL=p.services.redis_url,
+        INORDER_ROUTES_FILE=str(s.routes_file),
+        INORDER_TOPICS=f'["{s.topics[0]}"]',
+        INORDER_HELD_TOPIC=s.held_topic,
         INORDER_DEAD_LETTER_TOPIC=s.dead_letter_topic,
         INORDER_REPUBLISH_REQUESTS_TOPIC=s.republish_requests_topic,
         INORDER_REPUBLISH_RESULTS_TOPIC=s.republish_results_topic,
-        INORDER_SWEEPER_GROUP_ID=s.sweeper_group_id, INORDER_REDIS_KEY_PREFIX=s.redis_key_prefix,
-        INORDER_HTTP_PORT="0", INORDER_CREATE_TOPICS="false",
+        INORDER_SWEEPER_GROUP_ID=s.sweeper_group_id,
+        INORDER_REDIS_KEY_PREFIX=s.redis_key_prefix,
+        INORDER_HTTP_PORT="0",
+        INORDER_CREATE_TOPICS="false",
         # The test's step functions live in this repository's tests package.
         PYTHONPATH=str(ROOT),
         **{f"INORDER_{k.upper()}": str(v) for k, v in FAST_REPAIR.items()},
-    )  # fmt: skip
+    )
     return out
 
 
@@ -139,6 +153,10 @@ def tool(name: str) -> str:
 def admin(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
     """Run inorder-admin with the pipeline's environment."""
     return subprocess.run(
-        [tool("inorder-admin"), *args], env=env(p), capture_output=True, text=True, timeout=120,
+        [tool("inorder-admin"), *args],
+        env=env(p),
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )

@@ -30,9 +30,12 @@ def _json_lines(text: str) -> list[dict]:
 
 
 def test_gaps_parked_and_gauges_describe_a_stuck_entity(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """Seq 3 never sent, no relay to ask: the gap, the parked events and the gauges show it."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     with cs.running(p.settings):
@@ -61,9 +64,12 @@ def test_gaps_parked_and_gauges_describe_a_stuck_entity(
 
 
 def test_manual_republish_request_reaches_the_relay_topic(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """`republish` puts a well-formed request for the range on the request topic."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     done = sw.admin(p, "republish", "ledger:a", "--from", "4", "--to", "9")
@@ -71,8 +77,11 @@ def test_manual_republish_request_reaches_the_relay_topic(
     [message] = drain(services.kafka_bootstrap, p.topics.requests, expect=1)
     request = decode_request(message.value())
     assert (request.entity_type, request.entity_id, request.from_seq, request.to_seq) == (
-        "ledger", "a", 4, 9,
-    )  # fmt: skip
+        "ledger",
+        "a",
+        4,
+        9,
+    )
     bad = sw.admin(p, "republish", "ledger:a", "--from", "9", "--to", "4")
     assert "is not a range of seqs" in bad.stderr
     unknown = sw.admin(p, "republish", "invoice:a", "--from", "1")
@@ -80,9 +89,13 @@ def test_manual_republish_request_reaches_the_relay_topic(
 
 
 def test_held_events_are_listed_and_replayed(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
-    redis_client: redis.Redis, redis_prefix: str,
-) -> None:  # fmt: skip
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
     """Events held by a full parking set go back to the events topic; the hold is released."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     p.settings.routes_file.write_text(ss.routes_text(max_parked=1))

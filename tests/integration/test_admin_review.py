@@ -16,9 +16,13 @@ from tests.support.services import Services
 
 @pytest.fixture
 def stopped(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
-    redis_client: redis.Redis, redis_prefix: str,
-) -> sw.Pipeline:  # fmt: skip
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> sw.Pipeline:
     """Entity a: seq 1 applied, the external call for seq 2 interrupted, seq 3 parked behind it."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     p.settings.routes_file.write_text(ss.routes_text(extra=EXTERNAL))
@@ -61,8 +65,9 @@ def test_review_of_an_entity_that_is_not_stopped_is_refused(stopped: sw.Pipeline
     """Unknown entities and entities not waiting for a review get a one-line error."""
     unknown = sw.admin(stopped, "review", "confirm", "ledger:nobody")
     assert (unknown.returncode, unknown.stderr.strip()) == (
-        1, "inorder-admin: ledger:nobody is unknown: no step progress recorded",
-    )  # fmt: skip
+        1,
+        "inorder-admin: ledger:nobody is unknown: no step progress recorded",
+    )
     assert sw.admin(stopped, "review", "retry", "ledger:a").returncode == 0
     again = sw.admin(stopped, "review", "retry", "ledger:a")
     assert again.stderr.strip() == "inorder-admin: ledger:a is not waiting for a review"

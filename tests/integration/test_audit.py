@@ -16,9 +16,12 @@ from tests.support.services import Services
 
 @pytest.fixture
 def settled(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> sw.Pipeline:  # fmt: skip
+) -> sw.Pipeline:
     """Subscriptions projected and ledger steps applied through the real relay and consumer."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     cs.create_view(pg_schema)
@@ -30,9 +33,14 @@ def settled(
             conn.execute(
                 "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
                 "payload) VALUES (%s, 'subscription', %s, %s, 'subscription.plan_changed', %s, %s)",
-                (p.topics.events, sub, seq, f"{sub}:{seq}",
-                 f'{{"plan": "{plan}", "price_cents": {seq}, "status": "active"}}'),
-            )  # fmt: skip
+                (
+                    p.topics.events,
+                    sub,
+                    seq,
+                    f"{sub}:{seq}",
+                    f'{{"plan": "{plan}", "price_cents": {seq}, "status": "active"}}',
+                ),
+            )
         conn.commit()
     with sw.running(p, sweeper=False):
         wait_until(lambda: (ss.progress(pg_schema, "a") or (0, 0))[1] == 7, timeout_s=60)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import orjson
 
-from producer.batches import BatchItem, BatchTopics, create_batch
 from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas import decode
+from schemas.batches import BatchItem, BatchTopics, create_batch
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import batch_support as bs
 from tests.integration import consumer_support as cs
@@ -38,11 +38,14 @@ def test_batches_flow_from_producer_to_output_topic_in_position_order(
     topics = rs.RelayTopics(batch.events, topic_factory("requests"), topic_factory("results"))
     worker = Worker(
         WorkerSettings(
-            DATABASE_URL=pg_schema.url, KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
-            work_topic=batch.work, events_topic=batch.events, group_id=f"w-{uuid.uuid4().hex[:6]}",
+            DATABASE_URL=pg_schema.url,
+            KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
+            work_topic=batch.work,
+            events_topic=batch.events,
+            group_id=f"w-{uuid.uuid4().hex[:6]}",
         ),
         WorkerPlan(max_delay_ms=150, fail_first=frozenset({"item-03"}), seed=7),
-    )  # fmt: skip
+    )
     with ExitStack() as stack:
         stack.enter_context(
             rs.running(rs.settings_for(pg_schema, services.kafka_bootstrap, topics))
@@ -77,24 +80,34 @@ def test_admin_cli_lists_and_shows_batches(
         wait_until(lambda: (bs.status(pg_schema, batch_id) or ("",))[0] == "incomplete")
     env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
     env.update(
-        DATABASE_URL=pg_schema.url, KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
-        REDIS_URL=services.redis_url, INORDER_ROUTES_FILE=str(batch.settings.routes_file),
-        INORDER_TOPICS=f'["{batch.events}"]', INORDER_REDIS_KEY_PREFIX=f"t{uuid.uuid4().hex[:6]}",
+        DATABASE_URL=pg_schema.url,
+        KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
+        REDIS_URL=services.redis_url,
+        INORDER_ROUTES_FILE=str(batch.settings.routes_file),
+        INORDER_TOPICS=f'["{batch.events}"]',
+        INORDER_REDIS_KEY_PREFIX=f"t{uuid.uuid4().hex[:6]}",
         COLUMNS="200",
-    )  # fmt: skip
+    )
 
     def admin(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [tool("inorder-admin"), *args], env=env, capture_output=True, text=True, timeout=60,
+            [tool("inorder-admin"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
-        )  # fmt: skip
+        )
 
     listed = admin("--json", "batches", "list")
     assert listed.returncode == 0, listed.stderr
     [row] = [orjson.loads(line) for line in listed.stdout.splitlines() if line.strip()]
     assert (row["batch_id"], row["status"], row["done"], row["not_done"]) == (
-        batch_id, "incomplete", 4, 1,
-    )  # fmt: skip
+        batch_id,
+        "incomplete",
+        4,
+        1,
+    )
     shown = admin("batches", "show", batch_id)
     assert shown.returncode == 0, shown.stderr
     assert "needs_review" in shown.stdout

@@ -104,9 +104,10 @@ def test_inconsistent_results_stop_the_batch(batch: bs.BatchSetup) -> None:
     dup_positions = bs.accepted(bad_manifest)
     items = [*dup_positions.payload["items"], {"position": 2, "item_key": "Z"}]
     dup_positions = bs.as_event(
-        bs.OutboxEvent("batch", bad_manifest, 1, "batch.accepted",
-                       {"expected_count": 6, "items": items})
-    )  # fmt: skip
+        bs.OutboxEvent(
+            "batch", bad_manifest, 1, "batch.accepted", {"expected_count": 6, "items": items}
+        )
+    )
     with cs.running(batch.settings):
         batch.send([bs.accepted(b) for b in (mismatched, above, twice)] + [dup_positions])
         batch.send(
@@ -153,8 +154,14 @@ def test_batch_of_one_and_empty_batch(batch: bs.BatchSetup) -> None:
         batch.send([bs.result(single, 1)])
         wait_until(lambda: _finished(batch.db, single))
     [nothing] = bs.outputs(batch.db, empty)
-    assert nothing == {"batch_id": empty, "revision": 1, "expected_count": 0, "complete": True,
-                       "results": [], "missing_positions": []}  # fmt: skip
+    assert nothing == {
+        "batch_id": empty,
+        "revision": 1,
+        "expected_count": 0,
+        "complete": True,
+        "results": [],
+        "missing_positions": [],
+    }
     [one] = bs.outputs(batch.db, single)
     assert bs.positions(one) == [(1, "A")]
     assert one["complete"] is True

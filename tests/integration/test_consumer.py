@@ -206,9 +206,13 @@ def test_routes_that_do_not_fit_the_database_stop_start_up(
     """Without the projection table the consumer exits 2 with a line naming the route and table."""
     env = cs.consumer_env(cs.settings_for(pg_schema, services.kafka_bootstrap, routes, "t", "d"))
     done = subprocess.run(
-        [sys.executable, "-m", "consumer"], env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "consumer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "inorder-consumer: route subscription: table billing_view does not exist; create it first"
@@ -224,13 +228,19 @@ def test_routes_file_mistakes_stop_start_up_one_line_each(
         cs.ROUTES.replace('"projection"', '"mirror"') + cs.ROUTES.replace("key =", "kee =")
     )
     env = {
-        "PATH": "/usr/bin:/bin", "DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
-        "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap, "INORDER_ROUTES_FILE": str(bad),
-    }  # fmt: skip
+        "PATH": "/usr/bin:/bin",
+        "DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
+        "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
+        "INORDER_ROUTES_FILE": str(bad),
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "consumer"], env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "consumer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 3

@@ -16,14 +16,20 @@ DEMO = ROOT / "deploy" / "local" / "demo.py"
 
 def _demo(services: Services, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ, "DATABASE_URL": services.database_url,
-        "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap, "REDIS_URL": services.redis_url,
+        **os.environ,
+        "DATABASE_URL": services.database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
+        "REDIS_URL": services.redis_url,
         "COLUMNS": "120",
-    }  # fmt: skip
+    }
     return subprocess.run(
-        [sys.executable, str(DEMO), *args], env=env, capture_output=True, text=True,
-        timeout=240, check=False,
-    )  # fmt: skip
+        [sys.executable, str(DEMO), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services) -> None:
@@ -44,9 +50,11 @@ def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services)
         # Every item came back from the worker (a few fail on purpose); none was given up on
         # because its deadline passed with no result.
         with psycopg.connect(services.database_url) as conn:
-            states = dict(conn.execute(
-                "SELECT state, count(*) FROM demo.inorder_batch_items GROUP BY state"
-            ).fetchall())  # fmt: skip
+            states = dict(
+                conn.execute(
+                    "SELECT state, count(*) FROM demo.inorder_batch_items GROUP BY state"
+                ).fetchall()
+            )
         assert sum(states.values()) == 40
         assert states.get("done", 0) >= 30, states
         assert not {"pending", "abandoned"} & set(states), states

@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from consumer.lease import Lease
+from consumer.sweeper.lease import Lease
 
 
 def test_only_one_holder_until_it_lapses_or_is_released(

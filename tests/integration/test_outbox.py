@@ -55,9 +55,19 @@ def test_emit_writes_the_row_in_the_callers_transaction(outbox: PgSchema) -> Non
             emit(conn, _event(headers={"trace": "t1"}))
             assert _rows(outbox) == []
         assert _rows(outbox) == [
-            ("subscription", "s1", 1, 1, "subscription.plan_changed", "subscription:s1:1:1",
-             PAYLOAD, {"trace": "t1"}, None, 0),
-        ]  # fmt: skip
+            (
+                "subscription",
+                "s1",
+                1,
+                1,
+                "subscription.plan_changed",
+                "subscription:s1:1:1",
+                PAYLOAD,
+                {"trace": "t1"},
+                None,
+                0,
+            ),
+        ]
 
 
 def test_emit_never_commits_on_its_own(outbox: PgSchema) -> None:

@@ -35,8 +35,11 @@ def test_row_written_with_psql_meets_the_contract(pg_schema: PgSchema) -> None:
         )
     subprocess.run(
         ["psql", pg_schema.conninfo, "-v", "ON_ERROR_STOP=1", "-q"],
-        input=PLAIN_SQL, text=True, check=True, capture_output=True,
-    )  # fmt: skip
+        input=PLAIN_SQL,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
 
     with pg_schema.connect() as conn:
         row = conn.execute(
@@ -46,11 +49,16 @@ def test_row_written_with_psql_meets_the_contract(pg_schema: PgSchema) -> None:
     assert row is not None
     event_id, event_type, entity_type, entity_id, generation, seq, created_at, payload = row
     envelope = {
-        "event_id": event_id, "event_type": event_type, "entity_type": entity_type,
-        "entity_id": entity_id, "generation": generation, "seq": seq,
-        "occurred_at": created_at.isoformat(), "published_at": datetime.now(UTC).isoformat(),
+        "event_id": event_id,
+        "event_type": event_type,
+        "entity_type": entity_type,
+        "entity_id": entity_id,
+        "generation": generation,
+        "seq": seq,
+        "occurred_at": created_at.isoformat(),
+        "published_at": datetime.now(UTC).isoformat(),
         "payload": payload,
-    }  # fmt: skip
+    }
     event = schemas.decode(orjson.dumps(envelope))
     schemas.default_payload_schemas().validate(event.event_type, event.payload)
     assert (event.entity_id, event.version, event.event_id) == (

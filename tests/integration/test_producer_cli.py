@@ -15,16 +15,27 @@ def _producer(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
     return subprocess.run(
         [sys.executable, "-m", "producer", *args],
-        env={**base, **env}, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_loadgen_migrates_and_reports_its_rate(pg_schema: PgSchema) -> None:
     """loadgen creates the tables it needs, writes the events and prints how many and how fast."""
     done = _producer(
-        "loadgen", "--entities", "5", "--events", "4", "--writers", "2", "--no-progress",
+        "loadgen",
+        "--entities",
+        "5",
+        "--events",
+        "4",
+        "--writers",
+        "2",
+        "--no-progress",
         DATABASE_URL=pg_schema.url,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     with pg_schema.connect() as conn:
         rows = conn.execute("SELECT count(*) FROM outbox").fetchone()
@@ -53,8 +64,11 @@ def test_unreachable_database_stops_with_one_line() -> None:
 def test_batches_and_worker_commands_start(pg_schema: PgSchema, topic_factory) -> None:
     """batches writes manifests and work items; worker runs until SIGTERM and exits 0."""
     work, events = topic_factory("work"), topic_factory("events")
-    env = {"DATABASE_URL": pg_schema.url, "INORDER_WORK_TOPIC": work,
-           "INORDER_EVENTS_TOPIC": events}  # fmt: skip
+    env = {
+        "DATABASE_URL": pg_schema.url,
+        "INORDER_WORK_TOPIC": work,
+        "INORDER_EVENTS_TOPIC": events,
+    }
     done = _producer("batches", "--count", "2", "--items", "3", **env)
     assert done.returncode == 0, done.stderr
     with pg_schema.connect() as conn:
@@ -62,9 +76,12 @@ def test_batches_and_worker_commands_start(pg_schema: PgSchema, topic_factory) -
     assert dict(rows) == {"batch.accepted": 2, "batch.work_item": 6}
     base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "producer", "worker"], env={**base, **env},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "producer", "worker"],
+        env={**base, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(3)
         assert worker.poll() is None, worker.communicate()[1][-2000:]

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.errors import RoutesError
-from consumer.projection import apply, check_table
+from consumer.kinds.projection import apply, check_table
 from consumer.routes import parse_routes
 from tests.conftest import PgSchema
 from tests.integration import consumer_support as cs
@@ -97,12 +97,18 @@ def _with_payload(event, payload):
     ("ddl", "problem"),
     [
         ("", "table billing_view does not exist"),
-        ("CREATE TABLE billing_view (subscription_id text PRIMARY KEY, generation bigint,"
-         " seq bigint, plan text, status text)", "no column 'price_cents'"),
-        ("CREATE TABLE billing_view (subscription_id text, generation bigint, seq bigint,"
-         " plan text, price_cents int, status text)", "needs a primary key or unique index"),
+        (
+            "CREATE TABLE billing_view (subscription_id text PRIMARY KEY, generation bigint,"
+            " seq bigint, plan text, status text)",
+            "no column 'price_cents'",
+        ),
+        (
+            "CREATE TABLE billing_view (subscription_id text, generation bigint, seq bigint,"
+            " plan text, price_cents int, status text)",
+            "needs a primary key or unique index",
+        ),
     ],
-)  # fmt: skip
+)
 def test_tables_that_do_not_fit_are_refused_at_start(
     pg_schema: PgSchema, ddl: str, problem: str
 ) -> None:

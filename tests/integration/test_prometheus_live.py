@@ -65,9 +65,12 @@ def _alert_state(port: int, name: str) -> str | None:
 
 
 def test_prometheus_sees_the_parked_alert_go_pending(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """Seq 1 of an entity is lost; 600 later events park, climbing; the alert goes pending."""
     prometheus = shutil.which("prometheus")
     if prometheus is None:
@@ -75,40 +78,61 @@ def test_prometheus_sees_the_parked_alert_go_pending(
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     consumer_port, sweeper_port, prom_port = rs.free_port(), rs.free_port(), rs.free_port()
     # Republish requests go unanswered (no relay): keep the gap open through the test.
-    env = {**sw.env(p), "INORDER_GROUP_ID": p.settings.group_id,
-           "INORDER_REPUBLISH_MAX_ATTEMPTS": "50"}  # fmt: skip
+    env = {
+        **sw.env(p),
+        "INORDER_GROUP_ID": p.settings.group_id,
+        "INORDER_REPUBLISH_MAX_ATTEMPTS": "50",
+    }
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
         "scrape_configs": [
-            {"job_name": "inorder-consumer",
-             "static_configs": [{"targets": [f"127.0.0.1:{consumer_port}"]}]},
-            {"job_name": "inorder-sweeper",
-             "static_configs": [{"targets": [f"127.0.0.1:{sweeper_port}"]}]},
+            {
+                "job_name": "inorder-consumer",
+                "static_configs": [{"targets": [f"127.0.0.1:{consumer_port}"]}],
+            },
+            {
+                "job_name": "inorder-sweeper",
+                "static_configs": [{"targets": [f"127.0.0.1:{sweeper_port}"]}],
+            },
         ],
-    }  # fmt: skip
+    }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     with ExitStack() as stack:
         for name, port in (("inorder-consumer", consumer_port), ("inorder-sweeper", sweeper_port)):
             stack.enter_context(
-                _process([sw.tool(name)], {**env, "INORDER_HTTP_PORT": str(port)},
-                         tmp_path / f"{name}.log")
-            )  # fmt: skip
+                _process(
+                    [sw.tool(name)],
+                    {**env, "INORDER_HTTP_PORT": str(port)},
+                    tmp_path / f"{name}.log",
+                )
+            )
         stack.enter_context(
             _process(
-                [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                None, tmp_path / "prometheus.log",
+                [
+                    prometheus,
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                None,
+                tmp_path / "prometheus.log",
             )
-        )  # fmt: skip
+        )
         wait_until(lambda: _ok(f"http://127.0.0.1:{sweeper_port}/healthz"), 60)
         targets = f"http://127.0.0.1:{prom_port}/api/v1/targets"
         wait_until(
-            lambda: [t["health"] for t in (_get(targets) or {"data": {"activeTargets": []}})[
-                "data"]["activeTargets"]] == ["up", "up"],
+            lambda: (
+                [
+                    t["health"]
+                    for t in (_get(targets) or {"data": {"activeTargets": []}})["data"][
+                        "activeTargets"
+                    ]
+                ]
+                == ["up", "up"]
+            ),
             60,
-        )  # fmt: skip
+        )
         assert _alert_state(prom_port, "InorderParkedEventsAccumulating") is None
         # Seq 1 never comes; the rest park, in two waves so the count visibly climbs.
         cs.send_events(

@@ -256,9 +256,15 @@ def test_retention_deletes_only_old_published_rows(
         )
         conn.execute("UPDATE outbox SET created_at = now() - interval '3 hours' WHERE seq > 4")
     settings = rs.settings_for(
-        outbox, services.kafka_bootstrap, topics, retention_s=3600, purge_batch_rows=2,
-        gap_deadline_s=60, republish_backoff_base_s=10, republish_max_attempts=2,
-    )  # fmt: skip
+        outbox,
+        services.kafka_bootstrap,
+        topics,
+        retention_s=3600,
+        purge_batch_rows=2,
+        gap_deadline_s=60,
+        republish_backoff_base_s=10,
+        republish_max_attempts=2,
+    )
     with rs.running(settings):
         wait_until(lambda: rs.count_rows(outbox) == 18)
         wait_until(lambda: rs.count_rows(outbox, "published_at IS NULL") == 0)

@@ -12,8 +12,12 @@ def _relay(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base.update(DATABASE_URL="postgresql://x@127.0.0.1:1/x", KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1")
     return subprocess.run(
         [sys.executable, "-m", "outbox_relay", *args],
-        env={**base, **env}, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_retention_shorter_than_gap_repair_is_refused() -> None:

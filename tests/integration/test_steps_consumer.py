@@ -37,15 +37,25 @@ def _settings(
     db: PgSchema, services: Services, routes: Path, topic: str, dlq: str, prefix: str, **kw
 ):
     return cs.settings_for(
-        db, services.kafka_bootstrap, routes, topic, dlq, REDIS_URL=services.redis_url,
-        redis_key_prefix=prefix.rstrip(":"), **kw,
-    )  # fmt: skip
+        db,
+        services.kafka_bootstrap,
+        routes,
+        topic,
+        dlq,
+        REDIS_URL=services.redis_url,
+        redis_key_prefix=prefix.rstrip(":"),
+        **kw,
+    )
 
 
 def test_seed_example_through_kafka_and_redis(
-    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
-    redis_client: redis.Redis, redis_prefix: str,
-) -> None:  # fmt: skip
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
     """Applied up to 6; 8 arrives and parks; 7 arrives; 7 then 8 apply; last_applied is 8."""
     topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
     settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
@@ -63,9 +73,12 @@ def test_seed_example_through_kafka_and_redis(
 
 
 def test_two_consumers_racing_apply_every_step_exactly_once(
-    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """Two consumer groups get the same shuffled events; each seq of each entity applies once."""
     topic, dlq = topic_factory("events", partitions=3), topic_factory("dlq")
     events = [ss.step(s, f"e{e}") for e in range(20) for s in range(1, 51)]
@@ -88,9 +101,13 @@ def _done(db: PgSchema, entities: int, last: int) -> bool:
 
 
 def test_redis_restart_while_parked_loses_nothing(
-    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path,
-    redis_client: redis.Redis, redis_prefix: str,
-) -> None:  # fmt: skip
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
     """Events parked before a Redis restart (AOF) are still there and drain afterwards."""
     topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
     settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
@@ -107,15 +124,21 @@ def test_redis_restart_while_parked_loses_nothing(
 
 def _consumer(env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "consumer"], env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "consumer"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_non_durable_redis_stops_start_up_unless_trusted(
-    steps_db: PgSchema, services: Services, routes: Path, redis_client: redis.Redis,
+    steps_db: PgSchema,
+    services: Services,
+    routes: Path,
+    redis_client: redis.Redis,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """With AOF off the consumer refuses to start, saying how to override; the override works."""
     settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
     env = {**cs.consumer_env(settings), "REDIS_URL": services.redis_url}
@@ -140,9 +163,12 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
 
 
 def test_full_parking_set_sends_events_to_the_held_topic(
-    steps_db: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """Past the cap, early events go to the held topic with the reason; the entity is held."""
     topic, dlq, held = topic_factory("events", 1), topic_factory("dlq"), topic_factory("held")
     routes = tmp_path / "routes.toml"

@@ -7,7 +7,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer.steps import Progress
+from consumer.kinds.steps.plan import Progress
 from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -218,9 +218,12 @@ def test_claim_advances_only_entities_still_where_the_plan_found_them(
         store.stop(conn, "c", 6, "a person looks first")
         claimed = store.claim_many(
             conn,
-            [("a", Progress(1, 5), Progress(1, 7)), ("b", Progress(1, 3), Progress(1, 6)),
-             ("c", Progress(1, 5), Progress(1, 6))],
-        )  # fmt: skip
+            [
+                ("a", Progress(1, 5), Progress(1, 7)),
+                ("b", Progress(1, 3), Progress(1, 6)),
+                ("c", Progress(1, 5), Progress(1, 6)),
+            ],
+        )
         conn.commit()
     assert claimed == {"a"}
     assert [ss.progress(steps_db, e)[:2] for e in ("a", "b", "c")] == [(1, 7), (1, 5), (1, 5)]

@@ -27,9 +27,12 @@ def _escalations() -> float:
 
 
 def test_lost_event_is_detected_republished_and_healed(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """A row marked published but never sent: later events park, the gap heals by itself."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     sw.write_outbox(p, range(1, 6))
@@ -48,9 +51,12 @@ def test_lost_event_is_detected_republished_and_healed(
 
 
 def test_purged_row_makes_the_gap_unrecoverable_until_a_person_skips_it(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """The relay no longer has seq 3: the entity is held; `inorder-admin skip` releases it."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     sw.write_outbox(p, range(1, 6))
@@ -85,9 +91,13 @@ def test_purged_row_makes_the_gap_unrecoverable_until_a_person_skips_it(
 
 
 def test_standby_sweeper_takes_over_when_the_active_one_dies(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
-    redis_prefix: str, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+    redis_client: redis.Redis,
+) -> None:
     """kill -9 of the lease holder: the standby takes the lease and the gap still heals."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     lease = f"{p.settings.redis_key_prefix}:sweeper:lease"
@@ -121,14 +131,22 @@ def test_standby_sweeper_takes_over_when_the_active_one_dies(
 
 
 def test_unanswered_requests_back_off_then_hand_the_gap_to_a_person(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path,
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
     redis_prefix: str,
-) -> None:  # fmt: skip
+) -> None:
     """With no relay answering, requests repeat after a wait, then the gap is unrecoverable."""
     p = sw.pipeline(
-        pg_schema, services, topic_factory, tmp_path, redis_prefix,
-        republish_backoff_base_s=0.5, republish_max_attempts=2,
-    )  # fmt: skip
+        pg_schema,
+        services,
+        topic_factory,
+        tmp_path,
+        redis_prefix,
+        republish_backoff_base_s=0.5,
+        republish_max_attempts=2,
+    )
     with cs.running(p.settings), ExitStack() as stack:
         cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4)])
         sw.start_sweeper(p, stack)

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.batch_decisions import (
-    STATES,
+from consumer.kinds.batches.decisions import (
     Branch,
     Item,
+    ItemState,
     Result,
     Verdict,
     assemble,
@@ -71,7 +71,7 @@ def test_decision_table(
 def test_every_state_mix_lands_in_exactly_the_branch_its_rule_names() -> None:
     """Over every mix of states for up to 4 positions, the branch follows the seed's rules."""
     for n in range(5):
-        for mix in itertools.combinations_with_replacement(STATES, n):
+        for mix in itertools.combinations_with_replacement(list(ItemState), n):
             counts = {s: mix.count(s) for s in set(mix)}
             for on_incomplete in ("assemble_incomplete", "hold"):
                 got = decide(n, counts, on_incomplete)
@@ -188,16 +188,23 @@ def test_incomplete_assembly_never_shifts_a_result() -> None:
     assert payload["complete"] is False
     assert payload["missing_positions"] == [4]
     assert [(r["position"], r["item_key"]) for r in payload["results"]] == [
-        (1, "A"), (2, "B"), (3, "C"), (5, "E"),
-    ]  # fmt: skip
+        (1, "A"),
+        (2, "B"),
+        (3, "C"),
+        (5, "E"),
+    ]
 
 
 def test_empty_batch_assembles_complete_with_no_results() -> None:
     """The empty batch's output is complete with no results and nothing missing."""
     assert assemble("b", 1, 0, []) == {
-        "batch_id": "b", "revision": 1, "expected_count": 0, "complete": True,
-        "results": [], "missing_positions": [],
-    }  # fmt: skip
+        "batch_id": "b",
+        "revision": 1,
+        "expected_count": 0,
+        "complete": True,
+        "results": [],
+        "missing_positions": [],
+    }
 
 
 @st.composite

@@ -21,9 +21,11 @@ from tests.support.services import ROOT
 DEPLOY = ROOT / "deploy"
 SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 SETTINGS: dict[str, type[BaseSettings]] = {
-    "inorder-relay": RelaySettings, "inorder-consumer": ConsumerSettings,
-    "inorder-sweeper": SweeperSettings, "inorder-producer": ProducerSettings,
-}  # fmt: skip
+    "inorder-relay": RelaySettings,
+    "inorder-consumer": ConsumerSettings,
+    "inorder-sweeper": SweeperSettings,
+    "inorder-producer": ProducerSettings,
+}
 PROBES = {"/healthz", "/readyz"}
 
 
@@ -81,14 +83,23 @@ def test_kustomize_renders_deployments_that_match_the_code() -> None:
     """Each Deployment runs a console script, probes its own endpoints, reads known settings."""
     objects = _rendered()
     kinds = {o["kind"] for o in objects}
-    assert {"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "ScaledObject",
-            "ServiceMonitor", "PrometheusRule"} <= kinds  # fmt: skip
+    assert {
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "ScaledObject",
+        "ServiceMonitor",
+        "PrometheusRule",
+    } <= kinds
     assert "Secret" not in kinds  # referenced, never inlined
     config = next(o for o in objects if o["metadata"]["name"].startswith("inorder-settings"))
     deployments = [o for o in objects if o["kind"] == "Deployment"]
     assert {d["metadata"]["name"] for d in deployments} == {
-        "inorder-relay", "inorder-consumer", "inorder-sweeper",
-    }  # fmt: skip
+        "inorder-relay",
+        "inorder-consumer",
+        "inorder-sweeper",
+    }
     read_by_some: set[str] = set()
     for deployment in deployments:
         spec = deployment["spec"]["template"]["spec"]

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumer.gaps import Gap, healed, missing_range
-from consumer.steps import Progress
+from consumer.kinds.steps.plan import Progress
+from consumer.sweeper.gaps import Gap, healed, missing_range
 from schemas import Event
 
 
@@ -34,8 +34,9 @@ def test_missing_range(progress: Progress, first_parked: Event, expected: tuple 
 
 def _gap(generation: int, to_seq: int) -> Gap:
     now = datetime.now(UTC)
-    return Gap(1, "l", "a", generation, 3, to_seq, "l.x", "requested", now, 1, now, None, None,
-               None, None)  # fmt: skip
+    return Gap(
+        1, "l", "a", generation, 3, to_seq, "l.x", "requested", now, 1, now, None, None, None, None
+    )
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,20 @@ ALERTS = [rule for group in RULES for rule in group["rules"] if "alert" in rule]
 # Series Prometheus adds itself for every scrape target.
 SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
 KEYWORDS = {
-    "by", "without", "and", "or", "unless", "on", "ignoring", "group_left", "group_right",
-    "bool", "offset", "inf", "nan",
-}  # fmt: skip
+    "by",
+    "without",
+    "and",
+    "or",
+    "unless",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
@@ -80,11 +91,19 @@ def test_dashboard_shows_what_sres_watch() -> None:
     """The dashboard covers consumption, staleness, parking, gaps, dead letters, lag, outbox."""
     read = set().union(*(metric_names(e) for e in dashboard_exprs()))
     for metric in (
-        "events_consumed_total", "events_applied_total", "events_stale_total",
-        "events_parked_current", "event_reorder_distance_bucket", "event_gaps_escalated_total",
-        "gaps_open", "events_dead_lettered_total", "consumer_lag", "outbox_backlog_rows",
-        "outbox_oldest_unpublished_age_seconds", "batches_assembled_total",
-    ):  # fmt: skip
+        "events_consumed_total",
+        "events_applied_total",
+        "events_stale_total",
+        "events_parked_current",
+        "event_reorder_distance_bucket",
+        "event_gaps_escalated_total",
+        "gaps_open",
+        "events_dead_lettered_total",
+        "consumer_lag",
+        "outbox_backlog_rows",
+        "outbox_oldest_unpublished_age_seconds",
+        "batches_assembled_total",
+    ):
         assert metric in read, metric
 
 

@@ -6,8 +6,8 @@ from itertools import permutations
 from typing import Any
 
 from consumer.deadletter import DeadLetter, letter
-from consumer.pipeline import next_offsets
-from consumer.projection import field_value, newest_per_entity, record
+from consumer.kinds.projection import field_value, newest_per_entity, record
+from consumer.poll import next_offsets
 from consumer.routes import ProjectionRoute
 from schemas import Event, headers
 
@@ -46,8 +46,12 @@ def test_record_lists_key_version_and_columns_in_statement_order() -> None:
     """A record holds entity id, (entity type), generation, seq, then each mapped column."""
     route = ProjectionRoute("s", "t", "id", {"plan": ("plan",)}, entity_type_column="kind")
     assert record(route, _event("a", 2, 7, plan="pro")) == {
-        "f0": "a", "f1": "s", "f2": 2, "f3": 7, "f4": "pro",
-    }  # fmt: skip
+        "f0": "a",
+        "f1": "s",
+        "f2": 2,
+        "f3": 7,
+        "f4": "pro",
+    }
 
 
 class _Message:
@@ -78,9 +82,13 @@ def test_dead_letter_copy_keeps_original_and_says_why() -> None:
     key, value, hdrs = letter(DeadLetter(_Message(b"{", 41), "not_json", "bad"), 1024)  # type: ignore[arg-type]
     assert (key, value) == (b"k", b"{")
     assert hdrs == [
-        ("trace", b"1"), (headers.DLQ_REASON, "not_json"), (headers.DLQ_DETAIL, "bad"),
-        (headers.DLQ_TOPIC, "events"), (headers.DLQ_PARTITION, "0"), (headers.DLQ_OFFSET, "41"),
-    ]  # fmt: skip
+        ("trace", b"1"),
+        (headers.DLQ_REASON, "not_json"),
+        (headers.DLQ_DETAIL, "bad"),
+        (headers.DLQ_TOPIC, "events"),
+        (headers.DLQ_PARTITION, "0"),
+        (headers.DLQ_OFFSET, "41"),
+    ]
 
 
 def test_oversized_dead_letter_is_cut_and_marked() -> None:

@@ -20,11 +20,18 @@ PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
 def _row(**changes: Any) -> OutboxRow:
     fields: dict[str, Any] = {
-        "id": 7, "topic": "events", "entity_type": "subscription", "entity_id": "s1",
-        "generation": 2, "seq": 5, "event_type": "subscription.plan_changed",
-        "event_id": "subscription:s1:2:5", "payload": PAYLOAD, "headers": {"trace": "t"},
+        "id": 7,
+        "topic": "events",
+        "entity_type": "subscription",
+        "entity_id": "s1",
+        "generation": 2,
+        "seq": 5,
+        "event_type": "subscription.plan_changed",
+        "event_id": "subscription:s1:2:5",
+        "payload": PAYLOAD,
+        "headers": {"trace": "t"},
         "created_at": datetime(2026, 11, 30, 11, 59, tzinfo=UTC),
-    }  # fmt: skip
+    }
     return OutboxRow(**{**fields, **changes})
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Message
 
+from consumer.deadletter import UNKNOWN_STREAM
 from consumer.errors import RoutesError
-from consumer.router import Router
+from consumer.kinds.projection import ProjectionApplier
+from consumer.poll import Routing, prepare
 from consumer.routes import BatchRoute, Handler, ProjectionRoute, StepRoute, parse_routes
-from schemas import Event
+from schemas import Event, encode
 
 VALID = """
 [[route]]
@@ -59,10 +62,14 @@ def test_batch_route_takes_its_results_stream_too() -> None:
     """A batch route keeps its settings and routes both its stream and `<stream>_result`."""
     [route] = parse_routes(BATCH)
     assert route == BatchRoute(
-        stream="report", output_topic="reports.assembled", work_topic="inorder.batch.work",
-        max_retries=2, deadline_s=600, on_incomplete="hold",
-    )  # fmt: skip
-    assert set(Router([route]).routes) == {"report", "report_result"}
+        stream="report",
+        output_topic="reports.assembled",
+        work_topic="inorder.batch.work",
+        max_retries=2,
+        deadline_s=600,
+        on_incomplete="hold",
+    )
+    assert route.streams == ("report", "report_result")
     [default] = parse_routes('[[route]]\nstream = "batch"\nkind = "batch"\n')
     assert (default.max_retries, default.on_incomplete) == (0, "assemble_incomplete")
 
@@ -71,9 +78,11 @@ def test_projection_route_is_parsed_with_defaults() -> None:
     """A projection route keeps its table, key and column paths, with default version columns."""
     [route] = parse_routes(VALID)
     assert route == ProjectionRoute(
-        stream="subscription", table="reporting.billing_view", key="subscription_id",
+        stream="subscription",
+        table="reporting.billing_view",
+        key="subscription_id",
         columns={"plan": ("plan",), "city": ("address", "city")},
-    )  # fmt: skip
+    )
     assert route.schema_and_table == ("reporting", "billing_view")
     assert (route.generation_column, route.seq_column) == ("generation", "seq")
 
@@ -142,14 +151,27 @@ def test_all_problems_are_reported_together() -> None:
     assert len(caught.value.problems) == 2
 
 
-def _event(entity_type: str) -> Event:
-    return Event("e", f"{entity_type}.x", entity_type, "1", 1, 1, "t", "t", {})
+def _message(entity_type: str, offset: int) -> Message:
+    when = "2026-11-30T10:00:00Z"
+    event = Event(f"e{offset}", f"{entity_type}.x", entity_type, "1", 1, offset, when, when, {})
+    return Message(topic="events", partition=0, offset=offset, value=encode(event))
 
 
-def test_router_groups_by_stream_and_names_unrouted() -> None:
-    """Events go to their stream's list; undecoded entries are skipped, unrouted ones reported."""
-    router = Router(parse_routes(VALID))
-    routed = router.split([_event("subscription"), None, _event("invoice"), _event("subscription")])
-    assert list(routed.by_stream) == ["subscription"]
-    assert len(routed.by_stream["subscription"]) == 2
-    assert routed.unrouted == [2]
+def test_a_poll_batch_is_shared_by_route_and_the_rest_named() -> None:
+    """Events go to their stream's route; undecodable and unrouted messages become dead letters."""
+    [route] = parse_routes(VALID)
+    routing = Routing([ProjectionApplier(route)])  # type: ignore[arg-type]
+    messages = [
+        _message("subscription", 1),
+        Message(topic="events", partition=0, offset=2, value=b"{"),
+        _message("invoice", 3),
+        _message("subscription", 4),
+    ]
+    prepared = prepare(messages, routing, 1_000_000)
+    [(applier, events)] = prepared.shares
+    assert applier.route is route
+    assert [e.seq for e in events] == [1, 4]
+    assert [(d.message.offset(), d.reason) for d in prepared.dead] == [
+        (2, "not_json"),
+        (3, UNKNOWN_STREAM),
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from schemas.config import (
+from schemas.runtime.config import (
     KafkaClientSettings,
     PostgresUrl,
     RepairTimingSettings,

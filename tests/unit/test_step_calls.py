@@ -8,8 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumer.kinds.steps.plan import calls
+from consumer.kinds.steps.route import Entry
 from consumer.routes import Handler
-from consumer.steps import Entry, calls
 from schemas import Event
 
 
@@ -64,14 +65,20 @@ def test_many_steps_of_many_entities_are_one_call() -> None:
     [(entry, events)] = calls(applies, FUNCTIONS, single=False)
     assert entry[0].many
     assert [(e.entity_id, e.seq) for e in events] == [
-        ("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3),
-    ]  # fmt: skip
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 1),
+        ("b", 2),
+        ("b", 3),
+    ]
     assert len(calls(applies, FUNCTIONS, single=True)) == 6
 
 
 def test_a_step_of_another_function_splits_the_run() -> None:
     """many, one, many for one entity are three calls in that order."""
     applies = {"a": [_event("a", 1, "l.many"), _event("a", 2, "l.one"), _event("a", 3, "l.many")]}
-    assert [(h.function, [e.seq for e in evs]) for (h, _), evs in calls(
-        applies, FUNCTIONS, single=False
-    )] == [("m:many", [1]), ("m:one", [2]), ("m:many", [3])]  # fmt: skip
+    assert [
+        (h.function, [e.seq for e in evs])
+        for (h, _), evs in calls(applies, FUNCTIONS, single=False)
+    ] == [("m:many", [1]), ("m:one", [2]), ("m:many", [3])]

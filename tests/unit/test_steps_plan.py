@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumer.kinds.steps.plan import Progress, plan, reorder_distance
 from consumer.routes import Handler, StepRoute, parse_routes
-from consumer.steps import Progress, plan, reorder_distance
 from schemas import Event
 
 
@@ -54,8 +54,10 @@ def test_stopped_entity_applies_nothing_and_parks_the_rest() -> None:
     """An entity waiting for a person parks its due events instead of applying them."""
     result = plan(Progress(1, 4, stopped=True), [_e(5), _e(6), _e(2)])
     assert (_seqs(result.apply), _seqs(result.park), _seqs(result.stale)) == (
-        [], [(1, 5), (1, 6)], [(1, 2)],
-    )  # fmt: skip
+        [],
+        [(1, 5), (1, 6)],
+        [(1, 2)],
+    )
 
 
 @given(
@@ -99,7 +101,9 @@ def test_step_route_is_parsed_with_handlers_and_flags() -> None:
     )
     assert route == StepRoute(
         "seat_ledger",
-        {"seat_ledger.seats_added": Handler("billing.steps:add"),
-         "seat_ledger.closed": Handler("billing.mail:bye", external=True)},
+        {
+            "seat_ledger.seats_added": Handler("billing.steps:add"),
+            "seat_ledger.closed": Handler("billing.mail:bye", external=True),
+        },
         max_parked=50,
-    )  # fmt: skip
+    )

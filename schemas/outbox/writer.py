@@ -11,9 +11,9 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from producer.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
 from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id
 from schemas.codec import field_problem
+from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
 from schemas.validation import default_payload_schemas
 
 _INSERT = """

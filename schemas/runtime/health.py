@@ -7,14 +7,11 @@ Prometheus registry. The server runs in a daemon thread.
 
 from __future__ import annotations
 
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 
@@ -43,10 +40,20 @@ class Health:
 
     def sleep(self, seconds: float, stopping: Callable[[], bool], tick_s: float = 0.2) -> None:
         """Wait ``seconds`` while beating; return early once ``stopping()`` is true."""
+
+        def nap(deadline: float) -> None:
+            time.sleep(min(tick_s, max(0.0, deadline - time.monotonic())))
+
+        self.wait(seconds, stopping, nap)
+
+    def wait(
+        self, seconds: float, stopping: Callable[[], bool], step: Callable[[float], None]
+    ) -> None:
+        """Call ``step(deadline)`` while beating, until ``seconds`` passed or ``stopping()``."""
         deadline = time.monotonic() + seconds
         while not stopping() and time.monotonic() < deadline:
             self.beat()
-            time.sleep(min(tick_s, max(0.0, deadline - time.monotonic())))
+            step(deadline)
 
     @property
     def live(self) -> bool:
@@ -94,34 +101,3 @@ def serve(health: Health, host: str, port: int) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
-
-
-def run_until_stopped(
-    program: str, health: Health, host: str, port: int,
-    run: Callable[[], None], stop: Callable[[], None],
-) -> None:  # fmt: skip
-    """Serve the endpoints, make SIGTERM and SIGINT call ``stop``, and run the main loop.
-
-    A port that cannot be bound stops start-up with one line and exit code 2.
-    """
-    try:
-        server = serve(health, host, port)
-    except OSError as exc:
-        sys.stderr.write(
-            f"{program}: cannot serve health and metrics on {host}:{port} ({exc.strerror}); "
-            "set INORDER_HTTP_PORT\n"
-        )
-        raise SystemExit(2) from None
-    log = structlog.get_logger(program)
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info(f"{program.removeprefix('inorder-')}_stopping", signal=signal.Signals(signum).name)
-        stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    log.info("http_serving", host=host, port=server.server_address[1])
-    try:
-        run()
-    finally:
-        server.shutdown()

@@ -7,6 +7,7 @@ At most one unresolved gap per (route, entity).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,11 +15,24 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from consumer.steps import Progress
+from consumer.kinds.steps.plan import Progress
 from schemas import Event
 
 Conn = psycopg.Connection[Any]
-UNRESOLVED = ("open", "requested", "unrecoverable")
+
+
+class GapStatus(enum.StrEnum):
+    """Where a gap stands (``inorder_gaps.status``)."""
+
+    OPEN = "open"
+    REQUESTED = "requested"
+    HEALED = "healed"
+    UNRECOVERABLE = "unrecoverable"
+    SKIPPED = "skipped"
+
+
+# At most one of these per (route, entity): the partial unique index names the same three.
+UNRESOLVED = [GapStatus.OPEN, GapStatus.REQUESTED, GapStatus.UNRECOVERABLE]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +86,9 @@ def unresolved(conn: Conn, route: str | None = None) -> list[Gap]:
     """Open, requested and unrecoverable gaps, oldest first."""
     with conn.cursor(row_factory=class_row(Gap)) as cur:
         return cur.execute(
-            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE status IN ('open', 'requested', "  # noqa: S608
-            "'unrecoverable') AND (%s::text IS NULL OR route = %s) ORDER BY first_seen",
-            (route, route),
+            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE status = ANY(%s) "  # noqa: S608
+            "AND (%s::text IS NULL OR route = %s) ORDER BY first_seen",
+            (UNRESOLVED, route, route),
         ).fetchall()
 
 
@@ -100,8 +114,8 @@ def find(conn: Conn, route: str, entity_id: str) -> Gap | None:
     with conn.cursor(row_factory=class_row(Gap)) as cur:
         return cur.execute(
             f"SELECT {_COLUMNS} FROM inorder_gaps WHERE route = %s AND entity_id = %s "  # noqa: S608
-            "AND status IN ('open', 'requested', 'unrecoverable')",
-            (route, entity_id),
+            "AND status = ANY(%s)",
+            (route, entity_id, UNRESOLVED),
         ).fetchone()
 
 
@@ -111,8 +125,8 @@ def open_gap(
     """Record a newly seen gap; False if the entity already has an unresolved one."""
     row = conn.execute(
         "INSERT INTO inorder_gaps (route, entity_id, generation, from_seq, to_seq, event_type, "
-        "status) VALUES (%s, %s, %s, %s, %s, %s, 'open') ON CONFLICT DO NOTHING RETURNING id",
-        (route, entity_id, *span, event_type),
+        "status) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+        (route, entity_id, *span, event_type, GapStatus.OPEN),
     ).fetchone()
     return row is not None
 
@@ -120,22 +134,38 @@ def open_gap(
 def requested(conn: Conn, gap: Gap, delay_s: float) -> None:
     """Count one more republish request and when the next one is due."""
     conn.execute(
-        "UPDATE inorder_gaps SET status = 'requested', attempts = attempts + 1, "
+        "UPDATE inorder_gaps SET status = %s, attempts = attempts + 1, "
         "next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s",
-        (delay_s, gap.id),
+        (GapStatus.REQUESTED, delay_s, gap.id),
     )
 
 
 def resolve(
-    conn: Conn, gap: Gap, status: str, by: str, reason: str, missing: list[int] | None = None
+    conn: Conn, gap: Gap, status: GapStatus, by: str, reason: str, missing: list[int] | None = None
 ) -> None:
-    """Close a gap as healed, unrecoverable or skipped, saying who and why."""
+    """Close a gap as healed or skipped, or mark it unrecoverable, saying who and why.
+
+    An unrecoverable gap stays unresolved (no ``resolved_at``): it waits for a person.
+    """
+    resolved = status != GapStatus.UNRECOVERABLE
     conn.execute(
-        "UPDATE inorder_gaps SET status = %s, resolved_at = CASE WHEN %s = 'unrecoverable' "
-        "THEN NULL ELSE now() END, resolved_by = %s, reason = %s, "
-        "missing = coalesce(%s, missing) WHERE id = %s",
-        (status, status, by, reason, missing, gap.id),
+        "UPDATE inorder_gaps SET status = %s, resolved_at = CASE WHEN %s THEN now() END, "
+        "resolved_by = %s, reason = %s, missing = coalesce(%s, missing) WHERE id = %s",
+        (status, resolved, by, reason, missing, gap.id),
     )
+
+
+def move(conn: Conn, gap: Gap, span: tuple[int, int, int]) -> None:
+    """The entity now waits for ``(generation, from_seq, to_seq)`` instead."""
+    conn.execute(
+        "UPDATE inorder_gaps SET generation = %s, from_seq = %s, to_seq = %s WHERE id = %s",
+        (*span, gap.id),
+    )
+
+
+def narrow(conn: Conn, gap: Gap, from_seq: int) -> None:
+    """A person skipped the start of the gap: it now begins at ``from_seq``."""
+    conn.execute("UPDATE inorder_gaps SET from_seq = %s WHERE id = %s", (from_seq, gap.id))
 
 
 def status_counts(conn: Conn) -> dict[str, int]:

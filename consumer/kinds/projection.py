@@ -1,7 +1,18 @@
-"""Last-writer-wins projections: per batch, the newest event of each entity, one upsert per table.
+"""The ``projection`` kind: last writer wins, the newest event of each entity, one upsert per batch.
 
 The upsert writes a row only when its ``(generation, seq)`` is newer than the stored
 one, so stale and duplicate events change nothing, whatever order they arrive in.
+
+Its route::
+
+    [[route]]
+    stream = "subscription"          # the events' entity_type
+    kind = "projection"
+    table = "billing_view"           # may be schema-qualified: "reporting.billing_view"
+    key = "subscription_id"          # the column that holds entity_id
+    [route.columns]                  # column = payload field (dotted for nested fields)
+    plan = "plan"
+    price_cents = "price_cents"
 """
 
 from __future__ import annotations
@@ -14,12 +25,45 @@ import orjson
 import psycopg
 from psycopg import sql
 
+from consumer.deadletter import PROJECTION_REJECTED
 from consumer.errors import RoutesError
-from consumer.routes import ProjectionRoute
+from consumer.kinds._base import Conn, Kind, Links, Outcome, Refusal
+from consumer.kinds._spec import Spec, default
 from schemas import Event
-from schemas.logs import first_line
+from schemas.runtime.logs import first_line
 
-Conn = psycopg.Connection[Any]
+_SETTINGS = {"table", "key", "columns", "generation_column", "seq_column", "entity_type_column"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionRoute:
+    """Last writer wins: keep the newest (generation, seq) of each entity in one table row."""
+
+    stream: str
+    table: str
+    key: str
+    columns: Mapping[str, tuple[str, ...]]
+    generation_column: str = "generation"
+    seq_column: str = "seq"
+    # For a table shared by several streams: a column that holds the entity_type.
+    entity_type_column: str | None = None
+    kind: str = field(default="projection", init=False)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The one entity stream this route takes."""
+        return (self.stream,)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """None: the route writes only to PostgreSQL."""
+        return ()
+
+    @property
+    def schema_and_table(self) -> tuple[str | None, str]:
+        """The table's schema (None: the search path) and name."""
+        schema, _, name = self.table.rpartition(".")
+        return (schema or None), name
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +74,56 @@ class ProjectionTable:
     statement: sql.Composed
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What one batch did to one table."""
+# ---------------------------------------------------------------- the routes file
 
-    applied: list[Event] = field(default_factory=list)
-    stale: list[Event] = field(default_factory=list)
-    rejected: list[tuple[Event, str]] = field(default_factory=list)
+
+def _table(spec: Spec, value: Any) -> str:
+    parts = value.split(".") if isinstance(value, str) else [value]
+    if len(parts) > 2:
+        spec.problem(f"table must be 'name' or 'schema.name', got {value!r}")
+        return ""
+    return ".".join(spec.identifier("table", p) for p in parts)
+
+
+def _columns(spec: Spec, value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping) or not value:
+        spec.problem("[route.columns] must map at least one column to a payload field")
+        return {}
+    out = {}
+    for column, path in value.items():
+        spec.identifier("a column", column)
+        if not isinstance(path, str) or not path or "" in path.split("."):
+            spec.problem(f"column {column} must name a payload field, got {path!r}")
+            continue
+        out[column] = tuple(path.split("."))
+    return out
+
+
+def parse(spec: Spec) -> ProjectionRoute:
+    """A projection route from its ``[[route]]`` table; problems go to ``spec``."""
+    spec.only("projection", _SETTINGS)
+    values = spec.values
+    for required in ("table", "key", "columns"):
+        if required not in values:
+            spec.problem(f"a projection route needs {required!r}")
+    entity_type_column = values.get("entity_type_column")
+
+    def column(name: str) -> str:
+        return spec.identifier(name, values.get(name, default(ProjectionRoute, name)))
+
+    return ProjectionRoute(
+        stream=spec.stream,
+        table=_table(spec, values["table"]) if "table" in values else "",
+        key=spec.identifier("key", values["key"]) if "key" in values else "",
+        columns=_columns(spec, values["columns"]) if "columns" in values else {},
+        generation_column=column("generation_column"),
+        seq_column=column("seq_column"),
+        entity_type_column=(
+            spec.identifier("entity_type_column", entity_type_column)
+            if entity_type_column is not None
+            else None
+        ),
+    )
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -190,7 +277,7 @@ def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcom
 
     If the table refuses the batch (a value that does not fit its column), each
     event is tried alone in a savepoint and only the refused ones are returned in
-    ``rejected``, with PostgreSQL's reason.
+    ``refused``, with PostgreSQL's reason.
     """
     newest, superseded = newest_per_entity(events)
     outcome = Outcome(stale=superseded)
@@ -204,11 +291,33 @@ def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcom
                 with conn.transaction():
                     applied |= _write(conn, table, [event])
             except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-                outcome.rejected.append((event, first_line(exc)))
-    rejected = {id(e) for e, _ in outcome.rejected}
+                outcome.refused.append(Refusal(event, PROJECTION_REJECTED, first_line(exc)))
+    refused = {id(r.event) for r in outcome.refused}
     for event in newest:
         if event.entity_id in applied:
             outcome.applied.append(event)
-        elif id(event) not in rejected:
+        elif id(event) not in refused:
             outcome.stale.append(event)
     return outcome
+
+
+class ProjectionApplier:
+    """A projection route in the consumer: its table checked once, then one upsert per batch."""
+
+    def __init__(self, route: ProjectionRoute) -> None:
+        self.route = route
+        self._table: ProjectionTable | None = None
+
+    def connect(self, links: Links) -> None:
+        """Check the table (``RoutesError`` if it does not fit) and build the upsert."""
+        self._table = check_table(links.conn, self.route)
+
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+        """Upsert the newest event of each entity in one transaction."""
+        if self._table is None:
+            raise RuntimeError(f"projection route {self.route.stream} is not connected")
+        with conn.transaction():
+            return apply(conn, self._table, events)
+
+
+KIND = Kind("projection", parse, ProjectionApplier)

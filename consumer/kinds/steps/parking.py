@@ -59,10 +59,29 @@ class ParkingLot:
         with self.client.pipeline(transaction=False) as pipe:
             for entity_id, seq, raw in items:
                 self._park(
-                    keys=[self.entity_key(route, entity_id)], args=[raw, seq, cap, ttl_s],
+                    keys=[self.entity_key(route, entity_id)],
+                    args=[raw, seq, cap, ttl_s],
                     client=pipe,
-                )  # fmt: skip
+                )
             return [int(size) for size in pipe.execute()]
+
+    def sizes(self, route: str) -> list[tuple[str, int, float]]:
+        """Every parked entity of a route: (entity, events parked, first park time)."""
+        raw: Any = self.client.zrange(self.index_key(route), 0, -1, withscores=True)
+        entries: list[tuple[bytes, float]] = list(raw)
+        with self.client.pipeline(transaction=False) as pipe:
+            for entity, _ in entries:
+                pipe.zcard(self.entity_key(route, entity.decode()))
+            counts = pipe.execute()
+        return [
+            (entity.decode(), int(n), since)
+            for (entity, since), n in zip(entries, counts, strict=True)
+        ]
+
+    def parked_before(self, route: str, cutoff: float, limit: int) -> list[str]:
+        """Entities of a route whose first park is older than ``cutoff`` (oldest first)."""
+        raw: Any = self.client.zrangebyscore(self.index_key(route), "-inf", cutoff, 0, limit)
+        return [entity.decode() for entity in raw]
 
     def indexed(self, route: str, entity_ids: Sequence[str]) -> list[str]:
         """The entities among ``entity_ids`` that have (or just had) something parked."""

@@ -1,4 +1,4 @@
-"""Applying a batch of step events: one transaction for most, step by step for external calls."""
+"""Applying a poll batch of step events: one transaction for most, one by one for external calls."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ from collections.abc import Mapping, Sequence
 import psycopg
 import structlog
 
-from consumer.steps import (
-    Conn,
-    ManyFailedError,
-    PipelinedError,
-    Plan,
-    Progress,
-    StepFailedError,
-    StepStore,
-    plan,
-)
+from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
+from consumer.kinds.steps.plan import Plan, Progress, plan
+from consumer.kinds.steps.store import Conn, StepStore
 from schemas import Event
 
 log = structlog.get_logger(__name__)
@@ -98,10 +91,12 @@ def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -
         if not fresh and not entry[0].idempotent:
             with conn.transaction():
                 store.stop(
-                    conn, event.entity_id, event.seq,
+                    conn,
+                    event.entity_id,
+                    event.seq,
                     f"needs_review: an earlier call of {entry[0].function} may have taken "
                     "effect; confirm it before the step is retried",
-                )  # fmt: skip
+                )
             return False
     with conn.transaction():
         store.lock(conn, {event.entity_id: event})
@@ -109,7 +104,7 @@ def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -
             return False
         store.run(conn, {event.entity_id: [event]})
         if external:
-            store.finish_attempt(conn, event)
+            store.finish_attempt(conn, event.entity_id, event.generation, event.seq)
         store.record(conn, [event])
     return True
 

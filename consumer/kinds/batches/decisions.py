@@ -21,8 +21,45 @@ from typing import Any
 
 import orjson
 
-STATES = ("pending", "done", "failed", "abandoned", "needs_review")
-ON_INCOMPLETE = ("assemble_incomplete", "hold")
+
+class ItemState(enum.StrEnum):
+    """Where one position stands (``inorder_batch_items.state``)."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    NEEDS_REVIEW = "needs_review"
+
+
+class BatchStatus(enum.StrEnum):
+    """Where one batch stands (``inorder_batches.status``)."""
+
+    WAITING = "waiting"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    HELD = "held"
+    INCONSISTENT = "inconsistent"
+    HALTED = "halted"
+
+
+class OnIncomplete(enum.StrEnum):
+    """What a batch with missing positions does (``inorder_batches.on_incomplete``)."""
+
+    ASSEMBLE_INCOMPLETE = "assemble_incomplete"
+    HOLD = "hold"
+
+
+class Action(enum.StrEnum):
+    """A person's decision about a batch (``inorder_batch_actions.action``)."""
+
+    RELEASE_INCOMPLETE = "release_incomplete"
+    CONFIRMED_APPLIED = "confirmed_applied"
+    RETRIED = "retried"
+
+
+# Nothing more happens to a batch in these until a person looks.
+STOPPED = (BatchStatus.INCONSISTENT, BatchStatus.HALTED)
 
 
 class Branch(enum.StrEnum):
@@ -30,7 +67,7 @@ class Branch(enum.StrEnum):
 
     ASSEMBLE = "assemble"
     WAIT = "wait"
-    INCOMPLETE = "assemble_incomplete"
+    INCOMPLETE = OnIncomplete.ASSEMBLE_INCOMPLETE.value
     HOLD = "hold"
     INCONSISTENT = "inconsistent"
 
@@ -53,7 +90,7 @@ class Item:
 
     position: int
     item_key: str
-    state: str = "pending"
+    state: str = ItemState.PENDING
     result_ref: str | None = None
     attempts: int = 1
     error: str | None = None
@@ -78,10 +115,16 @@ class Result:
     def from_payload(cls, attempt: int, succeeded: bool, payload: Mapping[str, Any]) -> Result:
         """The result an item_succeeded or item_failed payload (already validated) reports."""
         return cls(
-            payload["batch_id"], payload["position"], payload["item_key"], attempt, succeeded,
-            payload.get("result_ref"), payload.get("error"),
-            bool(payload.get("outcome_uncertain", False)), payload.get("finished_at"),
-        )  # fmt: skip
+            payload["batch_id"],
+            payload["position"],
+            payload["item_key"],
+            attempt,
+            succeeded,
+            payload.get("result_ref"),
+            payload.get("error"),
+            bool(payload.get("outcome_uncertain", False)),
+            payload.get("finished_at"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,72 +166,81 @@ def judge(item: Item | None, result: Result, expected_count: int, max_retries: i
     """What ``result`` does to its position's row ``item`` (None: no such position)."""
     if item is None:
         return Judged(
-            Verdict.INCONSISTENT, None,
+            Verdict.INCONSISTENT,
+            None,
             f"result for position {result.position} above expected_count {expected_count}",
-        )  # fmt: skip
+        )
     if result.item_key != item.item_key:
         return Judged(
-            Verdict.INCONSISTENT, item,
+            Verdict.INCONSISTENT,
+            item,
             f"position {item.position}: result names item_key {result.item_key!r}, "
             f"the manifest {item.item_key!r}",
-        )  # fmt: skip
+        )
     if result.attempt < item.attempts:
         return Judged(Verdict.STALE, item, f"attempt {result.attempt} superseded")
-    if result.attempt == item.attempts and item.state != "pending":
+    if result.attempt == item.attempts and item.state != ItemState.PENDING:
         return _answered_again(item, result)
-    if item.state == "done":
+    if item.state == ItemState.DONE:
         return Judged(
-            Verdict.INCONSISTENT, item,
+            Verdict.INCONSISTENT,
+            item,
             f"position {item.position} is done at attempt {item.attempts}; "
             f"attempt {result.attempt} was never dispatched",
-        )  # fmt: skip
+        )
     return _answer(item, result, max_retries)
 
 
 def _answered_again(item: Item, result: Result) -> Judged:
     """A second answer for the attempt that already answered."""
-    if item.state == "done":
+    if item.state == ItemState.DONE:
         if result.succeeded and result.result_ref == item.result_ref:
             return Judged(Verdict.DUPLICATE, item)
         return Judged(
-            Verdict.INCONSISTENT, item,
+            Verdict.INCONSISTENT,
+            item,
             f"position {item.position} is already done with {item.result_ref!r}; "
             f"a second, different result arrived for attempt {result.attempt}",
-        )  # fmt: skip
+        )
     if not result.succeeded:
         return Judged(Verdict.DUPLICATE, item)
-    if item.state in ("abandoned", "needs_review"):
+    if item.state in (ItemState.ABANDONED, ItemState.NEEDS_REVIEW):
         # Late news that the work did finish: the position is done after all.
         return _answer(item, result, 0)
     return Judged(
-        Verdict.INCONSISTENT, item,
+        Verdict.INCONSISTENT,
+        item,
         f"position {item.position} attempt {result.attempt} reported both failure and success",
-    )  # fmt: skip
+    )
 
 
 def _answer(item: Item, result: Result, max_retries: int) -> Judged:
     base = replace(item, attempts=result.attempt, finished_at=result.finished_at)
     if result.succeeded:
-        return Judged(Verdict.DONE, replace(base, state="done", result_ref=result.result_ref))
+        return Judged(
+            Verdict.DONE, replace(base, state=ItemState.DONE, result_ref=result.result_ref)
+        )
     failed = replace(base, error=result.error, result_ref=None)
     if result.uncertain:
-        return Judged(Verdict.REVIEW, replace(failed, state="needs_review"))
+        return Judged(Verdict.REVIEW, replace(failed, state=ItemState.NEEDS_REVIEW))
     if result.attempt <= max_retries:
-        return Judged(Verdict.RETRY, replace(failed, state="pending", attempts=result.attempt + 1))
-    return Judged(Verdict.FAILED, replace(failed, state="failed"))
+        return Judged(
+            Verdict.RETRY, replace(failed, state=ItemState.PENDING, attempts=result.attempt + 1)
+        )
+    return Judged(Verdict.FAILED, replace(failed, state=ItemState.FAILED))
 
 
 def decide(
     expected_count: int, counts: Mapping[str, int], on_incomplete: str, *, flagged: bool = False
 ) -> Branch:
     """Exactly one branch for a batch whose positions are in ``counts`` (state -> how many)."""
-    if flagged or sum(counts.values()) != expected_count or set(counts) - set(STATES):
+    if flagged or sum(counts.values()) != expected_count or set(counts) - set(ItemState):
         return Branch.INCONSISTENT
-    if counts.get("pending", 0):
+    if counts.get(ItemState.PENDING, 0):
         return Branch.WAIT
-    if counts.get("done", 0) == expected_count:
+    if counts.get(ItemState.DONE, 0) == expected_count:
         return Branch.ASSEMBLE
-    return Branch.INCOMPLETE if on_incomplete == "assemble_incomplete" else Branch.HOLD
+    return Branch.INCOMPLETE if on_incomplete == OnIncomplete.ASSEMBLE_INCOMPLETE else Branch.HOLD
 
 
 def assemble(
@@ -203,14 +255,17 @@ def assemble(
     results = [
         {"position": i.position, "item_key": i.item_key, "result_ref": i.result_ref}
         for i in ordered
-        if i.state == "done"
+        if i.state == ItemState.DONE
     ]
-    missing = [i.position for i in ordered if i.state != "done"]
+    missing = [i.position for i in ordered if i.state != ItemState.DONE]
     payload: dict[str, Any] = {
-        "batch_id": batch_id, "revision": revision, "expected_count": expected_count,
+        "batch_id": batch_id,
+        "revision": revision,
+        "expected_count": expected_count,
         "complete": not missing and len(results) == expected_count,
-        "results": results, "missing_positions": missing,
-    }  # fmt: skip
+        "results": results,
+        "missing_positions": missing,
+    }
     if reason:
         payload["reason"] = reason
     return payload

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import psycopg
 
-from producer.errors import InvalidEventError
-from producer.outbox import OutboxEvent, emit_many
 from schemas import DEFAULT_TOPICS
+from schemas.errors import InvalidEventError
+from schemas.outbox import OutboxEvent, emit_many
 
 STREAM = "batch"
 ACCEPTED = "batch.accepted"
@@ -78,14 +78,21 @@ def work_item_event(
 ) -> OutboxEvent:
     """The outbox event that hands ``item`` to a worker."""
     payload: dict[str, Any] = {
-        "batch_id": item.batch_id, "position": item.position, "item_key": item.item_key,
-    }  # fmt: skip
+        "batch_id": item.batch_id,
+        "position": item.position,
+        "item_key": item.item_key,
+    }
     if item.input:
         payload["input"] = dict(item.input)
     return OutboxEvent(
-        item_stream(stream), item_entity_id(item.batch_id, item.position), item.attempt,
-        WORK_ITEM, payload, generation=item.generation, topic=topic,
-    )  # fmt: skip
+        item_stream(stream),
+        item_entity_id(item.batch_id, item.position),
+        item.attempt,
+        WORK_ITEM,
+        payload,
+        generation=item.generation,
+        topic=topic,
+    )
 
 
 def result_event(
@@ -100,8 +107,10 @@ def result_event(
 ) -> OutboxEvent:
     """The worker's answer for ``item``: success with ``result_ref``, or failure with ``error``."""
     payload: dict[str, Any] = {
-        "batch_id": item.batch_id, "position": item.position, "item_key": item.item_key,
-    }  # fmt: skip
+        "batch_id": item.batch_id,
+        "position": item.position,
+        "item_key": item.item_key,
+    }
     if result_ref is not None:
         event_type, payload["result_ref"] = SUCCEEDED, result_ref
     else:
@@ -111,9 +120,14 @@ def result_event(
     if finished_at is not None:
         payload["finished_at"] = finished_at
     return OutboxEvent(
-        result_stream(stream), item_entity_id(item.batch_id, item.position), item.attempt,
-        event_type, payload, generation=item.generation, topic=topic,
-    )  # fmt: skip
+        result_stream(stream),
+        item_entity_id(item.batch_id, item.position),
+        item.attempt,
+        event_type,
+        payload,
+        generation=item.generation,
+        topic=topic,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from consumer.projection import field_value
-from consumer.routes import ProjectionRoute, Route, StepRoute
+from consumer.kinds.projection import ProjectionRoute, field_value
+from consumer.kinds.steps import StepRoute
+from consumer.routes import Route
+from consumer.sweeper.gaps import UNRESOLVED
 
 Conn = psycopg.Connection[Any]
 _names = count()
@@ -58,9 +60,9 @@ def _stream(
         yield from cur
 
 
-def _merge(left: Iterator[tuple[Any, ...]], right: Iterator[tuple[Any, ...]]) -> Iterator[
-    tuple[str, list[tuple[Any, ...]], list[tuple[Any, ...]]]
-]:  # fmt: skip
+def _merge(
+    left: Iterator[tuple[Any, ...]], right: Iterator[tuple[Any, ...]]
+) -> Iterator[tuple[str, list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
     """Group two entity-ordered row streams by entity id (column 0) and pair the groups."""
     lgroups = ((k, list(g)) for k, g in groupby(left, key=lambda r: r[0]))
     rgroups = ((k, list(g)) for k, g in groupby(right, key=lambda r: r[0]))
@@ -89,15 +91,19 @@ class Audit:
         self.consumer = consumer
         self.tick = tick
         self.report = Report()
+        # What each route kind's tables must agree with the outbox on.
+        self._checks: dict[str, Callable[[Any], None]] = {
+            "projection": self._projection,
+            "step": self._steps,
+        }
 
     def run(self, routes: Sequence[Route]) -> Report:
         """Audit every route, each side read in one transaction (server-side cursors)."""
         with self.outbox.transaction(), self.consumer.transaction():
             for route in routes:
-                if isinstance(route, ProjectionRoute):
-                    self._projection(route)
-                elif isinstance(route, StepRoute):
-                    self._steps(route)
+                check = self._checks.get(route.kind)
+                if check is not None:  # batch routes are judged by their manifests
+                    check(route)
         return self.report
 
     def _diverge(self, route: str, entity: str, detail: str, cause: str | None) -> None:
@@ -106,11 +112,15 @@ class Audit:
     # ------------------------------------------------------------------ projections
 
     def _projection(self, route: ProjectionRoute) -> None:
-        newest = _stream(self.outbox, sql.SQL(
-            "SELECT DISTINCT ON (entity_id COLLATE \"C\") entity_id, generation, seq, payload, "
-            "published_at IS NULL, failure_reason FROM outbox WHERE entity_type = %s "
-            "ORDER BY entity_id COLLATE \"C\", generation DESC, seq DESC"
-        ), (route.stream,))  # fmt: skip
+        newest = _stream(
+            self.outbox,
+            sql.SQL(
+                'SELECT DISTINCT ON (entity_id COLLATE "C") entity_id, generation, seq, payload, '
+                "published_at IS NULL, failure_reason FROM outbox WHERE entity_type = %s "
+                'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC'
+            ),
+            (route.stream,),
+        )
         schema, name = route.schema_and_table
         table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
         columns = sql.SQL(", ").join(
@@ -119,10 +129,14 @@ class Audit:
         key, gen, seq = (
             sql.Identifier(c) for c in (route.key, route.generation_column, route.seq_column)
         )
-        stored = _stream(self.consumer, sql.SQL(
-            "SELECT {key}::text, {gen}, {seq}, {columns} FROM {table} "
-            "ORDER BY {key}::text COLLATE \"C\""
-        ).format(key=key, gen=gen, seq=seq, columns=columns, table=table), ())  # fmt: skip
+        stored = _stream(
+            self.consumer,
+            sql.SQL(
+                "SELECT {key}::text, {gen}, {seq}, {columns} FROM {table} "
+                'ORDER BY {key}::text COLLATE "C"'
+            ).format(key=key, gen=gen, seq=seq, columns=columns, table=table),
+            (),
+        )
         for entity, events, rows in _merge(newest, stored):
             self.report.entities += 1
             self.report.rows += len(events) + len(rows)
@@ -163,16 +177,24 @@ class Audit:
     # ------------------------------------------------------------------ steps
 
     def _steps(self, route: StepRoute) -> None:
-        sent = _stream(self.outbox, sql.SQL(
-            "SELECT entity_id, generation, seq, published_at IS NULL, failure_reason FROM outbox "
-            "WHERE entity_type = %s ORDER BY entity_id COLLATE \"C\", generation, seq"
-        ), (route.stream,))  # fmt: skip
-        applied = _stream(self.consumer, sql.SQL(
-            "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied "
-            "FROM inorder_step_log l JOIN inorder_step_progress p "
-            "ON p.route = l.route AND p.entity_id = l.entity_id WHERE l.route = %s "
-            "ORDER BY l.entity_id COLLATE \"C\", l.generation, l.seq"
-        ), (route.stream,))  # fmt: skip
+        sent = _stream(
+            self.outbox,
+            sql.SQL(
+                "SELECT entity_id, generation, seq, published_at IS NULL, failure_reason "
+                'FROM outbox WHERE entity_type = %s ORDER BY entity_id COLLATE "C", generation, seq'
+            ),
+            (route.stream,),
+        )
+        applied = _stream(
+            self.consumer,
+            sql.SQL(
+                "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied "
+                "FROM inorder_step_log l JOIN inorder_step_progress p "
+                "ON p.route = l.route AND p.entity_id = l.entity_id WHERE l.route = %s "
+                'ORDER BY l.entity_id COLLATE "C", l.generation, l.seq'
+            ),
+            (route.stream,),
+        )
         for entity, events, logged in _merge(sent, applied):
             self.report.entities += 1
             self.report.rows += len(events) + len(logged)
@@ -209,15 +231,15 @@ class Audit:
         state = self.consumer.execute(
             "SELECT p.generation, p.held_at IS NOT NULL, p.stopped_at_seq, p.stop_reason, "
             "(SELECT status || ' ' || from_seq || '..' || to_seq FROM inorder_gaps g "
-            " WHERE g.route = p.route AND g.entity_id = p.entity_id "
-            " AND g.status IN ('open', 'requested', 'unrecoverable')) "
+            " WHERE g.route = p.route AND g.entity_id = p.entity_id AND g.status = ANY(%s)) "
             "FROM inorder_step_progress p WHERE p.route = %s AND p.entity_id = %s",
-            (route, entity),
+            (UNRESOLVED, route, entity),
         ).fetchone()
         skips = self.consumer.execute(
             "SELECT generation, from_seq, to_seq FROM inorder_step_skips WHERE route = %s "
-            "AND entity_id = %s", (route, entity),
-        ).fetchall()  # fmt: skip
+            "AND entity_id = %s",
+            (route, entity),
+        ).fetchall()
         for _, generation, seq, unpublished, failure in missing:
             if any(g == generation and a <= seq <= b for g, a, b in skips):
                 continue  # a person decided these seqs will never come

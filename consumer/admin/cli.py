@@ -1,4 +1,4 @@
-"""``inorder-admin`` command line: parse, connect, run one command of ``consumer.admin``."""
+"""``inorder-admin`` command line: parse, then run one command of ``consumer.admin.commands``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from typing import Any
 
 from rich.console import Console
 
-from consumer.admin import Admin
-from consumer.batch_admin import BatchAdmin
+from consumer.admin.batches import BatchAdmin
+from consumer.admin.commands import Admin
+from consumer.kinds.batches.decisions import BatchStatus
+from consumer.routes import Route
 from consumer.settings import SweeperSettings
+from consumer.sweeper.gaps import GapStatus
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,9 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gaps").add_subparsers(dest="action", required=True)
     listing = g.add_parser("list")
-    listing.add_argument(
-        "--status", choices=["open", "requested", "healed", "unrecoverable", "skipped"]
-    )
+    listing.add_argument("--status", choices=list(GapStatus))
     listing.add_argument("--limit", type=int, default=50)
     g.add_parser("show").add_argument("id", type=int)
     sub.add_parser("parked").add_subparsers(dest="action", required=True).add_parser(
@@ -57,17 +58,18 @@ def _batch_commands(sub: Any) -> None:
         dest="action", required=True
     )
     listing = b.add_parser("list")
-    listing.add_argument(
-        "--status", choices=["waiting", "complete", "incomplete", "held", "inconsistent", "halted"]
-    )
+    listing.add_argument("--status", choices=list(BatchStatus))
     listing.add_argument("--limit", type=int, default=50)
     show = b.add_parser("show", help="a manifest, position by position")
     decide = b.add_parser("decide", help="release a held batch as incomplete")
     retry = b.add_parser(
         "confirm-retry", help="an uncertain or failed position: retry it, or confirm it applied"
     )
-    retry.add_argument("--applied", metavar="RESULT_REF",
-                       help="the earlier write did take effect, with this result")  # fmt: skip
+    retry.add_argument(
+        "--applied",
+        metavar="RESULT_REF",
+        help="the earlier write did take effect, with this result",
+    )
     for cmd in (listing, show, decide, retry):
         cmd.add_argument("--route", help="the batch route (needed when there are several)")
     for cmd in (show, decide, retry):
@@ -78,16 +80,16 @@ def _batch_commands(sub: Any) -> None:
         cmd.add_argument("--reason", required=True)
 
 
-def run(argv: Sequence[str], settings: SweeperSettings, console: Console) -> None:
+def run(
+    argv: Sequence[str], settings: SweeperSettings, routes: Sequence[Route], console: Console
+) -> None:
     """Parse ``argv`` and run the command; ``AdminError`` for what cannot be done."""
     args = _parser().parse_args(list(argv))
-    admin = Admin(settings, console, args.json)
+    admin = Admin(settings, routes, console, args.json)
     try:
         _dispatch(admin, args)
     finally:
-        admin.io.conn.close()
-        admin.io.lot.client.close()
-        admin.io.results.close()
+        admin.close()
 
 
 def _dispatch(admin: Admin, args: argparse.Namespace) -> None:
@@ -126,9 +128,13 @@ def _dispatch_batches(batches: BatchAdmin, args: argparse.Namespace) -> None:
             batches.decide(args.route, args.batch_id, args.by, args.reason)
         case "confirm-retry":
             batches.confirm_retry(
-                args.route, args.batch_id, args.position, applied_ref=args.applied,
-                by=args.by, reason=args.reason,
-            )  # fmt: skip
+                args.route,
+                args.batch_id,
+                args.position,
+                applied_ref=args.applied,
+                by=args.by,
+                reason=args.reason,
+            )
 
 
 def parse_only(argv: Sequence[str]) -> argparse.Namespace:

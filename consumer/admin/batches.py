@@ -11,19 +11,19 @@ from typing import Any
 
 import psycopg
 
-from consumer.batch_decisions import Item
-from consumer.batch_runner import BatchOutcome, BatchRunner
-from consumer.batch_store import Batch, BatchStore
-from consumer.errors import ConsumerError
-from consumer.routes import BatchRoute
+from consumer.errors import BatchAdminError
+from consumer.kinds.batches.decisions import Action, BatchStatus, Item, ItemState
+from consumer.kinds.batches.route import BatchRoute
+from consumer.kinds.batches.runner import BatchRunner, BatchTally
+from consumer.kinds.batches.store import Batch, BatchStore
 
 Show = Callable[[str, Sequence[dict[str, Any]]], None]
-RETRYABLE = ("needs_review", "failed", "abandoned")
+RETRYABLE = (ItemState.NEEDS_REVIEW, ItemState.FAILED, ItemState.ABANDONED)
 _LIST = """
 SELECT b.route, b.batch_id, b.status, b.expected_count, b.revision,
-       count(*) FILTER (WHERE i.state = 'done') AS done,
-       count(*) FILTER (WHERE i.state = 'pending') AS pending,
-       count(*) FILTER (WHERE i.state IN ('failed', 'abandoned', 'needs_review')) AS not_done,
+       count(*) FILTER (WHERE i.state = %(done)s) AS done,
+       count(*) FILTER (WHERE i.state = %(pending)s) AS pending,
+       count(*) FILTER (WHERE i.state = ANY(%(not_done)s)) AS not_done,
        b.deadline_at, b.reason
 FROM inorder_batches AS b
 LEFT JOIN inorder_batch_items AS i ON i.route = b.route AND i.batch_id = b.batch_id
@@ -32,10 +32,6 @@ GROUP BY b.route, b.batch_id
 ORDER BY b.updated_at DESC
 LIMIT %(limit)s
 """
-
-
-class BatchAdminError(ConsumerError):
-    """Raised when a batch command cannot be done as asked; the message says why."""
 
 
 class BatchAdmin:
@@ -66,7 +62,15 @@ class BatchAdmin:
     def listing(self, stream: str | None, status: str | None, limit: int) -> None:
         """Batches, most recently changed first, with how many positions are where."""
         routes = [self.route(stream).stream] if stream else sorted(self.runner.routes)
-        cur = self.conn.execute(_LIST, {"status": status, "routes": routes, "limit": limit})
+        params = {
+            "status": status,
+            "routes": routes,
+            "limit": limit,
+            "done": ItemState.DONE,
+            "pending": ItemState.PENDING,
+            "not_done": list(RETRYABLE),
+        }
+        cur = self.conn.execute(_LIST, params)
         names = [c.name for c in cur.description or ()]
         self.show("batches", [dict(zip(names, row, strict=True)) for row in cur.fetchall()])
 
@@ -83,13 +87,13 @@ class BatchAdmin:
         """Release a held batch: assemble it now, marked incomplete, missing positions listed."""
         route = self.route(stream)
         store = self.runner.stores[route.stream]
-        outcome = BatchOutcome()
+        outcome = BatchTally()
         with self.conn.transaction():
             store.lock(self.conn, [batch_id])
             batch = self._batch(store, batch_id)
-            if batch.status != "held":
+            if batch.status != BatchStatus.HELD:
                 raise BatchAdminError(f"batch {batch_id} is {batch.status}, not held")
-            store.record_action(self.conn, batch_id, None, "release_incomplete", by, reason)
+            store.record_action(self.conn, batch_id, None, Action.RELEASE_INCOMPLETE, by, reason)
             self.runner.settle(
                 self.conn, route, [batch_id], outcome, release=True, reason=f"released by {by}"
             )
@@ -114,7 +118,7 @@ class BatchAdmin:
         """
         route = self.route(stream)
         store = self.runner.stores[route.stream]
-        outcome = BatchOutcome()
+        outcome = BatchTally()
         with self.conn.transaction():
             store.lock(self.conn, [batch_id])
             batch = self._batch(store, batch_id)
@@ -131,11 +135,11 @@ class BatchAdmin:
                     f"only {', '.join(RETRYABLE)} positions can be settled"
                 )
             if applied_ref is not None:
-                settled = Item(position, item.item_key, "done", applied_ref, item.attempts)
-                action = "confirmed_applied"
+                settled = Item(position, item.item_key, ItemState.DONE, applied_ref, item.attempts)
+                action = Action.CONFIRMED_APPLIED
             else:
-                settled = Item(position, item.item_key, "pending", None, item.attempts + 1)
-                action = "retried"
+                settled = Item(position, item.item_key, ItemState.PENDING, None, item.attempts + 1)
+                action = Action.RETRIED
                 store.extend_deadline(self.conn, batch_id)
             store.write_items(self.conn, [(batch_id, settled)])
             if applied_ref is None:
@@ -143,15 +147,28 @@ class BatchAdmin:
             store.record_action(self.conn, batch_id, position, action, by, reason)
             decided = self.runner.settle(self.conn, route, [batch_id], outcome)
         outcome.count()
-        self.show("settled", [{
-            "batch": batch_id, "position": position, "decision": action,
-            "attempt": settled.attempts, "branch": str(decided.get(batch_id, "")), "by": by,
-        }])  # fmt: skip
+        self.show(
+            "settled",
+            [
+                {
+                    "batch": batch_id,
+                    "position": position,
+                    "decision": action,
+                    "attempt": settled.attempts,
+                    "branch": str(decided.get(batch_id, "")),
+                    "by": by,
+                }
+            ],
+        )
 
 
 def _item_row(item: Item) -> dict[str, Any]:
     return {
-        "position": item.position, "item_key": item.item_key, "state": item.state,
-        "attempts": item.attempts, "result_ref": item.result_ref, "finished_at": item.finished_at,
+        "position": item.position,
+        "item_key": item.item_key,
+        "state": item.state,
+        "attempts": item.attempts,
+        "result_ref": item.result_ref,
+        "finished_at": item.finished_at,
         "error": item.error,
-    }  # fmt: skip
+    }

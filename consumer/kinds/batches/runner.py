@@ -1,4 +1,4 @@
-"""Batch routes at work: store manifests, apply worker results, decide, assemble, dispatch again.
+"""A batch route at work: store manifests, apply worker results, decide, assemble, dispatch again.
 
 Everything of one poll batch happens in one PostgreSQL transaction, under the touched
 batches' locks: the manifest rows, the results, the decision, and the outputs (the
@@ -17,10 +17,15 @@ import psycopg
 import structlog
 
 from consumer import metrics
-from consumer.batch_decisions import (
+from consumer.deadletter import BATCH_REJECTED
+from consumer.kinds._base import Conn, Links, Outcome, Refusal
+from consumer.kinds.batches.decisions import (
+    BatchStatus,
     Branch,
     Item,
+    ItemState,
     Judged,
+    OnIncomplete,
     Result,
     Verdict,
     assemble,
@@ -29,12 +34,11 @@ from consumer.batch_decisions import (
     judge,
     manifest_problem,
 )
-from consumer.batch_store import Batch, BatchStore, Manifest
-from consumer.routes import BatchRoute
-from producer import batches
-from producer.batches import WorkItem, item_entity_id, work_item_event
-from producer.outbox import OutboxEvent, emit_many
-from schemas import Event, PayloadError
+from consumer.kinds.batches.route import BatchRoute
+from consumer.kinds.batches.store import Batch, BatchStore, Manifest
+from schemas import Event, PayloadError, batches
+from schemas.batches import WorkItem, item_entity_id, work_item_event
+from schemas.outbox import OutboxEvent, emit_many
 from schemas.validation import default_payload_schemas
 
 log = structlog.get_logger(__name__)
@@ -42,7 +46,7 @@ RESULT_TYPES = (batches.SUCCEEDED, batches.FAILED)
 
 
 @dataclass(slots=True)
-class BatchOutcome:
+class BatchTally:
     """What one transaction did, counted into metrics once it committed."""
 
     results: Counter[str] = field(default_factory=Counter)  # by verdict
@@ -62,7 +66,7 @@ class BatchOutcome:
 def _missing_reason(items: Iterable[Item]) -> str:
     by_state: dict[str, list[int]] = defaultdict(list)
     for item in items:
-        if item.state != "done":
+        if item.state != ItemState.DONE:
             by_state[item.state].append(item.position)
     return "; ".join(f"{state}: {', '.join(map(str, p))}" for state, p in sorted(by_state.items()))
 
@@ -79,9 +83,9 @@ class BatchRunner:
 
     def process(
         self, conn: psycopg.Connection[Any], by_stream: Mapping[str, Sequence[Event]]
-    ) -> BatchOutcome:
+    ) -> BatchTally:
         """Apply every batch route's events of one poll batch, in one transaction."""
-        outcome = BatchOutcome()
+        outcome = BatchTally()
         with conn.transaction():
             for stream, route in self.routes.items():
                 events = [*by_stream.get(stream, ()), *by_stream.get(route.result_stream, ())]
@@ -94,7 +98,7 @@ class BatchRunner:
         conn: psycopg.Connection[Any],
         route: BatchRoute,
         events: Sequence[Event],
-        outcome: BatchOutcome,
+        outcome: BatchTally,
     ) -> None:
         store = self.stores[route.stream]
         manifests, results = self._read(route, events, outcome)
@@ -110,16 +114,20 @@ class BatchRunner:
         known.update(store.batches(conn, created))
         pending = store.take_early(conn, created) + [r for r, _ in results]
         unknown = [(r, e) for r, e in results if r.batch_id not in known]
-        store.keep_early(conn, [
-            (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload)) for r, e in unknown
-        ])  # fmt: skip
+        store.keep_early(
+            conn,
+            [
+                (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload))
+                for r, e in unknown
+            ],
+        )
         outcome.results["early"] += len(unknown)
         usable = [r for r in pending if r.batch_id in known]
         flags = self._apply(conn, route, known, usable, touched, outcome)
         self.settle(conn, route, sorted(touched), outcome, flags=flags)
 
     def _read(
-        self, route: BatchRoute, events: Sequence[Event], outcome: BatchOutcome
+        self, route: BatchRoute, events: Sequence[Event], outcome: BatchTally
     ) -> tuple[list[Manifest], list[tuple[Result, Event]]]:
         """Check each event's payload; turn it into a manifest or a result, or refuse it."""
         manifests: list[Manifest] = []
@@ -145,11 +153,13 @@ class BatchRunner:
                 continue
             result = Result.from_payload(event.seq, kind == batches.SUCCEEDED, event.payload)
             if event.entity_id != item_entity_id(result.batch_id, result.position):
-                outcome.refused.append((
-                    event,
-                    f"entity_id {event.entity_id!r} is not batch_id#position "
-                    f"({item_entity_id(result.batch_id, result.position)!r})",
-                ))  # fmt: skip
+                outcome.refused.append(
+                    (
+                        event,
+                        f"entity_id {event.entity_id!r} is not batch_id#position "
+                        f"({item_entity_id(result.batch_id, result.position)!r})",
+                    )
+                )
                 continue
             results.append((result, event))
         return manifests, results
@@ -158,11 +168,13 @@ class BatchRunner:
     def _manifest(route: BatchRoute, event: Event) -> Manifest:
         payload = event.payload
         return Manifest(
-            event.entity_id, event.generation, payload["expected_count"],
+            event.entity_id,
+            event.generation,
+            payload["expected_count"],
             [(i["position"], i["item_key"], i.get("input")) for i in payload["items"]],
             payload.get("on_incomplete", route.on_incomplete),
             payload.get("deadline_s", route.deadline_s),
-        )  # fmt: skip
+        )
 
     def _accept(
         self,
@@ -170,7 +182,7 @@ class BatchRunner:
         route: BatchRoute,
         manifest: Manifest,
         known: dict[str, Batch],
-        outcome: BatchOutcome,
+        outcome: BatchTally,
     ) -> bool:
         """Store a new manifest (True); a repeat changes nothing, a different one halts."""
         store = self.stores[route.stream]
@@ -182,8 +194,12 @@ class BatchRunner:
             store.create(conn, manifest, fingerprint, problem)
             if problem is not None:
                 outcome.inconsistent += 1
-                log.error("batch_inconsistent", route=route.stream, batch=manifest.batch_id,
-                          reason=problem)  # fmt: skip
+                log.error(
+                    "batch_inconsistent",
+                    route=route.stream,
+                    batch=manifest.batch_id,
+                    reason=problem,
+                )
                 return False
             return True
         if existing.digest == fingerprint and existing.generation == manifest.generation:
@@ -191,8 +207,8 @@ class BatchRunner:
             return False
         if not existing.stopped:
             reason = "a different manifest arrived for a batch already accepted"
-            store.set_status(conn, manifest.batch_id, "halted", reason)
-            known[manifest.batch_id] = replace(existing, status="halted")
+            store.set_status(conn, manifest.batch_id, BatchStatus.HALTED, reason)
+            known[manifest.batch_id] = replace(existing, status=BatchStatus.HALTED)
             outcome.inconsistent += 1
             log.error("batch_halted", route=route.stream, batch=manifest.batch_id, reason=reason)
         return False
@@ -204,7 +220,7 @@ class BatchRunner:
         known: Mapping[str, Batch],
         results: Sequence[Result],
         touched: set[str],
-        outcome: BatchOutcome,
+        outcome: BatchTally,
     ) -> dict[str, str]:
         """Judge each result against its row; write the rows that changed. Returns flags."""
         store = self.stores[route.stream]
@@ -251,10 +267,19 @@ class BatchRunner:
             inputs = store.inputs(conn, batch_id, [i.position for i in group])
             generation = known[batch_id].generation
             events += [
-                self._work_item(route, WorkItem(batch_id, i.position, i.item_key, i.attempts,
-                                                inputs.get(i.position, {}), generation))
+                self._work_item(
+                    route,
+                    WorkItem(
+                        batch_id,
+                        i.position,
+                        i.item_key,
+                        i.attempts,
+                        inputs.get(i.position, {}),
+                        generation,
+                    ),
+                )
                 for i in group
-            ]  # fmt: skip
+            ]
         emit_many(conn, events, schemas=self._schemas)
 
     @staticmethod
@@ -268,7 +293,7 @@ class BatchRunner:
         conn: psycopg.Connection[Any],
         route: BatchRoute,
         batch_ids: Sequence[str],
-        outcome: BatchOutcome,
+        outcome: BatchTally,
         *,
         flags: Mapping[str, str] | None = None,
         release: bool = False,
@@ -285,9 +310,13 @@ class BatchRunner:
         for batch_id in batch_ids:
             batch = known.get(batch_id)
             flag = (flags or {}).get(batch_id)
-            if batch is None or batch.stopped or (batch.status == "complete" and not flag):
+            if (
+                batch is None
+                or batch.stopped
+                or (batch.status == BatchStatus.COMPLETE and not flag)
+            ):
                 continue
-            on_incomplete = "assemble_incomplete" if release else batch.on_incomplete
+            on_incomplete = OnIncomplete.ASSEMBLE_INCOMPLETE if release else batch.on_incomplete
             branch = decide(
                 batch.expected_count, counts.get(batch_id, {}), on_incomplete, flagged=bool(flag)
             )
@@ -303,23 +332,27 @@ class BatchRunner:
         branch: Branch,
         flag: str | None,
         reason: str,
-        outcome: BatchOutcome,
+        outcome: BatchTally,
     ) -> None:
         store = self.stores[route.stream]
         if branch is Branch.INCONSISTENT:
             why = flag or "the manifest's rows no longer match expected_count"
-            store.set_status(conn, batch.batch_id, "inconsistent", why)
+            store.set_status(conn, batch.batch_id, BatchStatus.INCONSISTENT, why)
             outcome.inconsistent += 1
             log.error("batch_inconsistent", route=route.stream, batch=batch.batch_id, reason=why)
         elif branch is Branch.WAIT:
-            if batch.status != "waiting":
-                store.set_status(conn, batch.batch_id, "waiting", None)
+            if batch.status != BatchStatus.WAITING:
+                store.set_status(conn, batch.batch_id, BatchStatus.WAITING, None)
         elif branch is Branch.HOLD:
             items = store.all_items(conn, batch.batch_id)
-            store.set_status(conn, batch.batch_id, "held", _missing_reason(items))
-            if batch.status != "held":
-                log.warning("batch_held", route=route.stream, batch=batch.batch_id,
-                            missing=[i.position for i in items if i.state != "done"])  # fmt: skip
+            store.set_status(conn, batch.batch_id, BatchStatus.HELD, _missing_reason(items))
+            if batch.status != BatchStatus.HELD:
+                log.warning(
+                    "batch_held",
+                    route=route.stream,
+                    batch=batch.batch_id,
+                    missing=[i.position for i in items if i.state != ItemState.DONE],
+                )
         else:
             self._assemble(conn, route, batch, reason, outcome)
 
@@ -329,7 +362,7 @@ class BatchRunner:
         route: BatchRoute,
         batch: Batch,
         reason: str,
-        outcome: BatchOutcome,
+        outcome: BatchTally,
     ) -> None:
         store = self.stores[route.stream]
         items = store.all_items(conn, batch.batch_id)
@@ -338,40 +371,78 @@ class BatchRunner:
         )
         if now != batch.digest:
             why = "the manifest changed after work started (digest mismatch)"
-            store.set_status(conn, batch.batch_id, "halted", why)
+            store.set_status(conn, batch.batch_id, BatchStatus.HALTED, why)
             outcome.inconsistent += 1
             log.error("batch_halted", route=route.stream, batch=batch.batch_id, reason=why)
             return
         revision = batch.revision + 1
         missing = _missing_reason(items)
         payload = assemble(
-            batch.batch_id, revision, batch.expected_count, items,
+            batch.batch_id,
+            revision,
+            batch.expected_count,
+            items,
             "; ".join(x for x in (reason, missing) if x),
-        )  # fmt: skip
+        )
         emit_many(
             conn,
-            [OutboxEvent(route.stream, batch.batch_id, revision + 1, batches.ASSEMBLED, payload,
-                         generation=batch.generation, topic=route.output_topic)],
+            [
+                OutboxEvent(
+                    route.stream,
+                    batch.batch_id,
+                    revision + 1,
+                    batches.ASSEMBLED,
+                    payload,
+                    generation=batch.generation,
+                    topic=route.output_topic,
+                )
+            ],
             schemas=self._schemas,
-        )  # fmt: skip
-        status = "complete" if payload["complete"] else "incomplete"
+        )
+        status = BatchStatus.COMPLETE if payload["complete"] else BatchStatus.INCOMPLETE
         store.set_status(conn, batch.batch_id, status, payload.get("reason"), revision=revision)
         outcome.assembled[status] += 1
-        log.info("batch_assembled", route=route.stream, batch=batch.batch_id, revision=revision,
-                 complete=payload["complete"], missing=payload["missing_positions"])  # fmt: skip
+        log.info(
+            "batch_assembled",
+            route=route.stream,
+            batch=batch.batch_id,
+            revision=revision,
+            complete=payload["complete"],
+            missing=payload["missing_positions"],
+        )
 
     # ------------------------------------------------------------------ sweeper
 
-    def expire(self, conn: psycopg.Connection[Any], route: str, limit: int) -> BatchOutcome:
+    def expire(self, conn: psycopg.Connection[Any], route: str, limit: int) -> BatchTally:
         """Past their deadline, waiting batches stop waiting: pending positions are abandoned."""
-        outcome = BatchOutcome()
+        outcome = BatchTally()
         store = self.stores[route]
         with conn.transaction():
             overdue = store.overdue(conn, limit)
             if overdue:
                 store.lock(conn, overdue)
-                waiting = [b for b, row in store.batches(conn, overdue).items()
-                           if row.status == "waiting"]  # fmt: skip
+                waiting = [
+                    b
+                    for b, row in store.batches(conn, overdue).items()
+                    if row.status == BatchStatus.WAITING
+                ]
                 outcome.results["abandoned"] += store.abandon_pending(conn, waiting)
                 self.settle(conn, self.routes[route], waiting, outcome, reason="deadline passed")
         return outcome
+
+
+class BatchApplier:
+    """One batch route in the consumer: its share of a poll batch in one transaction."""
+
+    def __init__(self, route: BatchRoute) -> None:
+        self.route = route
+        self.runner = BatchRunner([route])
+
+    def connect(self, links: Links) -> None:
+        """Nothing to check: the batch tables and the outbox come with the migrations."""
+
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+        """Store manifests, apply results, decide and assemble; refused events are named."""
+        done = self.runner.process(conn, {self.route.stream: events})
+        refused = [Refusal(event, BATCH_REJECTED, reason) for event, reason in done.refused]
+        return Outcome(refused=refused, committed=[done.count])

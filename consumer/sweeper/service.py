@@ -21,32 +21,32 @@ import structlog
 from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 
-from consumer import gaps, gauges, metrics, steps, tables
-from consumer.batch_runner import BatchRunner
-from consumer.lease import Lease
-from consumer.outages import DOWN, dependency
-from consumer.parking import ParkingLot
-from consumer.routes import BatchRoute, Route, StepRoute
+from consumer import metrics, tables
+from consumer.kinds import KINDS, Links
+from consumer.kinds.batches.runner import BatchRunner
+from consumer.kinds.steps import StepApplier
+from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.plan import Progress
+from consumer.routes import Route, by_kind
 from consumer.settings import SweeperSettings
-from consumer.step_runner import StepRunner
-from consumer.steps import Progress, StepStore
+from consumer.sweeper import gaps, gauges
+from consumer.sweeper.gaps import GapStatus
+from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
-from schemas.backoff import Backoff
-from schemas.health import Health
-from schemas.logs import first_line
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
+from schemas.runtime.health import Health
+from schemas.runtime.outages import DOWN, Outages
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
-class Links:
+class Connections:
     """The sweeper's connections, made by ``connect``."""
 
     conn: psycopg.Connection[Any]
     lot: ParkingLot
-    runner: StepRunner
     lease: Lease
     producer: Producer
     results: Consumer
@@ -69,19 +69,21 @@ class Sweeper:
     def __init__(self, settings: SweeperSettings, routes: Sequence[Route], health: Health) -> None:
         self.settings = settings
         self.health = health
-        self.stores = {
-            r.stream: StepStore(r, steps.resolve(r)) for r in routes if isinstance(r, StepRoute)
-        }
+        # Each step route started as the consumer starts it, to drain what became due.
+        self.steps = {r.stream: StepApplier(r) for r in by_kind(routes, "step")}
         self.delays = backoff_delays(
-            settings.republish_backoff_base_s, settings.republish_backoff_max_s,
+            settings.republish_backoff_base_s,
+            settings.republish_backoff_max_s,
             settings.republish_max_attempts,
-        )  # fmt: skip
-        self.batches = BatchRunner([r for r in routes if isinstance(r, BatchRoute)])
+        )
+        self.batches = BatchRunner(by_kind(routes, "batch"))
+        self._migrations = tables.migration_sets([KINDS[r.kind] for r in routes])
         self._stopping = False
-        self._links: Links | None = None
+        self._links: Connections | None = None
+        self._outages = Outages("sweeper", health, lambda: self._stopping)
 
     @property
-    def io(self) -> Links:
+    def io(self) -> Connections:
         """The connections; ``connect`` first."""
         if self._links is None:
             raise RuntimeError("Sweeper.connect() has not run")
@@ -95,7 +97,7 @@ class Sweeper:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
         set_json_loads(orjson.loads, conn)
-        tables.create(conn)
+        tables.migrate(conn, self._migrations)
         if self.settings.redis_url is None:
             raise ValueError("REDIS_URL is required by the sweeper")
         client = redis.Redis.from_url(
@@ -106,12 +108,19 @@ class Sweeper:
         lease = Lease(client, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000))
         config = self.settings.kafka_config()
         results = Consumer(
-            {**config, "group.id": self.settings.sweeper_group_id, "enable.auto.commit": False,
-             "auto.offset.reset": "earliest", "client.id": "inorder-sweeper"}
-        )  # fmt: skip
+            {
+                **config,
+                "group.id": self.settings.sweeper_group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "client.id": "inorder-sweeper",
+            }
+        )
         results.subscribe([self.settings.republish_results_topic])
         producer = Producer({**config, "client.id": "inorder-sweeper", "acks": "all"})
-        self._links = Links(conn, lot, StepRunner(self.stores, lot), lease, producer, results)
+        for applier in self.steps.values():
+            applier.connect(Links(conn, client, prefix))
+        self._links = Connections(conn, lot, lease, producer, results)
         self.health.cleared("starting")
 
     # ------------------------------------------------------------------ loop
@@ -123,7 +132,6 @@ class Sweeper:
         itself unready and retries with backoff; it carries on by itself once the
         service is back (a standby may have taken the lease meanwhile).
         """
-        backoff = Backoff()
         due = {"sweep": 0.0, "gauges": 0.0}
         try:
             while not self._stopping:
@@ -131,13 +139,10 @@ class Sweeper:
                 try:
                     active = self._tick(due)
                 except DOWN as exc:
-                    self._wait_out(backoff, exc)
+                    metrics.SWEEPER_ACTIVE.set(0)
+                    self._outages.wait(exc)
                     continue
-                if backoff.failures:
-                    backoff.succeeded()
-                    for name in ("postgres", "redis", "kafka"):
-                        self.health.cleared(name)
-                    log.info("sweeper_resumed")
+                self._outages.recovered()
                 time.sleep(TICK_S if active else min(1.0, self.settings.lease_ttl_s / 3))
         finally:
             self._close()
@@ -159,13 +164,6 @@ class Sweeper:
             due["gauges"] = now + self.settings.gauge_interval_s
             self.export_gauges()
         return active
-
-    def _wait_out(self, backoff: Backoff, exc: BaseException) -> None:
-        name, detail, delay = dependency(exc), first_line(exc), backoff.failed()
-        metrics.SWEEPER_ACTIVE.set(0)
-        self.health.blocked(name, detail)
-        log.warning(f"{name}_unavailable", error=detail, retry_in_s=delay)
-        self.health.sleep(delay, lambda: self._stopping, TICK_S)
 
     def _reconnect_postgres(self) -> None:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
@@ -189,7 +187,7 @@ class Sweeper:
         """One pass over every step route: heal, detect, escalate, request."""
         started = time.perf_counter()
         report = SweepReport()
-        for route in self.stores:
+        for route in self.steps:
             self._heal(route, report)
             self._overdue(route, report)
         for stream in self.batches.routes:
@@ -202,12 +200,14 @@ class Sweeper:
 
     def _heal(self, route: str, report: SweepReport) -> None:
         io = self.io
-        open_gaps = [g for g in gaps.unresolved(io.conn, route) if g.status != "unrecoverable"]
-        progress = self.stores[route].read(io.conn, [g.entity_id for g in open_gaps])
+        open_gaps = [
+            g for g in gaps.unresolved(io.conn, route) if g.status != GapStatus.UNRECOVERABLE
+        ]
+        progress = self.steps[route].store.read(io.conn, [g.entity_id for g in open_gaps])
         for gap in open_gaps:
             now = progress.get(gap.entity_id)
             if now is not None and gaps.healed(gap, now):
-                gaps.resolve(io.conn, gap, "healed", "sweeper", "range applied")
+                gaps.resolve(io.conn, gap, GapStatus.HEALED, "sweeper", "range applied")
                 seconds = time.time() - gap.first_seen.timestamp()
                 metrics.GAP_HEAL_TIME.observe(seconds)
                 report.healed += 1
@@ -216,11 +216,7 @@ class Sweeper:
     def _overdue(self, route: str, report: SweepReport) -> None:
         io = self.io
         cutoff = time.time() - self.settings.gap_deadline_s
-        entries = io.lot.client.zrangebyscore(
-            io.lot.index_key(route), "-inf", cutoff, start=0,
-            num=self.settings.max_overdue_per_sweep,
-        )  # fmt: skip
-        entities = [e.decode() for e in entries]  # type: ignore[union-attr]
+        entities = io.lot.parked_before(route, cutoff, self.settings.max_overdue_per_sweep)
         report.overdue += len(entities)
         if not entities:
             return
@@ -228,14 +224,18 @@ class Sweeper:
         empty = [e for e in entities if e not in firsts]
         if empty:  # index entries left behind by a crash between index and park
             io.lot.unindex_empty(route, empty)
-        progress = self.stores[route].read(io.conn, list(firsts))
+        progress = self.steps[route].store.read(io.conn, list(firsts))
         for entity_id, members in firsts.items():
             self._entity(route, entity_id, members[0], progress, report)
 
     def _entity(
-        self, route: str, entity_id: str, member: bytes, progress: dict[str, Progress],
+        self,
+        route: str,
+        entity_id: str,
+        member: bytes,
+        progress: dict[str, Progress],
         report: SweepReport,
-    ) -> None:  # fmt: skip
+    ) -> None:
         io = self.io
         try:
             first = decode(member)
@@ -244,23 +244,25 @@ class Sweeper:
         current = progress.get(entity_id, Progress(first.generation, 0))
         span = gaps.missing_range(current, first)
         if span is None:  # the next seq is parked: a drain was missed, do it now
-            io.runner.drain(io.conn, route, [entity_id])
+            self.steps[route].drain(io.conn, [entity_id]).count(route)
             return
         if gaps.open_gap(io.conn, route, entity_id, span, first.event_type):
             report.escalated += 1
             metrics.GAPS_ESCALATED.labels(first.event_type).inc()
             log.error(
-                "gap_escalated", route=route, entity=entity_id, generation=span[0],
-                from_seq=span[1], to_seq=span[2], parked_from=first.seq,
-            )  # fmt: skip
+                "gap_escalated",
+                route=route,
+                entity=entity_id,
+                generation=span[0],
+                from_seq=span[1],
+                to_seq=span[2],
+                parked_from=first.seq,
+            )
         gap = gaps.find(io.conn, route, entity_id)
-        if gap is None or gap.status == "unrecoverable":
+        if gap is None or gap.status == GapStatus.UNRECOVERABLE:
             return
         if (gap.generation, gap.from_seq, gap.to_seq) != span:
-            io.conn.execute(
-                "UPDATE inorder_gaps SET generation = %s, from_seq = %s, to_seq = %s WHERE id = %s",
-                (*span, gap.id),
-            )
+            gaps.move(io.conn, gap, span)
         if gap.next_attempt_at.timestamp() <= time.time():
             self._request(route, gap, span, report)
 
@@ -272,23 +274,40 @@ class Sweeper:
             self._unrecoverable(gap, f"no repair after {gap.attempts} republish requests", None)
             return
         request = RepublishRequest(
-            f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}", route, gap.entity_id,
-            span[0], span[1], span[2], f"gap open since {gap.first_seen.isoformat()}",
-        )  # fmt: skip
+            f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}",
+            route,
+            gap.entity_id,
+            span[0],
+            span[1],
+            span[2],
+            f"gap open since {gap.first_seen.isoformat()}",
+        )
         io.producer.produce(self.settings.republish_requests_topic, encode(request), request.key)
         gaps.requested(io.conn, gap, self.delays[gap.attempts])
         metrics.REPUBLISH_REQUESTED.inc()
         report.requested += 1
-        log.info("republish_requested", route=route, entity=gap.entity_id,
-                 from_seq=span[1], to_seq=span[2], attempt=gap.attempts + 1)  # fmt: skip
+        log.info(
+            "republish_requested",
+            route=route,
+            entity=gap.entity_id,
+            from_seq=span[1],
+            to_seq=span[2],
+            attempt=gap.attempts + 1,
+        )
 
     def _unrecoverable(self, gap: gaps.Gap, reason: str, missing: list[int] | None) -> None:
         io = self.io
         with io.conn.transaction():
-            gaps.resolve(io.conn, gap, "unrecoverable", "sweeper", reason, missing)
-            self.stores[gap.route].hold(io.conn, gap.entity_id)
-        log.error("gap_unrecoverable", route=gap.route, entity=gap.entity_id,
-                  from_seq=gap.from_seq, to_seq=gap.to_seq, reason=reason)  # fmt: skip
+            gaps.resolve(io.conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing)
+            self.steps[gap.route].store.hold(io.conn, gap.entity_id)
+        log.error(
+            "gap_unrecoverable",
+            route=gap.route,
+            entity=gap.entity_id,
+            from_seq=gap.from_seq,
+            to_seq=gap.to_seq,
+            reason=reason,
+        )
 
     # ------------------------------------------------------------------ answers and gauges
 
@@ -307,7 +326,7 @@ class Sweeper:
                 lost = sorted(set(result.missing) | set(result.failed))
                 if (
                     gap is not None
-                    and gap.status != "unrecoverable"
+                    and gap.status != GapStatus.UNRECOVERABLE
                     and any(gap.from_seq <= s <= gap.to_seq for s in lost)
                 ):
                     self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
@@ -316,7 +335,7 @@ class Sweeper:
     def export_gauges(self) -> None:
         """Parked events now, the oldest park's age, gaps by status, batches waiting or held."""
         io = self.io
-        gauges.export_parked(io.lot, list(self.stores))
+        gauges.export_parked(io.lot, list(self.steps))
         gauges.export_gaps(io.conn)
         if self.batches.routes:
             gauges.export_batches(io.conn)

@@ -22,8 +22,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from schemas.logs import first_line
 from schemas.republish import worst_case_repair_s
+from schemas.runtime.logs import first_line
 
 S = TypeVar("S", bound=BaseSettings)
 ENV_PREFIX = "INORDER_"

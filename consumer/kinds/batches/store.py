@@ -15,10 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from consumer.batch_decisions import Item, Result
-
-TERMINAL = ("complete", "inconsistent", "halted")
-STOPPED = ("inconsistent", "halted")
+from consumer.kinds.batches.decisions import STOPPED, BatchStatus, Item, ItemState, Result
 
 _LOCK = """
 SELECT pg_advisory_xact_lock(k)
@@ -116,15 +113,30 @@ class BatchStore:
         m = manifest
         conn.execute(
             _INSERT_BATCH,
-            (self.route, m.batch_id, m.generation, m.expected_count, digest, m.on_incomplete,
-             m.deadline_s, m.deadline_s, "inconsistent" if problem else "waiting", problem),
-        )  # fmt: skip
+            (
+                self.route,
+                m.batch_id,
+                m.generation,
+                m.expected_count,
+                digest,
+                m.on_incomplete,
+                m.deadline_s,
+                m.deadline_s,
+                BatchStatus.INCONSISTENT if problem else BatchStatus.WAITING,
+                problem,
+            ),
+        )
         if problem is None and m.items:
             conn.execute(
                 _INSERT_ITEMS,
-                (self.route, m.batch_id, [i[0] for i in m.items], [i[1] for i in m.items],
-                 [Jsonb(i[2]) if i[2] else None for i in m.items]),
-            )  # fmt: skip
+                (
+                    self.route,
+                    m.batch_id,
+                    [i[0] for i in m.items],
+                    [i[1] for i in m.items],
+                    [Jsonb(i[2]) if i[2] else None for i in m.items],
+                ),
+            )
 
     def items(
         self, conn: psycopg.Connection[Any], keys: Iterable[tuple[str, int]]
@@ -158,8 +170,15 @@ class BatchStore:
             return
         columns: list[list[Any]] = [[] for _ in range(7)]
         for batch_id, item in rows:
-            values = (batch_id, item.position, item.state, item.result_ref, item.attempts,
-                      item.error, item.finished_at)  # fmt: skip
+            values = (
+                batch_id,
+                item.position,
+                item.state,
+                item.result_ref,
+                item.attempts,
+                item.error,
+                item.finished_at,
+            )
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
         conn.execute(_WRITE_ITEMS, (*columns, self.route))
@@ -231,21 +250,27 @@ class BatchStore:
     def overdue(self, conn: psycopg.Connection[Any], limit: int) -> list[str]:
         """Waiting batches past their deadline, oldest deadline first."""
         rows = conn.execute(
-            "SELECT batch_id FROM inorder_batches WHERE route = %s AND status = 'waiting' "
+            "SELECT batch_id FROM inorder_batches WHERE route = %s AND status = %s "
             "AND deadline_at < now() ORDER BY deadline_at LIMIT %s",
-            (self.route, limit),
+            (self.route, BatchStatus.WAITING, limit),
         ).fetchall()
         return [row[0] for row in rows]
 
     def abandon_pending(self, conn: psycopg.Connection[Any], batch_ids: Sequence[str]) -> int:
         """Turn the pending positions of overdue waiting batches into abandoned ones."""
         cur = conn.execute(
-            "UPDATE inorder_batch_items AS i SET state = 'abandoned', updated_at = now() "
+            "UPDATE inorder_batch_items AS i SET state = %s, updated_at = now() "
             "FROM inorder_batches AS b "
-            "WHERE b.route = %s AND b.batch_id = ANY(%s) AND b.status = 'waiting' "
+            "WHERE b.route = %s AND b.batch_id = ANY(%s) AND b.status = %s "
             "AND b.deadline_at < now() AND i.route = b.route AND i.batch_id = b.batch_id "
-            "AND i.state = 'pending'",
-            (self.route, list(batch_ids)),
+            "AND i.state = %s",
+            (
+                ItemState.ABANDONED,
+                self.route,
+                list(batch_ids),
+                BatchStatus.WAITING,
+                ItemState.PENDING,
+            ),
         )
         return cur.rowcount
 

@@ -1,0 +1,114 @@
+"""The route-kind interface: what every kind of route gives the consumer loop, and takes.
+
+A kind is a registry entry (``Kind``): how to parse its ``[[route]]`` settings, and
+how to start an ``Applier`` for one route. The loop hands each applier its share of a
+poll batch and gets one ``Outcome`` back, whatever the kind: the loop counts it,
+dead-letters what was refused, sends what was held to the held topic, and commits
+the offsets only after all of that.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+import redis
+
+from consumer import metrics
+from consumer.kinds._spec import Spec
+from schemas import Event
+from schemas.runtime.migrate import MigrationSet
+
+Conn = psycopg.Connection[Any]
+
+
+class Route(Protocol):
+    """What the consumer needs of any route: its kind and the entity streams it takes."""
+
+    @property
+    def stream(self) -> str:
+        """The route's own entity stream (its name in logs, metrics and tables)."""
+
+    @property
+    def kind(self) -> str:
+        """The registry name of the route's kind."""
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """Every entity stream whose events go to this route."""
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """Kafka topics the route writes to (created at start-up with the others)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An event a route could not use: a stable reason code and what exactly was wrong."""
+
+    event: Event
+    reason: str
+    detail: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a route did with its share of a poll batch, once its work is committed.
+
+    ``applied`` and ``stale`` are counted; ``refused`` go to the dead-letter topic
+    and ``held`` to the held topic, each with its reason; ``committed`` are the kind's
+    own counters, called once the whole poll batch is done.
+    """
+
+    applied: list[Event] = field(default_factory=list)
+    stale: list[Event] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    held: list[Refusal] = field(default_factory=list)
+    committed: list[Callable[[], None]] = field(default_factory=list)
+
+    def count(self, stream: str) -> None:
+        """Add what the route applied and ignored to the metrics, and the kind's own counters."""
+        metrics.APPLIED.labels(stream).inc(len(self.applied))
+        for event_type, n in Counter(e.event_type for e in self.stale).items():
+            metrics.STALE.labels(event_type).inc(n)
+        for counter in self.committed:
+            counter()
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """The connections a route is started with: PostgreSQL, and Redis when the kind parks."""
+
+    conn: Conn
+    redis: redis.Redis | None = None
+    redis_key_prefix: str = "inorder"
+
+
+class Applier(Protocol):
+    """One route at work in the consumer."""
+
+    @property
+    def route(self) -> Route:
+        """The route this applier was started for."""
+
+    def connect(self, links: Links) -> None:
+        """Check the route against the database (and bind Redis when the kind parks)."""
+
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+        """Apply the route's events of one poll batch and commit them (``raw``: by event id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A registry entry: parse a route of this kind, start its applier (imports, no I/O)."""
+
+    name: str
+    parse: Callable[[Spec], Route]
+    start: Callable[[Any], Applier]
+    # Its routes park events in Redis: REDIS_URL is required and checked for durability.
+    needs_redis: bool = False
+    # Tables its routes write besides the consumer's own (migrated at start-up).
+    migrations: tuple[MigrationSet, ...] = ()

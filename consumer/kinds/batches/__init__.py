@@ -1,0 +1,16 @@
+"""The ``batch`` kind: a manifest per batch, worker results by position, output in position order.
+
+Following one poll batch down: ``route`` (settings), ``runner`` (the route's applier,
+and the sweeper's and operator's entry points), ``decisions`` (pure verdicts and
+branches, the statuses as enums), ``store`` (every statement).
+"""
+
+from consumer.kinds._base import Kind
+from consumer.kinds.batches.route import BatchRoute, parse
+from consumer.kinds.batches.runner import BatchApplier
+from schemas import outbox
+
+# Assembled output and re-dispatched work leave through the consumer's own outbox.
+KIND = Kind("batch", parse, BatchApplier, migrations=(outbox.MIGRATIONS,))
+
+__all__ = ["KIND", "BatchApplier", "BatchRoute"]

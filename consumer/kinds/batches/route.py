@@ -1,0 +1,73 @@
+"""A ``batch`` route: reassemble a batch's results in position order.
+
+It takes the stream's ``batch.accepted`` events and the workers' results, whose
+entity_type is the stream's name plus ``_result``::
+
+    [[route]]
+    stream = "batch"                 # results arrive as entity_type "batch_result"
+    kind = "batch"
+    output_topic = "inorder.batch.output"   # batch.assembled, via the consumer's outbox
+    work_topic = "inorder.batch.work"       # where failed positions are dispatched again
+    max_retries = 2                  # automatic re-dispatches of a certain failure
+    deadline_s = 3600                # unless the batch sets its own
+    on_incomplete = "hold"           # or "assemble_incomplete" (the default)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from consumer.kinds._spec import Spec, default
+from consumer.kinds.batches.decisions import OnIncomplete
+from schemas import DEFAULT_TOPICS, batches
+
+_SETTINGS = {"output_topic", "work_topic", "max_retries", "deadline_s", "on_incomplete"}
+# So that "<stream>_result" and "<stream>_item" stay within a 63-character entity_type.
+MAX_STREAM = 56
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRoute:
+    """Batch reassembly: a manifest per batch, results by position, output in position order."""
+
+    stream: str
+    output_topic: str = DEFAULT_TOPICS.batch_output
+    work_topic: str = DEFAULT_TOPICS.batch_work
+    max_retries: int = 0
+    deadline_s: int = 3600
+    on_incomplete: str = OnIncomplete.ASSEMBLE_INCOMPLETE.value
+    kind: str = field(default="batch", init=False)
+
+    @property
+    def result_stream(self) -> str:
+        """The entity stream the workers' results arrive in."""
+        return batches.result_stream(self.stream)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """Every entity stream this route takes: its own and its results'."""
+        return (self.stream, self.result_stream)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """Where assembled output and re-dispatched work items go."""
+        return (self.output_topic, self.work_topic)
+
+
+def parse(spec: Spec) -> BatchRoute:
+    """A batch route from its ``[[route]]`` table; problems go to ``spec``."""
+    spec.only("batch", _SETTINGS)
+    retries = spec.values.get("max_retries", default(BatchRoute, "max_retries"))
+    if type(retries) is not int or retries < 0:
+        spec.problem(f"max_retries must be a whole number >= 0, got {retries!r}")
+        retries = default(BatchRoute, "max_retries")
+    if len(spec.stream) > MAX_STREAM:
+        spec.problem(f"a batch stream name must be at most {MAX_STREAM} characters")
+    return BatchRoute(
+        stream=spec.stream,
+        output_topic=spec.topic("output_topic", BatchRoute),
+        work_topic=spec.topic("work_topic", BatchRoute),
+        max_retries=retries,
+        deadline_s=spec.positive("deadline_s", BatchRoute),
+        on_incomplete=spec.choice("on_incomplete", tuple(OnIncomplete), BatchRoute),
+    )

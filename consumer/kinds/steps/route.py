@@ -1,0 +1,145 @@
+"""A ``step`` route: its settings in the routes file, and its handlers imported once.
+
+A step route names a function per event type; types without one still advance the
+entity's sequence::
+
+    [[route]]
+    stream = "seat_ledger"
+    kind = "step"
+    max_parked = 1000                # per entity; beyond it events are held
+    park_ttl_s = 604800
+    [route.handlers]
+    "seat_ledger.seats_added" = "billing.steps:add_seats"
+    [route.handlers."seat_ledger.closed"]
+    function = "billing.steps:send_goodbye"
+    external = true                  # has an effect outside PostgreSQL
+    idempotent = false               # so an interrupted call needs a person
+    [route.handlers."seat_ledger.seats_moved"]
+    function = "billing.steps:move_seats_many"
+    many = true                      # takes a list of events: one call per batch
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from consumer.errors import RoutesError
+from consumer.kinds._spec import Spec
+
+FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
+_SETTINGS = {"handlers", "max_parked", "park_ttl_s"}
+_HANDLER_SETTINGS = {"function", "external", "idempotent", "many"}
+_FLAGS = ("external", "idempotent", "many")
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """The function that performs one event type's step, as ``module:function``."""
+
+    function: str
+    # The function acts outside PostgreSQL (an email, an HTTP call): attempts are recorded.
+    external: bool = False
+    # Calling it twice is harmless, so an interrupted attempt may be retried automatically.
+    idempotent: bool = False
+    # The function takes a list of events, fn(conn, events), and applies them all in the
+    # order given (each entity's in seq order): one call, and set-based SQL, per batch.
+    many: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepRoute:
+    """Ordered steps: every event applied once, in seq order; early arrivals are parked."""
+
+    stream: str
+    handlers: Mapping[str, Handler]
+    max_parked: int = 1000
+    park_ttl_s: int = 7 * 86_400
+    kind: str = field(default="step", init=False)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The one entity stream this route takes."""
+        return (self.stream,)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """None: the route writes only to PostgreSQL."""
+        return ()
+
+
+# fn(conn, event), or fn(conn, events) for a handler declared ``many``.
+StepFunction = Callable[[psycopg.Connection[Any], Any], None]
+Entry = tuple[Handler, StepFunction]
+
+
+def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
+    if isinstance(value, str):
+        value = {"function": value}
+    if not isinstance(value, Mapping):
+        spec.problem(f"handler for {event_type} must be 'module:function' or a table")
+        return None
+    for unknown in sorted(set(value) - _HANDLER_SETTINGS):
+        spec.problem(f"unknown setting {unknown!r} for handler {event_type}")
+    function = value.get("function")
+    if not isinstance(function, str) or not FUNCTION.match(function):
+        spec.problem(f"handler for {event_type} must be 'module:function', got {function!r}")
+        return None
+    flags = {k: value.get(k, False) for k in _FLAGS}
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            spec.problem(f"{name} of handler {event_type} must be true or false")
+    if flags["many"] is True and flags["external"] is True:
+        spec.problem(
+            f"handler {event_type} cannot be both many and external "
+            "(an outside call is recorded and made one event at a time)"
+        )
+    return Handler(function, *(flags[k] is True for k in _FLAGS))
+
+
+def parse(spec: Spec) -> StepRoute:
+    """A step route from its ``[[route]]`` table; problems go to ``spec``."""
+    spec.only("step", _SETTINGS)
+    raw = spec.values.get("handlers", {})
+    if not isinstance(raw, Mapping):
+        spec.problem("[route.handlers] must map event types to functions")
+        raw = {}
+    handlers = {}
+    for event_type, value in raw.items():
+        handler = _handler(spec, event_type, value)
+        if handler is not None:
+            handlers[event_type] = handler
+    return StepRoute(
+        stream=spec.stream,
+        handlers=handlers,
+        max_parked=spec.positive("max_parked", StepRoute),
+        park_ttl_s=spec.positive("park_ttl_s", StepRoute),
+    )
+
+
+def resolve(route: StepRoute) -> dict[str, Entry]:
+    """Import every handler of the route; ``RoutesError`` names those that cannot be imported."""
+    found: dict[str, Entry] = {}
+    problems = []
+    for event_type, handler in route.handlers.items():
+        module_name, _, name = handler.function.partition(":")
+        try:
+            function = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            problems.append(
+                f"route {route.stream}: handler {handler.function} for {event_type} "
+                f"cannot be imported ({exc})"
+            )
+            continue
+        if not callable(function):
+            problems.append(f"route {route.stream}: handler {handler.function} is not callable")
+            continue
+        found[event_type] = (handler, function)
+    if problems:
+        raise RoutesError(problems)
+    return found

@@ -1,0 +1,160 @@
+"""A step route in the consumer: apply what is due, park what is early, drain what became due.
+
+Order per poll batch: PostgreSQL (the applies), then Redis (parks, then removal of
+drained events), and only then may the loop commit Kafka offsets.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from consumer import metrics
+from consumer.deadletter import PARK_CAP_REACHED
+from consumer.errors import RoutesError
+from consumer.kinds._base import Conn, Links, Outcome, Refusal
+from consumer.kinds.steps.apply import apply_steps
+from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.plan import Plan, reorder_distance
+from consumer.kinds.steps.route import StepRoute, resolve
+from consumer.kinds.steps.store import StepStore
+from schemas import DecodeError, Event, decode
+
+log = structlog.get_logger(__name__)
+
+# Parked events fetched per entity and round while draining.
+DRAIN_WINDOW = 500
+
+
+def _by_entity(events: Sequence[Event]) -> dict[str, list[Event]]:
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        grouped[event.entity_id].append(event)
+    return dict(grouped)
+
+
+def _add(outcome: Outcome, plans: Mapping[str, Plan]) -> None:
+    for entity_plan in plans.values():
+        outcome.applied += entity_plan.apply
+        outcome.stale += entity_plan.stale
+
+
+class StepApplier:
+    """One step route: its handlers imported at start, its parking lot bound at connect."""
+
+    def __init__(self, route: StepRoute) -> None:
+        self.route = route
+        # Handlers are imported once; an unimportable one is a start-up error.
+        self.store = StepStore(route, resolve(route))
+        self._lot: ParkingLot | None = None
+
+    @property
+    def lot(self) -> ParkingLot:
+        """Where this route parks early events; ``connect`` first."""
+        if self._lot is None:
+            raise RoutesError(
+                [f"route {self.route.stream}: step routes need REDIS_URL for parking"]
+            )
+        return self._lot
+
+    def connect(self, links: Links) -> None:
+        """Bind the parking lot (``RoutesError`` when there is no Redis)."""
+        if links.redis is None:
+            raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
+        self._lot = ParkingLot(links.redis, links.redis_key_prefix)
+
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+        """Apply, park and drain; events a full parking set refused come back ``held``."""
+        outcome = Outcome()
+        plans = apply_steps(conn, self.store, _by_entity(events))
+        _add(outcome, plans)
+        early = [(p, e) for p in plans.values() for e in p.park]
+        sizes = self.lot.park(
+            self.route.stream,
+            [(e.entity_id, e.seq, raw[e.event_id]) for _, e in early],
+            self.route.max_parked,
+            self.route.park_ttl_s,
+        )
+        held = [event for (_, event), size in zip(early, sizes, strict=True) if size < 0]
+        for entity_plan, event in early:
+            assert entity_plan.end is not None
+            metrics.PARKED.labels(event.event_type).inc()
+            metrics.REORDER_DISTANCE.observe(reorder_distance(entity_plan.end, event))
+        self._hold(conn, held)
+        outcome.held += [
+            Refusal(
+                e,
+                PARK_CAP_REACHED,
+                f"entity {e.entity_id} has reached its parking cap at seq {e.seq}",
+            )
+            for e in held
+        ]
+        advanced = self.lot.indexed(
+            self.route.stream, sorted(e for e, p in plans.items() if p.apply)
+        )
+        self._drain(conn, sorted(set(advanced) | {e.entity_id for _, e in early}), outcome)
+        return outcome
+
+    def drain(self, conn: Conn, entity_ids: Sequence[str]) -> Outcome:
+        """Apply whatever parked events of these entities are due now (after a person acted)."""
+        outcome = Outcome()
+        self._drain(conn, sorted(entity_ids), outcome)
+        return outcome
+
+    def _hold(self, conn: Conn, held: Sequence[Event]) -> None:
+        for event in held:
+            with conn.transaction():
+                newly = self.store.hold(conn, event.entity_id)
+            if newly:
+                metrics.GAPS_ESCALATED.labels(event.event_type).inc()
+                log.error(
+                    "entity_held",
+                    route=self.route.stream,
+                    entity=event.entity_id,
+                    seq=event.seq,
+                    max_parked=self.route.max_parked,
+                )
+
+    def _drain(self, conn: Conn, candidates: Sequence[str], outcome: Outcome) -> None:
+        route = self.route.stream
+        while candidates:
+            fetched = self.lot.fetch(route, candidates, DRAIN_WINDOW)
+            if not fetched:
+                return
+            events, members, broken = _decode(fetched)
+            plans = apply_steps(conn, self.store, events) if events else {}
+            _add(outcome, plans)
+            done = {
+                entity: [members[id(e)] for e in plan.apply + plan.stale]
+                for entity, plan in plans.items()
+            }
+            for entity, bad in broken.items():
+                done.setdefault(entity, []).extend(bad)
+            self.lot.remove(route, done)
+            candidates = [
+                e for e, p in plans.items() if p.apply and len(fetched[e]) == DRAIN_WINDOW
+            ]
+
+
+def _decode(
+    fetched: Mapping[str, list[bytes]],
+) -> tuple[dict[str, list[Event]], dict[int, bytes], dict[str, list[bytes]]]:
+    """Parked members decoded per entity, each event's member, and members that do not decode."""
+    events: dict[str, list[Event]] = defaultdict(list)
+    members: dict[int, bytes] = {}
+    broken: dict[str, list[bytes]] = defaultdict(list)
+    for entity, raws in fetched.items():
+        for member in raws:
+            try:
+                event = decode(member)
+            except DecodeError as exc:
+                log.error(  # noqa: TRY400 - the reason says it all
+                    "parked_event_unreadable", entity=entity, reason=exc.detail
+                )
+                broken[entity].append(member)
+                continue
+            events[entity].append(event)
+            members[id(event)] = member
+    return dict(events), members, dict(broken)

@@ -1,0 +1,281 @@
+"""Ordered steps, the PostgreSQL side: every statement a step route runs, in one place.
+
+Progress rows are locked in entity order first, so two consumers racing on an
+entity take turns, and each run of steps is claimed with a conditional update:
+zero rows means someone else applied it, and nothing runs. The operator's
+decisions (skip, confirm, retry, release) are statements here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+import structlog
+
+from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
+from consumer.kinds.steps.plan import Progress, calls
+from consumer.kinds.steps.route import Entry, StepRoute
+from schemas import Event
+
+log = structlog.get_logger(__name__)
+Conn = psycopg.Connection[Any]
+
+
+def _json(rows: Any) -> str:
+    """Statement input as one JSON text: far cheaper to send than several arrays."""
+    return orjson.dumps(rows).decode()
+
+
+class StepStore:
+    """PostgreSQL side of one step route."""
+
+    def __init__(self, route: StepRoute, functions: Mapping[str, Entry]) -> None:
+        self.route = route
+        self.functions = functions
+
+    def external(self, event: Event) -> bool:
+        """True when the event's function acts outside PostgreSQL."""
+        entry = self.functions.get(event.event_type)
+        return entry is not None and entry[0].external
+
+    def lock(self, conn: Conn, first_events: Mapping[str, Event]) -> dict[str, Progress]:
+        """Create missing progress rows, then lock all of them in entity order."""
+        ids = sorted(first_events)
+        conn.execute(
+            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
+            "SELECT %s, e, g, 0 FROM jsonb_to_recordset(%s::jsonb) AS t(e text, g bigint) "
+            "ON CONFLICT DO NOTHING",
+            (self.route.stream, _json([{"e": i, "g": first_events[i].generation} for i in ids])),
+        )
+        rows = conn.execute(
+            "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
+            "FROM inorder_step_progress WHERE route = %s AND entity_id IN "
+            "(SELECT jsonb_array_elements_text(%s::jsonb)) ORDER BY entity_id FOR UPDATE",
+            (self.route.stream, _json(ids)),
+        ).fetchall()
+        return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
+
+    def read(self, conn: Conn, entity_ids: Sequence[str]) -> dict[str, Progress]:
+        """Progress of the given entities, without locking them."""
+        rows = conn.execute(
+            "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
+            "FROM inorder_step_progress WHERE route = %s AND entity_id = ANY(%s)",
+            (self.route.stream, list(entity_ids)),
+        ).fetchall()
+        return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
+
+    def claim(self, conn: Conn, entity_id: str, start: Progress, end: Progress | None) -> bool:
+        """Advance progress from ``start`` to ``end`` only if it is still at ``start``."""
+        return end is not None and entity_id in self.claim_many(conn, [(entity_id, start, end)])
+
+    def claim_many(self, conn: Conn, claims: Sequence[tuple[str, Progress, Progress]]) -> set[str]:
+        """``claim`` for many entities in one statement; returns the entities claimed.
+
+        The statement answers with the entities it could not claim (normally none),
+        so a batch does not carry every claimed id back.
+        """
+        if not claims:
+            return set()
+        rows = conn.execute(
+            "WITH c AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) "
+            " AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
+            "u AS (UPDATE inorder_step_progress AS p SET generation = c.ng, "
+            " last_applied = c.nl, updated_at = now() FROM c WHERE p.route = %s "
+            " AND p.entity_id = c.e AND p.generation = c.sg AND p.last_applied = c.sl "
+            " AND p.stopped_at_seq IS NULL RETURNING p.entity_id) "
+            "SELECT c.e FROM c WHERE NOT EXISTS (SELECT FROM u WHERE u.entity_id = c.e)",
+            (
+                _json(
+                    [
+                        {
+                            "e": e,
+                            "sg": s.generation,
+                            "sl": s.last_applied,
+                            "ng": n.generation,
+                            "nl": n.last_applied,
+                        }
+                        for e, s, n in claims
+                    ]
+                ),
+                self.route.stream,
+            ),
+        ).fetchall()
+        return {e for e, _, _ in claims} - {row[0] for row in rows}
+
+    def run(
+        self,
+        conn: Conn,
+        applies: Mapping[str, Sequence[Event]],
+        *,
+        pipelined: bool = False,
+        single: bool = False,
+    ) -> None:
+        """Call the functions of every entity's due steps (see ``calls``).
+
+        A function's own failure becomes ``StepFailedError`` naming the step, or
+        ``ManyFailedError`` for a ``many`` call of several steps; a lost connection stays
+        what it is. In pipeline mode a database error may belong to another statement,
+        so it becomes ``PipelinedError`` and the caller runs the batch again unpipelined.
+        """
+        for (handler, function), events in calls(applies, self.functions, single=single):
+            try:
+                function(conn, events if handler.many else events[0])
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # a user function's failure, reported upward
+                if pipelined and isinstance(exc, psycopg.Error):
+                    raise PipelinedError(str(exc)) from exc
+                if len(events) > 1:
+                    raise ManyFailedError(f"{handler.function}: {exc!r}") from exc
+                raise StepFailedError(events[0].entity_id, events[0], exc) from exc
+
+    def record(self, conn: Conn, applied: Sequence[Event]) -> None:
+        """Write the step log of everything applied in this transaction, in one statement."""
+        if applied:
+            conn.execute(
+                "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
+                "event_type) SELECT %s, e, g, s, i, t FROM jsonb_to_recordset(%s::jsonb) "
+                "AS r(e text, g bigint, s bigint, i text, t text)",
+                (
+                    self.route.stream,
+                    _json(
+                        [
+                            {
+                                "e": e.entity_id,
+                                "g": e.generation,
+                                "s": e.seq,
+                                "i": e.event_id,
+                                "t": e.event_type,
+                            }
+                            for e in applied
+                        ]
+                    ),
+                ),
+            )
+
+    def stop(self, conn: Conn, entity_id: str, seq: int, reason: str) -> None:
+        """Stop an entity before ``seq`` until a person looks at it."""
+        conn.execute(
+            "UPDATE inorder_step_progress SET stopped_at_seq = %s, stop_reason = %s, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            (seq, reason[:1000], self.route.stream, entity_id),
+        )
+        log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)
+
+    def hold(self, conn: Conn, entity_id: str) -> bool:
+        """Mark an entity held (parking cap reached); True if it was not held before."""
+        found = conn.execute(
+            "UPDATE inorder_step_progress SET held_at = now() WHERE route = %s AND entity_id = %s "
+            "AND held_at IS NULL RETURNING 1",
+            (self.route.stream, entity_id),
+        ).fetchone()
+        return found is not None
+
+    def begin_attempt(self, conn: Conn, event: Event) -> bool:
+        """Record an external call before making it; False if an earlier one never finished."""
+        found = conn.execute(
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
+        ).fetchone()
+        return found is not None
+
+    def finish_attempt(self, conn: Conn, entity_id: str, generation: int, seq: int) -> None:
+        """Mark an external call done, in the transaction that records its step."""
+        conn.execute(
+            "UPDATE inorder_step_attempts SET completed_at = now() WHERE route = %s "
+            "AND entity_id = %s AND generation = %s AND seq = %s",
+            (self.route.stream, entity_id, generation, seq),
+        )
+
+    # ------------------------------------------------------------ a person's decisions
+
+    def locked(self, conn: Conn, entity_id: str) -> tuple[int, int, int | None] | None:
+        """Lock and return (generation, last_applied, stopped_at_seq), or None if unknown."""
+        row = conn.execute(
+            "SELECT generation, last_applied, stopped_at_seq FROM inorder_step_progress "
+            "WHERE route = %s AND entity_id = %s FOR UPDATE",
+            (self.route.stream, entity_id),
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def skip(
+        self, conn: Conn, entity_id: str, skipped: tuple[int, int, int], by: str, reason: str
+    ) -> None:
+        """Advance past ``(generation, from_seq, through)``, which never comes; release a hold."""
+        generation, from_seq, through = skipped
+        conn.execute(
+            "UPDATE inorder_step_progress SET last_applied = %s, held_at = NULL, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            (through, self.route.stream, entity_id),
+        )
+        conn.execute(
+            "INSERT INTO inorder_step_skips (route, entity_id, generation, from_seq, to_seq, "
+            "skipped_by, reason) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.route.stream, entity_id, generation, from_seq, through, by, reason),
+        )
+
+    def confirm(self, conn: Conn, entity_id: str, generation: int, seq: int, by: str) -> None:
+        """A person confirms the stopped external step took effect: it counts as applied."""
+        self.finish_attempt(conn, entity_id, generation, seq)
+        conn.execute(
+            "UPDATE inorder_step_progress SET last_applied = %s "
+            "WHERE route = %s AND entity_id = %s",
+            (seq, self.route.stream, entity_id),
+        )
+        conn.execute(
+            "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
+            "event_type) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                self.route.stream,
+                entity_id,
+                generation,
+                seq,
+                f"confirmed-by:{by}",
+                "(confirmed by a person)",
+            ),
+        )
+
+    def resume(self, conn: Conn, entity_id: str, generation: int, seq: int) -> None:
+        """Lift a stop: forget an unfinished attempt at ``seq`` so the step may run again."""
+        conn.execute(
+            "DELETE FROM inorder_step_attempts WHERE route = %s AND entity_id = %s "
+            "AND generation = %s AND seq = %s AND completed_at IS NULL",
+            (self.route.stream, entity_id, generation, seq),
+        )
+        conn.execute(
+            "UPDATE inorder_step_progress SET stopped_at_seq = NULL, stop_reason = NULL, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            (self.route.stream, entity_id),
+        )
+
+    def release(self, conn: Conn, entity_id: str) -> None:
+        """Release a held entity (its held events were sent back)."""
+        conn.execute(
+            "UPDATE inorder_step_progress SET held_at = NULL WHERE route = %s AND entity_id = %s",
+            (self.route.stream, entity_id),
+        )
+
+    def generation(self, conn: Conn, entity_id: str) -> int | None:
+        """The entity's current generation, or None if nothing was applied yet."""
+        row = conn.execute(
+            "SELECT generation FROM inorder_step_progress WHERE route = %s AND entity_id = %s",
+            (self.route.stream, entity_id),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+
+# Over every step route: what a person is asked to look at.
+HELD = (
+    "SELECT route AS stream, entity_id AS entity, generation, last_applied, held_at "
+    "FROM inorder_step_progress WHERE held_at IS NOT NULL ORDER BY held_at"
+)
+NEEDS_REVIEW = (
+    "SELECT route AS stream, entity_id AS entity, generation, last_applied, "
+    "stopped_at_seq AS stopped_at, stop_reason AS reason "
+    "FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL ORDER BY updated_at"
+)
+NEEDS_REVIEW_COUNT = "SELECT count(*) FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL"

@@ -1,0 +1,74 @@
+"""One poll batch: decode every message, hand each event to its route, name what is left over.
+
+Pure apart from reading the messages: the routes are a dict built once at start-up
+(stream -> applier), so routing is one look-up per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Message, TopicPartition
+
+from consumer import deadletter
+from consumer.deadletter import DeadLetter
+from consumer.kinds import Applier, Refusal
+from schemas import DecodeError, Event, decode
+
+
+class Routing:
+    """The consumer's routes, started: each stream's applier, in the order they apply."""
+
+    def __init__(self, appliers: Sequence[Applier]) -> None:
+        self.appliers = list(appliers)
+        self.by_stream = {s: a for a in appliers for s in a.route.streams}
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A poll batch decoded and routed: each route's share, and what must be dead-lettered."""
+
+    messages: Sequence[Message]
+    shares: list[tuple[Applier, list[Event]]]
+    dead: list[DeadLetter]
+    # The message each event came in (by event id), and its value, for parking.
+    by_event: Mapping[str, Message]
+    raw: Mapping[str, bytes]
+
+    def letters(self, refusals: Sequence[Refusal]) -> list[DeadLetter]:
+        """Dead-letter copies of the messages the routes refused (or held), with the reason."""
+        return [DeadLetter(self.by_event[r.event.event_id], r.reason, r.detail) for r in refusals]
+
+
+def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Prepared:
+    """Decode every message; undecodable ones and those of unrouted streams become dead letters."""
+    shares: dict[int, list[Event]] = {id(a): [] for a in routing.appliers}
+    dead: list[DeadLetter] = []
+    by_event: dict[str, Message] = {}
+    raw: dict[str, bytes] = {}
+    for message in messages:
+        try:
+            event = decode(message.value(), max_bytes=max_bytes)
+        except DecodeError as exc:
+            dead.append(DeadLetter(message, exc.reason, exc.detail))
+            continue
+        applier = routing.by_stream.get(event.entity_type)
+        if applier is None:
+            detail = f"no route for stream {event.entity_type!r}"
+            dead.append(DeadLetter(message, deadletter.UNKNOWN_STREAM, detail))
+            continue
+        shares[id(applier)].append(event)
+        by_event[event.event_id] = message
+        raw[event.event_id] = message.value() or b""
+    routed = [(a, shares[id(a)]) for a in routing.appliers if shares[id(a)]]
+    return Prepared(messages, routed, dead, by_event, raw)
+
+
+def next_offsets(messages: Sequence[Message]) -> list[TopicPartition]:
+    """The offsets to commit once every message of the batch is done: last + 1 per partition."""
+    last: dict[tuple[str, int], int] = {}
+    for message in messages:
+        key = (message.topic() or "", message.partition() or 0)
+        last[key] = max(last.get(key, -1), message.offset() or 0)
+    return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]

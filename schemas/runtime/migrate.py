@@ -1,0 +1,105 @@
+"""Versioned SQL migrations, applied once each under an advisory lock.
+
+A migration set is a folder of ``NNNN_name.sql`` files that belongs to one package:
+the outbox's (``schemas.outbox``), the consumer's own tables, the example service.
+Applied versions are recorded in ``inorder_migrations`` in the connection's current
+schema, so running twice, or from several processes at once, applies each file once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
+
+import psycopg
+import structlog
+
+from schemas.errors import MigrationError
+
+log = structlog.get_logger(__name__)
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS inorder_migrations (
+    migration_set text        NOT NULL,
+    version       integer     NOT NULL,
+    name          text        NOT NULL,
+    applied_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (migration_set, version)
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSet:
+    """A named folder of migrations inside a package: ``<package>/<folder>/NNNN_name.sql``."""
+
+    name: str
+    package: str
+    folder: str = "migrations"
+
+    def files(self) -> Traversable:
+        """The folder holding the set's SQL files."""
+        return resources.files(self.package).joinpath(self.folder)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One SQL file of a migration set."""
+
+    migration_set: str
+    version: int
+    name: str
+    sql: str
+
+
+def available(migration_set: MigrationSet) -> list[Migration]:
+    """The migrations shipped in ``migration_set``, in version order."""
+    found = []
+    for entry in migration_set.files().iterdir():
+        if entry.name.endswith(".sql"):
+            version, _, name = entry.name.removesuffix(".sql").partition("_")
+            found.append(Migration(migration_set.name, int(version), name, entry.read_text()))
+    return sorted(found, key=lambda m: m.version)
+
+
+def apply(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[Migration]:
+    """Apply every pending migration of ``sets`` in one transaction; return those applied."""
+    applied: list[Migration] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_migrations'))")
+        conn.execute(_LEDGER)
+        for migration_set in sets:
+            done = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT version FROM inorder_migrations WHERE migration_set = %s",
+                    (migration_set.name,),
+                )
+            }
+            for migration in available(migration_set):
+                if migration.version not in done:
+                    _run(conn, migration)
+                    applied.append(migration)
+    return applied
+
+
+def _run(conn: psycopg.Connection[Any], migration: Migration) -> None:
+    try:
+        conn.execute(migration.sql.encode())
+    except psycopg.Error as exc:
+        raise MigrationError(
+            f"{migration.migration_set}/{migration.version:04d}_{migration.name}.sql: {exc}"
+        ) from exc
+    conn.execute(
+        "INSERT INTO inorder_migrations (migration_set, version, name) VALUES (%s, %s, %s)",
+        (migration.migration_set, migration.version, migration.name),
+    )
+    log.info(
+        "migration_applied",
+        migration_set=migration.migration_set,
+        version=migration.version,
+        name=migration.name,
+    )

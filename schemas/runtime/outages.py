@@ -1,0 +1,80 @@
+"""Waiting out a dependency that is down: which one it is, backoff, readiness, one log line.
+
+The relay, the consumer and the sweeper all pause this way: a failure marks the
+process unready naming the dependency, logs ``<dependency>_unavailable`` with the
+retry delay, and waits (beating the heartbeat) until the next try; the first
+success afterwards clears readiness and logs ``<program>_resumed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+import redis
+import structlog
+from confluent_kafka import KafkaException
+
+from schemas.runtime.backoff import Backoff
+from schemas.runtime.health import Health
+from schemas.runtime.logs import first_line
+
+log = structlog.get_logger(__name__)
+
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+# Failures that mean "try again later", never "this input is bad".
+DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
+DEPENDENCIES = ("postgres", "redis", "kafka")
+
+
+def dependency(exc: BaseException) -> str:
+    """``postgres``, ``redis`` or ``kafka``: the service ``exc`` came from."""
+    if isinstance(exc, psycopg.Error):
+        return "postgres"
+    if isinstance(exc, redis.RedisError):
+        return "redis"
+    return "kafka"
+
+
+class Outages:
+    """One process's way of waiting out outages; ``stopping`` ends a wait early."""
+
+    def __init__(self, name: str, health: Health, stopping: Callable[[], bool]) -> None:
+        self.name = name
+        self.health = health
+        self.stopping = stopping
+        self.backoff = Backoff()
+
+    def wait(
+        self,
+        exc: BaseException,
+        *,
+        on: str | None = None,
+        waiting: Callable[[float], None] | None = None,
+        **context: object,
+    ) -> str:
+        """Mark ``on`` (by default the dependency ``exc`` came from) down and wait the next delay.
+
+        ``waiting(deadline)`` replaces the plain sleep when the process has something to
+        keep alive meanwhile (a consumer polls to stay in its group); it is called until
+        the delay has passed or the process is stopping. Returns the dependency's name.
+        """
+        name = on or dependency(exc)
+        delay, detail = self.backoff.failed(), first_line(exc)
+        self.health.blocked(name, detail)
+        log.warning(f"{name}_unavailable", error=detail, retry_in_s=delay, **context)
+        if waiting is None:
+            self.health.sleep(delay, self.stopping)
+        else:
+            self.health.wait(delay, self.stopping, waiting)
+        return name
+
+    def recovered(self) -> bool:
+        """A try worked: clear readiness and the backoff; True if an outage just ended."""
+        if not self.backoff.failures:
+            return False
+        self.backoff.succeeded()
+        for name in DEPENDENCIES:
+            self.health.cleared(name)
+        log.info(f"{self.name}_resumed")
+        return True

@@ -1,0 +1,78 @@
+"""The life of every inorder process: arguments, health server, signals, the main loop.
+
+``serve`` is what each entry point ends with: the health and metrics endpoints in a
+thread, SIGTERM and SIGINT turned into ``stop()``, and ``run()`` until it returns.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn, Protocol
+
+import structlog
+
+from schemas.runtime.health import Health
+from schemas.runtime.health import serve as serve_http
+
+
+class Service(Protocol):
+    """A long-running process: ``run`` until ``stop`` is called, then return."""
+
+    def run(self) -> None:
+        """Do the work until ``stop``."""
+
+    def stop(self) -> None:
+        """Finish what is in hand and make ``run`` return."""
+
+
+def fail(program: str, lines: Sequence[str], code: int = 2) -> NoReturn:
+    """Stop with one line per problem on stderr, each naming the program."""
+    for line in lines:
+        sys.stderr.write(f"{program}: {line}\n")
+    raise SystemExit(code)
+
+
+def no_arguments(program: str, argv: Sequence[str] | None) -> None:
+    """Services are configured by the environment only: any argument stops start-up."""
+    if sys.argv[1:] if argv is None else argv:
+        fail(program, ["takes no arguments; it is configured by the environment"])
+
+
+def serve(
+    program: str,
+    health: Health,
+    host: str,
+    port: int,
+    service: Service,
+    run: Callable[[], None] | None = None,
+) -> None:
+    """Serve the endpoints, make SIGTERM and SIGINT call ``service.stop``, and run it.
+
+    ``run`` replaces ``service.run`` when the entry point wraps it (to turn start-up
+    errors into one line). A port that cannot be bound stops start-up with one line.
+    """
+    try:
+        server = serve_http(health, host, port)
+    except OSError as exc:
+        fail(
+            program,
+            [
+                f"cannot serve health and metrics on {host}:{port} ({exc.strerror}); "
+                "set INORDER_HTTP_PORT"
+            ],
+        )
+    log = structlog.get_logger(program)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info(f"{program.removeprefix('inorder-')}_stopping", signal=signal.Signals(signum).name)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("http_serving", host=host, port=server.server_address[1])
+    try:
+        (run or service.run)()
+    finally:
+        server.shutdown()
