@@ -77,10 +77,10 @@ class ConsumerService:
     # ------------------------------------------------------------------ start and stop
 
     def connect(self) -> None:
-        """Connect PostgreSQL (migrating the consumer's tables) and Redis, then every route.
+        """Connect PostgreSQL and Redis, check every route, then migrate the consumer's tables.
 
         ``RoutesError`` when a route does not fit the database, ``StoreNotDurableError``
-        when step routes would park in a Redis that can lose data.
+        when step routes would park in a Redis that can lose data; both before any change.
         """
         if self._conn is None:
             self._connect_postgres()
@@ -89,16 +89,12 @@ class ConsumerService:
             links = Links(self._conn, self._redis, self.settings.redis_key_prefix)
             for applier in self.routing.appliers:
                 applier.connect(links)
+            tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
 
     def _connect_postgres(self) -> None:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
         set_json_loads(orjson.loads, conn)
-        try:
-            tables.migrate(conn, self._migrations)
-        except Exception:
-            conn.close()
-            raise
         self._conn = conn
         self.health.cleared("postgres")
 

@@ -152,9 +152,16 @@ def tool(name: str) -> str:
 
 def admin(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
     """Run inorder-admin with the pipeline's environment."""
+    return run_tool("inorder-admin", env(p), *args)
+
+
+def run_tool(
+    name: str, environment: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run one of the project's console scripts to the end, capturing its output."""
     return subprocess.run(
-        [tool("inorder-admin"), *args],
-        env=env(p),
+        [tool(name), *args],
+        env=environment,
         capture_output=True,
         text=True,
         timeout=120,
