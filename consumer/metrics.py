@@ -123,8 +123,10 @@ class Gauges:
                 self._labels.add(label)
 
     def _reviews(self, conn: psycopg.Connection[Any]) -> None:
+        if self._reviews_sql is None:
+            return
         try:
-            row = conn.execute(self._reviews_sql or "").fetchone()
+            row = conn.execute(self._reviews_sql).fetchone()
         except psycopg.OperationalError:
             return  # the next batch notices and pauses
         NEEDS_REVIEW.set(row[0] if row else 0)

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
-import orjson
 
 from schemas.errors import PayloadError, SchemaDefinitionError, UnknownEventTypeError
 from schemas.files import payload_schemas
@@ -48,11 +46,6 @@ class PayloadSchemas:
     def add(self, event_type: str, schema: Mapping[str, Any]) -> None:
         """Register (or replace) the schema of one event type."""
         self._validators[event_type] = validator_for(schema)
-
-    def add_directory(self, directory: Path) -> None:
-        """Register every ``<event_type>.schema.json`` file in ``directory``."""
-        for path in sorted(directory.glob("*.schema.json")):
-            self.add(path.name.removesuffix(".schema.json"), orjson.loads(path.read_bytes()))
 
     def __contains__(self, event_type: object) -> bool:
         return event_type in self._validators

@@ -45,6 +45,23 @@ class Route(Protocol):
         """Kafka topics the route writes to (created at start-up with the others)."""
 
 
+class OneStream:
+    """For route dataclasses that take their own stream only and write only to PostgreSQL."""
+
+    __slots__ = ()
+    stream: str
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The one entity stream this route takes."""
+        return (self.stream,)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """None: the route writes only to PostgreSQL."""
+        return ()
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """An event a route could not use: a stable reason code and what exactly was wrong."""

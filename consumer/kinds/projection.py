@@ -27,7 +27,7 @@ from psycopg import sql
 
 from consumer.deadletter import PROJECTION_REJECTED
 from consumer.errors import RoutesError
-from consumer.kinds._base import Conn, Kind, Links, Outcome, Refusal
+from consumer.kinds._base import Conn, Kind, Links, OneStream, Outcome, Refusal
 from consumer.kinds._spec import Spec, default
 from schemas import Event
 from schemas.runtime.logs import first_line
@@ -36,7 +36,7 @@ _SETTINGS = {"table", "key", "columns", "generation_column", "seq_column", "enti
 
 
 @dataclass(frozen=True, slots=True)
-class ProjectionRoute:
+class ProjectionRoute(OneStream):
     """Last writer wins: keep the newest (generation, seq) of each entity in one table row."""
 
     stream: str
@@ -48,16 +48,6 @@ class ProjectionRoute:
     # For a table shared by several streams: a column that holds the entity_type.
     entity_type_column: str | None = None
     kind: str = field(default="projection", init=False)
-
-    @property
-    def streams(self) -> tuple[str, ...]:
-        """The one entity stream this route takes."""
-        return (self.stream,)
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        """None: the route writes only to PostgreSQL."""
-        return ()
 
     @property
     def schema_and_table(self) -> tuple[str | None, str]:

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from consumer.errors import RoutesError
+from consumer.kinds._base import OneStream
 from consumer.kinds._spec import Spec
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -53,7 +54,7 @@ class Handler:
 
 
 @dataclass(frozen=True, slots=True)
-class StepRoute:
+class StepRoute(OneStream):
     """Ordered steps: every event applied once, in seq order; early arrivals are parked."""
 
     stream: str
@@ -61,16 +62,6 @@ class StepRoute:
     max_parked: int = 1000
     park_ttl_s: int = 7 * 86_400
     kind: str = field(default="step", init=False)
-
-    @property
-    def streams(self) -> tuple[str, ...]:
-        """The one entity stream this route takes."""
-        return (self.stream,)
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        """None: the route writes only to PostgreSQL."""
-        return ()
 
 
 # fn(conn, event), or fn(conn, events) for a handler declared ``many``.
