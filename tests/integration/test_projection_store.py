@@ -47,7 +47,7 @@ def test_any_permutation_with_duplicates_converges_to_the_newest(
                 outcome = apply(conn, table, delivered[start:end])
             applied += len(outcome.applied)
             stale += len(outcome.stale)
-            assert not outcome.rejected
+            assert not outcome.refused
     assert cs.view(view)["s1"] == (1, 50, events[-1].payload["plan"], 5000, "active")
     assert stale == len(delivered) - applied
 
@@ -75,7 +75,7 @@ def test_recreated_entity_wins_over_the_old_generation(view: PgSchema) -> None:
 
 
 def test_value_the_column_refuses_rejects_only_that_event(view: PgSchema) -> None:
-    """An event whose value does not fit its column is rejected alone; the batch's others apply."""
+    """An event whose value does not fit its column is refused alone; the batch's others apply."""
     table = _table(view)
     events = [
         cs.plan_event("s1", 1),
@@ -84,7 +84,7 @@ def test_value_the_column_refuses_rejects_only_that_event(view: PgSchema) -> Non
     with view.connect(autocommit=True) as conn, conn.transaction():
         outcome = apply(conn, table, events)
     assert [e.entity_id for e in outcome.applied] == ["s1"]
-    assert [(e.entity_id, "integer" in why) for e, why in outcome.rejected] == [("s2", True)]
+    assert [(r.event.entity_id, "integer" in r.detail) for r in outcome.refused] == [("s2", True)]
 
 
 def _with_payload(event, payload):

@@ -211,7 +211,7 @@ def test_claim_advances_only_entities_still_where_the_plan_found_them(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     """Claims from a stale start or on a stopped entity change nothing and are not returned."""
-    store = ss.runner(redis_client, redis_prefix, ss.routes_text()).stores[ss.STREAM]
+    store = ss.runner(redis_client, redis_prefix, ss.routes_text()).store
     with steps_db.connect() as conn:
         store.lock(conn, {e: ss.step(1, e) for e in ("a", "b", "c")})
         store.claim_many(conn, [(e, Progress(1, 0), Progress(1, 5)) for e in ("a", "b", "c")])
