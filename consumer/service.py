@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from psycopg.types.json import set_json_loads
 
 from consumer import deadletter, metrics, tables
-from consumer.errors import DependencyDownError, RoutesError, StoreNotDurableError
+from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
 from consumer.kinds.steps.parking import durability_problem
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
@@ -103,7 +103,7 @@ class ConsumerService:
         if not self._needs_redis or self._redis is not None:
             return
         if self.settings.redis_url is None:
-            raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
+            return  # the routes that park say so when they are connected
         client = redis.Redis.from_url(
             self.settings.redis_url.get_secret_value(),
             socket_timeout=10,
@@ -290,11 +290,12 @@ class ConsumerService:
         now = time.time()
         for applier, outcome in outcomes:
             outcome.count(applier.route.stream)
-            for event in outcome.applied:
-                message = prepared.by_event.get(event.event_id)
-                if message is not None:  # drained events arrived in an earlier batch
-                    sent_at = message.timestamp()[1] / 1000
-                    metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
+            # Latency per entity: how late its state shows its newest event of this batch
+            # (drained events arrived in an earlier batch and have no message here).
+            newest = {e.entity_id: e for e in outcome.applied if e.event_id in prepared.by_event}
+            for event in newest.values():
+                sent_at = prepared.by_event[event.event_id].timestamp()[1] / 1000
+                metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
 
     # ------------------------------------------------------------------ dependencies
 
