@@ -27,15 +27,9 @@ __all__ = [
     "ProjectionRoute",
     "Route",
     "StepRoute",
-    "kind_of",
     "parse_routes",
     "read_routes",
 ]
-
-
-def kind_of(route: Route, kinds: Mapping[str, Kind] = KINDS) -> Kind:
-    """The registry entry of a route's kind."""
-    return kinds[route.kind]
 
 
 def _route(problems: list[str], index: int, values: Any, kinds: Mapping[str, Kind]) -> Route | None:
