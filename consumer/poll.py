@@ -24,6 +24,20 @@ class Routing:
         self.appliers = list(appliers)
         self.by_stream = {s: a for a in appliers for s in a.route.streams}
 
+    def split(
+        self, events: Sequence[Event]
+    ) -> tuple[list[tuple[Applier, list[Event]]], list[Event]]:
+        """Each route's share of ``events``, in the order routes apply; and what no route takes."""
+        shares: dict[int, list[Event]] = {id(a): [] for a in self.appliers}
+        unrouted: list[Event] = []
+        for event in events:
+            applier = self.by_stream.get(event.entity_type)
+            if applier is None:
+                unrouted.append(event)
+            else:
+                shares[id(applier)].append(event)
+        return [(a, shares[id(a)]) for a in self.appliers if shares[id(a)]], unrouted
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -43,7 +57,7 @@ class Prepared:
 
 def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Prepared:
     """Decode every message; undecodable ones and those of unrouted streams become dead letters."""
-    shares: dict[int, list[Event]] = {id(a): [] for a in routing.appliers}
+    events: list[Event] = []
     dead: list[DeadLetter] = []
     by_event: dict[str, Message] = {}
     raw: dict[str, bytes] = {}
@@ -53,16 +67,14 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
         except DecodeError as exc:
             dead.append(DeadLetter(message, exc.reason, exc.detail))
             continue
-        applier = routing.by_stream.get(event.entity_type)
-        if applier is None:
-            detail = f"no route for stream {event.entity_type!r}"
-            dead.append(DeadLetter(message, deadletter.UNKNOWN_STREAM, detail))
-            continue
-        shares[id(applier)].append(event)
+        events.append(event)
         by_event[event.event_id] = message
         raw[event.event_id] = message.value() or b""
-    routed = [(a, shares[id(a)]) for a in routing.appliers if shares[id(a)]]
-    return Prepared(messages, routed, dead, by_event, raw)
+    shares, unrouted = routing.split(events)
+    for event in unrouted:
+        detail = f"no route for stream {event.entity_type!r}"
+        dead.append(DeadLetter(by_event[event.event_id], deadletter.UNKNOWN_STREAM, detail))
+    return Prepared(messages, shares, dead, by_event, raw)
 
 
 def next_offsets(messages: Sequence[Message]) -> list[TopicPartition]:

@@ -162,6 +162,8 @@ class ConsumerService:
             self._producer.flush(10)
         if self._conn is not None:
             self._conn.close()
+        if self._redis is not None:
+            self._redis.close()
         log.info("consumer_stopped")
 
     # ------------------------------------------------------------------ rebalances

@@ -1,0 +1,64 @@
+"""pytest fixtures for testing routes with ``consumer.testing`` (loaded as the ``inorder`` plugin).
+
+``inorder_database_url`` and ``inorder_redis`` come from ``DATABASE_URL`` and ``REDIS_URL``;
+``inorder_driver(routes, setup=None)`` gives a ``RouteDriver`` on a schema of its own,
+dropped (with its Redis keys) when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from consumer.kinds import Route
+from consumer.testing._driver import RouteDriver
+from consumer.testing._orders import scratch
+
+DriverFactory = Callable[..., RouteDriver]
+
+
+@pytest.fixture
+def inorder_database_url() -> str:
+    """The PostgreSQL the routes are tested on: ``DATABASE_URL``."""
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        pytest.fail("set DATABASE_URL to a PostgreSQL where tests may create schemas")
+    return url
+
+
+@pytest.fixture
+def inorder_redis() -> Iterator[redis.Redis | None]:
+    """A client of ``REDIS_URL`` for step routes' parking, or None when it is not set."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        yield None
+        return
+    client = redis.Redis.from_url(url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def inorder_driver(
+    inorder_database_url: str, inorder_redis: redis.Redis | None
+) -> Iterator[DriverFactory]:
+    """Make drivers: ``inorder_driver(routes, setup=create_tables)``, each on a fresh schema."""
+    with ExitStack() as stack:
+
+        def make(
+            routes: str | Path | Sequence[Route],
+            setup: Callable[[psycopg.Connection[Any]], None] | None = None,
+        ) -> RouteDriver:
+            conn, prefix = stack.enter_context(scratch(inorder_database_url, inorder_redis))
+            if setup is not None:
+                setup(conn)
+            return RouteDriver(routes, conn, inorder_redis, key_prefix=prefix)
+
+        yield make

@@ -1,0 +1,125 @@
+"""consumer.testing: users' routes driven without Kafka, checked under any arrival order."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from consumer.testing import OrderDependenceError, check_order_independence, event
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import consumer_support as cs
+from tests.integration import route_checks as rc
+from tests.support.kafka import wait_until
+from tests.support.services import Services
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(conn, table: str, columns: list[str] | None) -> list[tuple]:
+    names = ", ".join(columns) if columns else "*"
+    return sorted(conn.execute(f"SELECT {names} FROM {table}").fetchall())  # noqa: S608
+
+
+def test_the_example_services_routes_are_order_independent(
+    services: Services, redis_client: redis.Redis
+) -> None:
+    """The example projection and step handlers give the in-order rows for every arrival."""
+    check_order_independence(
+        rc.EXAMPLE_ROUTES,
+        rc.example_events(),
+        database_url=services.database_url,
+        tables=rc.EXAMPLE_TABLES,
+        setup=rc.create_example_tables,
+        redis_client=redis_client,
+        max_examples=20,
+    )
+
+
+def test_a_handler_that_depends_on_arrival_order_is_caught_with_the_smallest_order(
+    services: Services, redis_client: redis.Redis
+) -> None:
+    """Appending across entities is caught, with the smallest arrival: b in one batch, a next."""
+    events = [event("a", 1, "post.published"), event("b", 1, "post.published")]
+    with pytest.raises(OrderDependenceError) as caught:
+        check_order_independence(
+            rc.FEED_ROUTES,
+            events,
+            database_url=services.database_url,
+            tables={"feed": None},
+            setup=rc.create_feed,
+            redis_client=redis_client,
+        )
+    message = str(caught.value)
+    assert "feed differs from the in-order result after this arrival" in message
+    assert "(poll batches split by |): b#1 | a#1\n" in message
+    assert "[(1, ['a#1', 'b#1'])]" in message  # the in-order row, not found
+
+
+def test_the_driver_ends_where_the_real_consumer_ends(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+    inorder_driver,
+) -> None:
+    """The same shuffled events with duplicates: the driver's rows equal the consumer's."""
+    events = rc.example_events()
+    arrival = events + random.Random(7).sample(events, 5)
+    random.Random(11).shuffle(arrival)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(rc.EXAMPLE_ROUTES)
+    with pg_schema.connect(autocommit=True) as conn:
+        rc.create_example_tables(conn)
+    topic = topic_factory("events")
+    settings = cs.settings_for(
+        pg_schema,
+        services.kafka_bootstrap,
+        routes,
+        topic,
+        topic_factory("dlq"),
+        REDIS_URL=services.redis_url,
+        redis_key_prefix=redis_prefix.rstrip(":"),
+        held_topic=topic_factory("held"),
+    )
+
+    def done(conn) -> bool:
+        seats = _rows(conn, "seat_totals", None)
+        views = _rows(conn, "billing_view", ["seq"])
+        return [s[2] for s in seats] == [4, 4] and views == [(3,), (3,)]
+
+    with pg_schema.connect(autocommit=True) as conn, cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, arrival)
+        wait_until(lambda: done(conn))
+        consumer = {t: _rows(conn, t, c) for t, c in rc.EXAMPLE_TABLES.items()}
+    driver = inorder_driver(rc.EXAMPLE_ROUTES, setup=rc.create_example_tables)
+    for start in range(0, len(arrival), 4):
+        driver.send(arrival[start : start + 4])
+    driven = {t: _rows(driver.conn, t, c) for t, c in rc.EXAMPLE_TABLES.items()}
+    assert driven == consumer
+    assert consumer["seat_totals"] == [("s1", 1, 4), ("s2", 1, 4)]
+
+
+def test_the_readme_example_runs_as_a_users_test(services: Services, tmp_path: Path) -> None:
+    """The README's test file, run by pytest with the inorder plugin's fixtures, passes."""
+    readme = (ROOT / "README.md").read_text()
+    [code] = re.findall(r"<!-- readme-test: routes -->\n```python\n(.*?)```", readme, re.S)
+    (tmp_path / "test_my_routes.py").write_text(code)
+    env = {"DATABASE_URL": services.database_url, "REDIS_URL": services.redis_url, "PATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
