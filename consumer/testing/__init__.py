@@ -4,11 +4,27 @@
 PostgreSQL connection (and a real Redis for step routes), one poll batch per ``send``;
 ``event`` builds events without envelopes; ``check_order_independence`` applies events
 in order once, then in many arrival orders (Hypothesis, seeded, shrinking), and fails
-with the smallest arrival that leaves different rows. Needs the ``testing`` extra.
+with the smallest arrival that leaves different rows. The order checks need the
+``testing`` extra (Hypothesis); they are imported when first used, so the pytest plugin
+and the driver work without it.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from consumer.testing._driver import RouteDriver, Sent, event
-from consumer.testing._orders import OrderDependenceError, arrivals, check_order_independence
+from consumer.testing._scratch import scratch
+
+if TYPE_CHECKING:
+    from consumer.testing._orders import (
+        OrderDependenceError,
+        arrivals,
+        check_order_independence,
+    )
+
+_NEED_HYPOTHESIS = ("OrderDependenceError", "arrivals", "check_order_independence")
 
 __all__ = [
     "OrderDependenceError",
@@ -17,4 +33,11 @@ __all__ = [
     "arrivals",
     "check_order_independence",
     "event",
+    "scratch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEED_HYPOTHESIS:
+        return getattr(import_module("consumer.testing._orders"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

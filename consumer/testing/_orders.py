@@ -7,7 +7,6 @@ draws the orders (seeded) and shrinks a failure to the smallest arrival it can f
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import pairwise
@@ -23,6 +22,7 @@ from psycopg import sql
 from consumer.errors import ConsumerError
 from consumer.kinds import KINDS, Kind, Route
 from consumer.testing._driver import RouteDriver
+from consumer.testing._scratch import scratch
 from schemas import Event
 
 Setup = Callable[[psycopg.Connection[Any]], None]
@@ -46,28 +46,6 @@ def arrivals(draw: st.DrawFn, count: int, *, duplicates: bool = True) -> Arrival
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(order) - 1)), max_size=len(order))))
     bounds = [0, *(c for c in cuts if c < len(order)), len(order)]
     return [order[a:b] for a, b in pairwise(bounds) if b > a]
-
-
-@contextmanager
-def scratch(
-    database_url: str, client: redis.Redis | None = None
-) -> Iterator[tuple[psycopg.Connection[Any], str]]:
-    """A connection to a new schema, and a Redis key prefix, both removed afterwards."""
-    name = f"inorder_scratch_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(
-            database_url, autocommit=True, options=f"-c search_path={name}"
-        ) as conn:
-            yield conn, name
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
-        if client is not None:
-            keys = list(client.scan_iter(match=f"{name}:*", count=1000))
-            if keys:
-                client.delete(*keys)
 
 
 class _Run:

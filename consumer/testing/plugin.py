@@ -19,7 +19,7 @@ import redis
 
 from consumer.kinds import Route
 from consumer.testing._driver import RouteDriver
-from consumer.testing._orders import scratch
+from consumer.testing._scratch import scratch
 
 DriverFactory = Callable[..., RouteDriver]
 

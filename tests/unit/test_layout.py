@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,17 @@ def test_the_consumer_has_at_most_sixteen_modules_at_its_top() -> None:
     top = [p for p in (ROOT / "consumer").iterdir() if p.suffix == ".py"]
     packages = [p for p in (ROOT / "consumer").iterdir() if (p / "__init__.py").exists()]
     assert len(top) + len(packages) <= 16
+
+
+def test_the_pytest_plugin_loads_without_hypothesis() -> None:
+    """Installing inorder must not break pytest for users without the testing extra."""
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "import consumer.testing.plugin, consumer.testing as t\n"
+        "assert t.RouteDriver and t.event\n"
+        "try:\n    t.check_order_independence\nexcept ImportError:\n    print('lazy')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "lazy"), done.stderr

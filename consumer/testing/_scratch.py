@@ -1,0 +1,34 @@
+"""A scratch schema (and Redis key prefix) for one test or one arrival order, removed after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import redis
+from psycopg import sql
+
+
+@contextmanager
+def scratch(
+    database_url: str, client: redis.Redis | None = None
+) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """A connection to a new schema, and a Redis key prefix, both removed afterwards."""
+    name = f"inorder_scratch_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(
+            database_url, autocommit=True, options=f"-c search_path={name}"
+        ) as conn:
+            yield conn, name
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+        if client is not None:
+            keys = list(client.scan_iter(match=f"{name}:*", count=1000))
+            if keys:
+                client.delete(*keys)
