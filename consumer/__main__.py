@@ -22,6 +22,7 @@ from consumer.sweeper.service import Sweeper
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
+from schemas.runtime.outages import DOWN
 from schemas.runtime.process import fail, no_arguments, serve
 
 CONSUMER = "inorder-consumer"
@@ -82,9 +83,8 @@ def sweeper_main(argv: list[str] | None = None) -> None:
         sweeper.connect()
     except RoutesError as exc:
         fail(SWEEPER, exc.problems)
-    except (psycopg.OperationalError, redis.ConnectionError) as exc:
-        fail(SWEEPER, [f"cannot start: {logs.first_line(exc)}"])
-    log.info("sweeper_started", holder=sweeper.io.lease.holder)
+    except DOWN as exc:  # run() waits it out, unready meanwhile
+        log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")
     serve(SWEEPER, health, settings.http_host, settings.http_port, sweeper)
 
 

@@ -96,8 +96,12 @@ class Sweeper:
     def connect(self) -> None:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
-        set_json_loads(orjson.loads, conn)
-        tables.migrate(conn, self._migrations)
+        try:
+            set_json_loads(orjson.loads, conn)
+            tables.migrate(conn, self._migrations)
+        except BaseException:
+            conn.close()
+            raise
         if self.settings.redis_url is None:
             raise ValueError("REDIS_URL is required by the sweeper")
         client = redis.Redis.from_url(
@@ -134,6 +138,13 @@ class Sweeper:
         """
         due = {"sweep": 0.0, "gauges": 0.0}
         try:
+            while not self._stopping and self._links is None:
+                try:  # a dependency down at start-up is waited out like any other outage
+                    self.connect()
+                except DOWN as exc:
+                    self._outages.wait(exc)
+            if self._links is not None:
+                log.info("sweeper_started", holder=self.io.lease.holder)
             while not self._stopping:
                 self.health.beat()
                 try:
@@ -172,6 +183,8 @@ class Sweeper:
         log.info("postgres_reconnected")
 
     def _close(self) -> None:
+        if self._links is None:
+            return
         io = self.io
         metrics.SWEEPER_ACTIVE.set(0)
         with suppress(*DOWN):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
+from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
 from tests.support.kafka import drain, wait_until
@@ -158,3 +161,40 @@ def test_unanswered_requests_back_off_then_hand_the_gap_to_a_person(
     assert len(sent) == 2
     assert sent[1].timestamp()[1] - sent[0].timestamp()[1] >= 400  # waited ~0.5 s before repeating
     assert ss.progress(pg_schema)[2] is True
+
+
+def test_sweeper_started_without_postgres_waits_unready_instead_of_exiting(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """PostgreSQL unreachable at start-up: the sweeper stays up, unready, and stops cleanly."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    port = rs.free_port()
+    dead = f"postgresql://inorder@127.0.0.1:{rs.free_port()}/inorder"
+    env = {**sw.env(p), "DATABASE_URL": dead, "INORDER_HTTP_PORT": str(port)}
+    log = tmp_path / "sweeper.log"
+    with log.open("ab") as sink:
+        process = subprocess.Popen([sw.tool("inorder-sweeper")], env=env, stdout=sink, stderr=sink)
+    try:
+
+        def readyz() -> tuple[int, str] | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+                    return (200, "")
+            except urllib.error.HTTPError as exc:
+                return (exc.code, exc.read().decode())
+            except OSError:
+                return None
+
+        status, body = wait_until(readyz)
+        assert status == 503
+        assert "postgres:" in body
+        wait_until(lambda: "postgres_unavailable" in log.read_text(), timeout_s=15)
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+    assert code == 0, log.read_text()
