@@ -239,11 +239,17 @@ def _lag(group: str) -> int:
 
 
 def _settled(db: str, group: str) -> bool:
+    # In this order: every row sent (so it is in Kafka), then no lag (a consumer parks before
+    # it commits the offset, so every sent event is applied or parked by now), then nothing
+    # parked, no gap open and no batch waiting.
+    with psycopg.connect(db) as conn:
+        unsent = conn.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetchone()
+    if unsent != (0,) or _lag(group) != 0:
+        return False
     with psycopg.connect(db) as conn:
         row = conn.execute(
-            "SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL), (SELECT count(*) "
-            "FROM inorder_gaps WHERE status IN ('open', 'requested')), (SELECT count(*) "
-            "FROM inorder_batches WHERE status = 'waiting')"
+            "SELECT (SELECT count(*) FROM inorder_gaps WHERE status IN ('open', 'requested')), "
+            "(SELECT count(*) FROM inorder_batches WHERE status = 'waiting')"
         ).fetchone()
     _, _, redis_url = _urls()
     client = redis.Redis.from_url(redis_url)
@@ -251,7 +257,7 @@ def _settled(db: str, group: str) -> bool:
         parked = client.zcard(f"{PREFIX}:parkindex:seat_ledger")  # read directly, not the gauge
     finally:
         client.close()
-    return row == (0, 0, 0) and parked == 0 and _lag(group) == 0
+    return row == (0, 0) and parked == 0
 
 
 def _summary(db: str, produced: int, peak: float, lost: str, audit: Any) -> Table:

@@ -307,11 +307,13 @@ class Pipeline:
 
         def settled() -> bool:
             try:
+                # In this order: every row sent, then no lag (consumers park before they
+                # commit offsets), so the parked count read last includes every sent event.
                 return (
                     self._pending_rows() == 0
+                    and self.lag() == 0
                     and self.gaps() == 0
                     and self.parked() == 0
-                    and self.lag() == 0
                 )
             except (psycopg.OperationalError, redis.ConnectionError):
                 return False  # a service is still coming back
