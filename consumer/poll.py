@@ -13,16 +13,30 @@ from confluent_kafka import Message, TopicPartition
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
-from consumer.kinds import Applier, Refusal
+from consumer.kinds import KINDS, Applier, Kind, Links, Refusal, Route
 from schemas import DecodeError, Event, decode
 
 
 class Routing:
     """The consumer's routes, started: each stream's applier, in the order they apply."""
 
-    def __init__(self, appliers: Sequence[Applier]) -> None:
+    def __init__(self, appliers: Sequence[Applier], kinds: Sequence[Kind] = ()) -> None:
         self.appliers = list(appliers)
         self.by_stream = {s: a for a in appliers for s in a.route.streams}
+        # The registry entries of the routes' kinds (what they need: Redis, migrations).
+        self.kinds = list(kinds)
+
+    @classmethod
+    def start(cls, routes: Sequence[Route], kinds: Mapping[str, Kind] = KINDS) -> Routing:
+        """Start every route's applier (handlers imported), in the order the registry applies."""
+        order = list(kinds)
+        ordered = sorted(routes, key=lambda r: order.index(r.kind))
+        return cls([kinds[r.kind].start(r) for r in ordered], [kinds[r.kind] for r in ordered])
+
+    def connect(self, links: Links) -> None:
+        """Check every route against the database (and bind Redis where a kind parks)."""
+        for applier in self.appliers:
+            applier.connect(links)
 
     def split(
         self, events: Sequence[Event]

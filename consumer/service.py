@@ -49,14 +49,10 @@ class ConsumerService:
     ) -> None:
         self.settings = settings
         self.health = health
-        order = list(kinds)
-        # Each route's applier, started once (handlers imported: an unimportable one is a
-        # start-up error), in the order the registry applies kinds.
-        ordered = sorted(routes, key=lambda r: order.index(r.kind))
-        self.routing = Routing([kinds[r.kind].start(r) for r in ordered])
-        used = [kinds[r.kind] for r in ordered]
-        self._needs_redis = any(k.needs_redis for k in used)
-        self._migrations = tables.migration_sets(used)
+        # Started once: an unimportable handler is a start-up error.
+        self.routing = Routing.start(routes, kinds)
+        self._needs_redis = any(k.needs_redis for k in self.routing.kinds)
+        self._migrations = tables.migration_sets(self.routing.kinds)
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
         self._redis: redis.Redis | None = None
@@ -64,7 +60,7 @@ class ConsumerService:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._offsets = Offsets()
-        steps = any(r.kind == "step" for r in ordered)
+        steps = any(k.name == "step" for k in self.routing.kinds)
         self._gauges = metrics.Gauges(reviews=NEEDS_REVIEW_COUNT if steps else None)
         self._outages = Outages("consumption", health, lambda: self._stopping)
         self._paused = False
@@ -86,9 +82,7 @@ class ConsumerService:
             self._connect_postgres()
         self._connect_redis()
         if not self._routes_connected and self._conn is not None:
-            links = Links(self._conn, self._redis, self.settings.redis_key_prefix)
-            for applier in self.routing.appliers:
-                applier.connect(links)
+            self.routing.connect(Links(self._conn, self._redis, self.settings.redis_key_prefix))
             tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
 

@@ -73,13 +73,10 @@ class RouteDriver:
             routes = read_routes(routes, kinds)
         elif isinstance(routes, str):
             routes = parse_routes(routes, "routes", kinds)
-        order = list(kinds)
-        ordered = sorted(routes, key=lambda r: order.index(r.kind))
         self.conn = conn
-        self.routing = Routing([kinds[r.kind].start(r) for r in ordered])
-        for applier in self.routing.appliers:
-            applier.connect(Links(conn, client, key_prefix))
-        tables.migrate(conn, tables.migration_sets([kinds[r.kind] for r in ordered]))
+        self.routing = Routing.start(routes, kinds)
+        self.routing.connect(Links(conn, client, key_prefix))
+        tables.migrate(conn, tables.migration_sets(self.routing.kinds))
 
     def send(self, events: Sequence[Event]) -> Sent:
         """Apply ``events`` as one poll batch; duplicates and any order are allowed."""
