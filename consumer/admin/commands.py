@@ -122,15 +122,16 @@ class Admin:
     # ------------------------------------------------------------------ helpers
 
     def entity(self, ref: str) -> tuple[StepApplier, str]:
-        """Split ``stream:entity_id`` and start the stream's step route (handlers imported)."""
+        """Split ``stream:entity_id`` and start the stream's step route (handlers imported).
+
+        Redis is opened only by the commands that drain the entity afterwards.
+        """
         stream, sep, entity_id = ref.partition(":")
         if not sep or not entity_id:
             raise AdminError(f"{ref!r} is not stream:entity_id")
         if stream not in self.steps:
             raise AdminError(f"{stream!r} is not a step route in {self.settings.routes_file}")
-        applier = StepApplier(self.steps[stream])
-        applier.connect(Links(self.conn, self.redis, self.settings.redis_key_prefix))
-        return applier, entity_id
+        return StepApplier(self.steps[stream]), entity_id
 
     def progress_row(self, applier: StepApplier, entity_id: str) -> tuple[int, int, int | None]:
         """Lock and return (generation, last_applied, stopped_at_seq) of a known entity."""
@@ -313,6 +314,7 @@ class Admin:
 
     def _drain(self, applier: StepApplier, entity_id: str) -> None:
         """Apply whatever became due for the entity, and count it as the consumer would."""
+        applier.connect(Links(self.conn, self.redis, self.settings.redis_key_prefix))
         applier.drain(self.conn, [entity_id]).count(applier.route.stream)
 
 
