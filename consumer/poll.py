@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
@@ -67,6 +67,22 @@ class Prepared:
     def letters(self, refusals: Sequence[Refusal]) -> list[DeadLetter]:
         """Dead-letter copies of the messages the routes refused (or held), with the reason."""
         return [DeadLetter(self.by_event[r.event.event_id], r.reason, r.detail) for r in refusals]
+
+
+def take(consumer: Consumer, batch_size: int, wait_s: float, linger_s: float) -> list[Message]:
+    """The next poll batch: what has arrived, without waiting for more.
+
+    Blocks only while nothing at all has been fetched (up to ``wait_s``); once one
+    message is there, takes what else is already in the local queue, up to
+    ``batch_size``. A quiet topic is handled event by event and a backlog still comes
+    in full batches, so batching costs latency only when there is something to batch.
+    ``linger_s`` > 0 waits instead up to that long after the first message for the
+    batch to fill.
+    """
+    first = consumer.consume(num_messages=1, timeout=wait_s)
+    if not first or batch_size == 1:
+        return list(first)
+    return [*first, *consumer.consume(num_messages=batch_size - 1, timeout=linger_s)]
 
 
 def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Prepared:

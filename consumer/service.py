@@ -24,7 +24,7 @@ from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
 from consumer.kinds.steps.parking import durability_problem
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
-from consumer.poll import Prepared, Routing, next_offsets, prepare
+from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency
@@ -126,10 +126,22 @@ class ConsumerService:
                 "enable.idempotence": True,
                 "acks": "all",
                 "message.max.bytes": dlq_max,
+                # Dead letters are flushed right after each batch, and a flush sends at once
+                # whatever linger.ms says; lingering would only delay the offset commit.
+                "linger.ms": 0,
             }
         )
         self._consumer = Consumer(
             {
+                # The broker answers a fetch as soon as one byte is there (fetch.min.bytes),
+                # so these do not delay an event; they are set for what they do bound.
+                "fetch.min.bytes": 1,
+                # How long an empty fetch is held by the broker. A partition assigned or
+                # resumed meanwhile joins the next fetch, so this bounds its first delay.
+                "fetch.wait.max.ms": 100,
+                # Prefetched per partition: enough that a backlog fills every batch, not the
+                # default 100,000 messages per partition held in memory.
+                "queued.min.messages": max(2 * self.settings.batch_size, 1000),
                 **config,
                 "client.id": "inorder-consumer",
                 "group.id": self.settings.group_id,
@@ -216,8 +228,11 @@ class ConsumerService:
         return self._consumer
 
     def _poll_once(self) -> None:
-        messages = self._kafka_consumer.consume(
-            num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout_ms / 1000
+        messages = take(
+            self._kafka_consumer,
+            self.settings.batch_size,
+            self.settings.poll_timeout_ms / 1000,
+            self.settings.batch_linger_ms / 1000,
         )
         self.health.beat()
         self._gauges.refresh(self._consumer, self._conn)

@@ -43,10 +43,15 @@ class ConsumerSettings(KafkaClientSettings):
     park_store_trusted: bool = False
     # Events refused by a full parking set go here, with the reason.
     held_topic: str = DEFAULT_TOPICS.held
-    # Messages taken per poll, and how long one poll may wait for them: a batch that does
-    # not fill waits this long, so it bounds the latency a quiet stream adds.
+    # Most messages applied in one batch. A batch is what has already arrived: a quiet
+    # topic is applied event by event, a backlog in batches of this size.
     batch_size: int = Field(default=1000, ge=1, le=100_000)
+    # How long one poll blocks while nothing at all has arrived; it paces only an idle
+    # consumer's dependency checks, never an event that is there.
     poll_timeout_ms: int = Field(default=100, ge=1, le=60_000)
+    # 0: apply what has arrived at once. Above 0: after its first message, a batch waits up
+    # to this long to fill to batch_size (100 is the fixed wait batches had before).
+    batch_linger_ms: int = Field(default=0, ge=0, le=60_000)
     # Values larger are dead-lettered as too large (the codec's cap).
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
     # Dead-letter copies are cut to this size; the original stays in its topic.
