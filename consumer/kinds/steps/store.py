@@ -50,11 +50,13 @@ class StepStore:
             "ON CONFLICT DO NOTHING",
             (self.route.stream, _json([{"e": i, "g": first_events[i].generation} for i in ids])),
         )
+        # = ANY(array) is an index scan; a join with a set-returning function would be
+        # planned as a scan of every progress row of the route.
         rows = conn.execute(
             "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
-            "FROM inorder_step_progress WHERE route = %s AND entity_id IN "
-            "(SELECT jsonb_array_elements_text(%s::jsonb)) ORDER BY entity_id FOR UPDATE",
-            (self.route.stream, _json(ids)),
+            "FROM inorder_step_progress WHERE route = %s AND entity_id = ANY(%s) "
+            "ORDER BY entity_id FOR UPDATE",
+            (self.route.stream, ids),
         ).fetchall()
         return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
 
@@ -84,8 +86,8 @@ class StepStore:
             " AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
             "u AS (UPDATE inorder_step_progress AS p SET generation = c.ng, "
             " last_applied = c.nl, updated_at = now() FROM c WHERE p.route = %s "
-            " AND p.entity_id = c.e AND p.generation = c.sg AND p.last_applied = c.sl "
-            " AND p.stopped_at_seq IS NULL RETURNING p.entity_id) "
+            " AND p.entity_id = ANY(%s) AND p.entity_id = c.e AND p.generation = c.sg "
+            " AND p.last_applied = c.sl AND p.stopped_at_seq IS NULL RETURNING p.entity_id) "
             "SELECT c.e FROM c WHERE NOT EXISTS (SELECT FROM u WHERE u.entity_id = c.e)",
             (
                 _json(
@@ -101,6 +103,8 @@ class StepStore:
                     ]
                 ),
                 self.route.stream,
+                # The same ids as an array, so the progress rows are found by index.
+                [e for e, _, _ in claims],
             ),
         ).fetchall()
         return {e for e, _, _ in claims} - {row[0] for row in rows}
