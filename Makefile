@@ -57,7 +57,11 @@ test: venv up
 test-faults: venv up
 	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
 
-bench: venv up
+$(BIN)/.bench: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: venv up $(BIN)/.bench
 	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks
 
 demo: venv up

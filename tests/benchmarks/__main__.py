@@ -22,7 +22,18 @@ from tests.benchmarks.result import BenchResult
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "bench-results.json"
-SUITES = ("stack", "codec", "emit", "relay", "consumer", "steps", "batches", "sweeper", "e2e")
+SUITES = (
+    "stack",
+    "codec",
+    "emit",
+    "relay",
+    "consumer",
+    "steps",
+    "batches",
+    "sweeper",
+    "e2e",
+    "latency",
+)
 
 
 def _machine() -> dict[str, object]:

@@ -1,0 +1,509 @@
+"""Commit to visible at steady rates, parked-event waits, and the floor, all in one run.
+
+A relay and a consumer run as their own processes on a fresh schema and topic (the
+example routes: subscriptions to a projection, seat ledgers to a step route). A
+writer commits new subscriptions at 100, 1,000 and 10,000 events/s and as fast as it
+goes; then new seat ledgers (step route) at 1,000 events/s; then both, half and half,
+at 1,000 events/s. Every time is a PostgreSQL commit timestamp
+(``track_commit_timestamp``): the writer's transaction against the consumer's
+transaction that wrote the row, both on the server's clock.
+
+Then, on the same processes, 100 seat ledgers arrive with their second event 50 ms
+before the first (produced straight to the topic): how long the early event stays
+parked, and how soon after its predecessor arrives it is applied. The projection run
+at 1,000 events/s is repeated with ``INORDER_BATCH_LINGER_MS=100`` (each batch waits
+up to 100 ms to fill, as batches did before they became adaptive). The floor is a plain
+produce-to-consume round trip on the same broker plus a plain one-row PostgreSQL commit.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from consumer import examples
+from producer import OutboxEvent, emit_many, migrate
+from schemas import Event, encode
+from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.result import BenchResult
+from tests.integration.relay_support import free_port
+from tests.support.services import ROOT
+
+PLOT = ROOT / "bench-latency.png"
+# Offered rate (events/s, None: as fast as the writer commits) and seconds at it.
+RATES: tuple[tuple[int | None, float], ...] = ((100, 5), (1000, 10), (10_000, 5), (None, 5))
+TICK_S = 0.01
+FLAT_OUT_EVENTS_PER_TX = 1000
+EARLY = 100
+EARLY_LEAD_S = 0.05
+FLOOR_SAMPLES = 300
+PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One steady-rate run: delays (s) per route, and the rate reached."""
+
+    offered: int | None
+    projection: list[float]
+    steps: list[float]
+    reached: float
+
+
+def _q(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) > 1 else values[0]
+
+
+# ---------------------------------------------------------------- the processes
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Names shared by the writer, the relay and the consumer of one benchmark."""
+
+    url: str
+    bootstrap: str
+    topic: str
+    folder: Path
+
+
+def _env(pipe: Pipeline, port: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    env.update(
+        DATABASE_URL=pipe.url,
+        KAFKA_BOOTSTRAP_SERVERS=pipe.bootstrap,
+        INORDER_HTTP_PORT=str(port),
+        INORDER_LOG_LEVEL="WARNING",
+        INORDER_REPUBLISH_REQUESTS_TOPIC=f"{pipe.topic}.requests",
+        INORDER_REPUBLISH_RESULTS_TOPIC=f"{pipe.topic}.results",
+        INORDER_RELAY_GROUP_ID=f"{pipe.topic}.relay",
+        **extra,
+    )
+    return env
+
+
+@contextmanager
+def _process(module: str, env: dict[str, str], port: int) -> Iterator[None]:
+    process = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{module} did not become ready") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@contextmanager
+def _relay(pipe: Pipeline) -> Iterator[None]:
+    port = free_port()
+    with _process("outbox_relay", _env(pipe, port), port):
+        yield
+
+
+@contextmanager
+def _consumer(pipe: Pipeline, **extra: str) -> Iterator[None]:
+    port = free_port()
+    env = _env(
+        pipe,
+        port,
+        REDIS_URL=os.environ["REDIS_URL"],
+        INORDER_ROUTES_FILE=str(pipe.folder / "routes.toml"),
+        INORDER_TOPICS=f'["{pipe.topic}"]',
+        INORDER_DEAD_LETTER_TOPIC=f"{pipe.topic}.dlq",
+        INORDER_HELD_TOPIC=f"{pipe.topic}.held",
+        # One group: a consumer started later carries on from the committed offsets.
+        INORDER_GROUP_ID=f"{pipe.topic}.consumer",
+        INORDER_REDIS_KEY_PREFIX=pipe.topic,
+        **extra,
+    )
+    with _process("consumer", env, port):
+        yield
+
+
+# ---------------------------------------------------------------- steady-rate runs
+
+
+# Which routes a run's events go to: every event, or every other one, a step.
+MIXES = {"projection": 0, "step": 1, "mixed": 2}
+
+
+def _events(pipe: Pipeline, tag: str, start: int, count: int, mix: str) -> list[OutboxEvent]:
+    every = MIXES[mix]
+    out = []
+    for n in range(start, start + count):
+        if every and n % every == 0:
+            out.append(
+                OutboxEvent(
+                    "seat_ledger",
+                    f"{tag}-{n}",
+                    1,
+                    "seat_ledger.opened",
+                    {"seats": 1},
+                    topic=pipe.topic,
+                )
+            )
+        else:
+            out.append(
+                OutboxEvent(
+                    "subscription",
+                    f"{tag}-{n}",
+                    1,
+                    "subscription.plan_changed",
+                    PAYLOAD,
+                    topic=pipe.topic,
+                )
+            )
+    return out
+
+
+def _write(
+    pipe: Pipeline, tag: str, rate: int | None, seconds: float, mix: str
+) -> tuple[list[int], int]:
+    """Commit new entities at ``rate``; the writer's transaction ids and the events written."""
+    per_tx = FLAT_OUT_EVENTS_PER_TX if rate is None else max(1, round(rate * TICK_S))
+    every_s = 0.0 if rate is None else per_tx / rate
+    xids: list[int] = []
+    written = 0
+    with psycopg.connect(pipe.url) as conn:
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            due = started + len(xids) * every_s
+            time.sleep(max(0.0, due - time.perf_counter()))
+            with conn.transaction():
+                emit_many(conn, _events(pipe, tag, written, per_tx, mix))
+                row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+            xids.append(int(row[0]) if row else 0)
+            written += per_tx
+    return xids, written
+
+
+VISIBLE = """
+SELECT e.entity, e.route,
+       extract(epoch FROM pg_xact_commit_timestamp(e.row_xmin))
+FROM (
+    SELECT subscription_id AS entity, 'projection' AS route, xmin AS row_xmin
+    FROM billing_view WHERE subscription_id LIKE %(tag)s
+    UNION ALL
+    SELECT subscription_id, 'step', xmin FROM seat_totals WHERE subscription_id LIKE %(tag)s
+) e
+"""
+COMMITTED = "SELECT extract(epoch FROM pg_xact_commit_timestamp(xid(%s::text::xid8)))"
+
+
+def _measure(pipe: Pipeline, rate: int | None, seconds: float, mix: str = "projection") -> Run:
+    tag = f"r{rate or 'max'}-{uuid.uuid4().hex[:4]}"
+    xids, written = _write(pipe, tag, rate, seconds, mix)
+    per_tx = written // len(xids)
+    deadline = time.monotonic() + 300
+    with psycopg.connect(pipe.url, autocommit=True) as conn:
+        while True:
+            rows = conn.execute(VISIBLE, {"tag": f"{tag}-%"}).fetchall()
+            if len(rows) == written:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(rows)} of {written} events visible after 300 s")
+            time.sleep(0.2)
+        committed = []
+        for xid in xids:
+            row = conn.execute(COMMITTED, (str(xid),)).fetchone()
+            committed.append(float(row[0]) if row and row[0] is not None else 0.0)
+    delays: dict[str, list[float]] = {"projection": [], "step": []}
+    last = 0.0
+    for entity, route, seen in rows:
+        n = int(entity.rsplit("-", 1)[1])
+        delays[route].append(float(seen) - committed[n // per_tx])
+        last = max(last, float(seen))
+    reached = written / (last - committed[0])
+    return Run(rate, delays["projection"], delays["step"], reached)
+
+
+# ---------------------------------------------------------------- early arrivals
+
+
+def _seat_event(entity: str, seq: int) -> Event:
+    kind, payload = ("opened", {"seats": 1}) if seq == 1 else ("seats_added", {"count": 1})
+    return Event(
+        f"seat_ledger:{entity}:1:{seq}",
+        f"seat_ledger.{kind}",
+        "seat_ledger",
+        entity,
+        1,
+        seq,
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T10:00:01Z",
+        payload,
+    )
+
+
+def _early_arrivals(pipe: Pipeline) -> tuple[list[float], list[float]]:
+    """Seconds each early event stayed parked, and from its predecessor's arrival to applied."""
+    producer = Producer({"bootstrap.servers": pipe.bootstrap, "acks": "all", "linger.ms": 0})
+    tag = f"early-{uuid.uuid4().hex[:4]}"
+    sent: dict[str, tuple[float, float]] = {}
+    for n in range(EARLY):
+        entity = f"{tag}-{n}"
+        times = []
+        for seq in (2, 1):
+            event = _seat_event(entity, seq)
+            producer.produce(pipe.topic, encode(event), event.key)
+            producer.flush(10)
+            times.append(time.time())
+            if seq == 2:
+                time.sleep(EARLY_LEAD_S)
+        sent[entity] = (times[0], times[1])
+    query = (
+        "SELECT subscription_id, extract(epoch FROM pg_xact_commit_timestamp(xmin)) "
+        "FROM seat_totals WHERE subscription_id LIKE %s AND seats = 2"
+    )
+    deadline = time.monotonic() + 60
+    with psycopg.connect(pipe.url, autocommit=True) as conn:
+        while len(rows := conn.execute(query, (f"{tag}-%",)).fetchall()) < EARLY:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(rows)} of {EARLY} early events applied after 60 s")
+            time.sleep(0.1)
+    parked = [float(seen) - sent[e][0] for e, seen in rows]
+    after = [float(seen) - sent[e][1] for e, seen in rows]
+    return parked, after
+
+
+# ---------------------------------------------------------------- the floor
+
+
+def _kafka_round_trips(bootstrap: str, topic: str) -> list[float]:
+    """Produce one message (acks=all), consume it, repeat: the broker's round trip."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "latest",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([topic])
+    while not consumer.assignment():
+        consumer.consume(1, 0.2)
+    time.sleep(1.0)  # the assignment's first fetch has started
+    trips = []
+    for _ in range(FLOOR_SAMPLES):
+        started = time.perf_counter()
+        producer.produce(topic, b"ping")
+        producer.poll(0)
+        while not [m for m in consumer.consume(1, 5) if m.error() is None]:
+            pass
+        trips.append(time.perf_counter() - started)
+    consumer.close()
+    producer.flush(10)
+    return trips
+
+
+def _postgres_commits(url: str) -> list[float]:
+    """Insert one row and commit, repeated: one PostgreSQL commit."""
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE floor_probe (n integer)")
+        conn.commit()
+        times = []
+        for n in range(FLOOR_SAMPLES):
+            started = time.perf_counter()
+            conn.execute("INSERT INTO floor_probe VALUES (%s)", (n,))
+            conn.commit()
+            times.append(time.perf_counter() - started)
+    return times
+
+
+# ---------------------------------------------------------------- report
+
+
+def _plot(runs: list[Run], steps: Run, floor_ms: float) -> None:
+    import matplotlib  # noqa: PLC0415 - a bench-only extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    reached = [r.reached for r in runs]
+    labels = [f"{r.offered:,}" if r.offered else "flat out" for r in runs]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for q, style in ((50, "-"), (99, "--")):
+        left.plot(
+            reached,
+            [_q(r.projection, q) for r in runs],
+            style,
+            marker="o",
+            label=f"projection p{q}",
+        )
+        left.plot(
+            [steps.reached],
+            [_q(steps.steps, q)],
+            marker="s",
+            linestyle="none",
+            label=f"step route p{q}",
+        )
+    left.axhline(floor_ms, color="grey", linestyle=":", label="floor p50 (Kafka + PostgreSQL)")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("events/s reached")
+    left.set_ylabel("commit to visible, ms")
+    left.set_title("Latency against load")
+    left.legend(fontsize=8)
+    right.bar(labels, reached)
+    right.set_xlabel("offered events/s")
+    right.set_ylabel("events/s reached")
+    right.set_title("Throughput reached (projection)")
+    figure.tight_layout()
+    figure.savefig(PLOT, dpi=110)
+    plt.close(figure)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Everything one run of the suite measured."""
+
+    runs: list[Run]
+    steps: Run
+    mixed: Run
+    fixed: Run
+    parked: list[float]
+    after: list[float]
+    kafka: list[float]
+    commits: list[float]
+
+
+def _results(m: Measured) -> list[BenchResult]:
+    floor = _q(m.kafka, 50) + _q(m.commits, 50)
+    at_1000 = next(r for r in m.runs if r.offered == 1000)
+    out = [
+        BenchResult(
+            "e2e_latency_p50_ms",
+            _q(at_1000.projection, 50),
+            "ms",
+            "outbox commit to projection commit, 1,000 events/s; goal <= 10",
+        ),
+        BenchResult("e2e_latency_p99_ms", _q(at_1000.projection, 99), "ms", "same; goal <= 40"),
+        BenchResult(
+            "e2e_step_latency_p50_ms",
+            _q(m.steps.steps, 50),
+            "ms",
+            "outbox commit to step applied, 1,000 step events/s",
+        ),
+        BenchResult("e2e_step_latency_p99_ms", _q(m.steps.steps, 99), "ms", "same; goal <= 50"),
+        BenchResult(
+            "e2e_mixed_latency_p50_ms",
+            _q(m.mixed.projection + m.mixed.steps, 50),
+            "ms",
+            "1,000 events/s, half of them steps, both routes",
+        ),
+        BenchResult(
+            "e2e_mixed_latency_p99_ms", _q(m.mixed.projection + m.mixed.steps, 99), "ms", "same"
+        ),
+        BenchResult(
+            "e2e_floor_p50_ms", floor, "ms", "Kafka round trip p50 + PostgreSQL commit p50"
+        ),
+        BenchResult(
+            "e2e_floor_kafka_p50_ms", _q(m.kafka, 50), "ms", "plain produce (acks=all) to consume"
+        ),
+        BenchResult(
+            "e2e_floor_postgres_p50_ms", _q(m.commits, 50), "ms", "one-row insert and commit"
+        ),
+        BenchResult(
+            "e2e_latency_p50_vs_floor", _q(at_1000.projection, 50) / floor, "x", "same run"
+        ),
+        BenchResult(
+            "e2e_latency_p50_ms.fixed_wait",
+            _q(m.fixed.projection, 50),
+            "ms",
+            "1,000 events/s, INORDER_BATCH_LINGER_MS=100",
+        ),
+        BenchResult("e2e_latency_p99_ms.fixed_wait", _q(m.fixed.projection, 99), "ms", "same"),
+        BenchResult(
+            "e2e_park_wait_p50_ms",
+            _q(m.parked, 50),
+            "ms",
+            f"early event parked to applied; predecessor {EARLY_LEAD_S * 1000:.0f} ms later",
+        ),
+        BenchResult(
+            "e2e_park_drain_p99_ms",
+            _q(m.after, 99),
+            "ms",
+            "predecessor produced to early event applied",
+        ),
+    ]
+    for run in m.runs:
+        name = f"{run.offered}" if run.offered else "flat_out"
+        out += [
+            BenchResult(
+                f"load.{name}.reached_per_s",
+                run.reached,
+                "events/s",
+                "projection; first commit to last visible",
+            ),
+            BenchResult(f"load.{name}.p50_ms", _q(run.projection, 50), "ms", "commit to visible"),
+            BenchResult(f"load.{name}.p99_ms", _q(run.projection, 99), "ms", "commit to visible"),
+        ]
+    return out
+
+
+def run() -> list[BenchResult]:
+    """Latency at steady rates and against the floor; writes the plot."""
+    url, bootstrap = os.environ["DATABASE_URL"], os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SHOW track_commit_timestamp").fetchone()
+    if not row or row[0] != "on":
+        raise SystemExit(
+            "the latency benchmark needs track_commit_timestamp=on: "
+            "deploy/local/stack restart postgres"
+        )
+    topic = f"bench.latency.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [topic, f"{topic}.floor"]
+    for future in admin.create_topics([NewTopic(topic, 6, 1), NewTopic(names[1], 1, 1)]).values():
+        future.result(timeout=30)
+    try:
+        with temp_schema(url, "bench_latency") as schema_url, tempfile.TemporaryDirectory() as d:
+            pipe = Pipeline(schema_url, bootstrap, topic, Path(d))
+            (pipe.folder / "routes.toml").write_text(
+                examples.PROJECTION_ROUTE + examples.STEP_ROUTE
+            )
+            with psycopg.connect(schema_url, autocommit=True) as conn:
+                migrate.apply(conn)
+                conn.execute(examples.BILLING_VIEW)
+                conn.execute(examples.SEAT_TABLES)
+            kafka = _kafka_round_trips(bootstrap, names[1])
+            commits = _postgres_commits(schema_url)
+            with _relay(pipe):
+                with _consumer(pipe):
+                    runs = [_measure(pipe, rate, seconds) for rate, seconds in RATES]
+                    steps = _measure(pipe, 1000, 10, "step")
+                    mixed = _measure(pipe, 1000, 10, "mixed")
+                    parked, after = _early_arrivals(pipe)
+                with _consumer(pipe, INORDER_BATCH_LINGER_MS="100"):
+                    fixed = _measure(pipe, 1000, 10)
+    finally:
+        for future in admin.delete_topics(names).values():
+            future.result(timeout=30)
+    measured = Measured(runs, steps, mixed, fixed, parked, after, kafka, commits)
+    _plot(runs, steps, _q(kafka, 50) + _q(commits, 50))
+    print(f"plot written to {PLOT}")
+    return _results(measured)
