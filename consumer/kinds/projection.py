@@ -270,7 +270,7 @@ def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcom
     ``refused``, with PostgreSQL's reason.
     """
     newest, superseded = newest_per_entity(events)
-    outcome = Outcome(stale=superseded)
+    refused: list[Refusal] = []
     try:
         with conn.transaction():
             applied = _write(conn, table, newest)
@@ -281,12 +281,29 @@ def apply(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcom
                 with conn.transaction():
                     applied |= _write(conn, table, [event])
             except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-                outcome.refused.append(Refusal(event, PROJECTION_REJECTED, first_line(exc)))
-    refused = {id(r.event) for r in outcome.refused}
+                refused.append(Refusal(event, PROJECTION_REJECTED, first_line(exc)))
+    return _outcome(newest, superseded, applied, refused)
+
+
+def apply_alone(conn: Conn, table: ProjectionTable, events: Sequence[Event]) -> Outcome:
+    """``apply`` as one statement that is its own transaction (``conn`` in autocommit).
+
+    One round trip instead of five (BEGIN, savepoint, upsert, release, COMMIT). A batch
+    the table refuses raises, and changes nothing; ``apply`` then finds the refused events.
+    """
+    newest, superseded = newest_per_entity(events)
+    return _outcome(newest, superseded, _write(conn, table, newest), [])
+
+
+def _outcome(
+    newest: Sequence[Event], superseded: list[Event], applied: set[str], refused: list[Refusal]
+) -> Outcome:
+    outcome = Outcome(stale=superseded, refused=refused)
+    refused_ids = {id(r.event) for r in refused}
     for event in newest:
         if event.entity_id in applied:
             outcome.applied.append(event)
-        elif id(event) not in refused:
+        elif id(event) not in refused_ids:
             outcome.stale.append(event)
     return outcome
 
@@ -306,6 +323,11 @@ class ProjectionApplier:
         """Upsert the newest event of each entity in one transaction."""
         if self._table is None:
             raise RuntimeError(f"projection route {self.route.stream} is not connected")
+        if conn.autocommit:
+            try:
+                return apply_alone(conn, self._table, events)
+            except (psycopg.errors.DataError, psycopg.errors.IntegrityError):
+                pass  # some event does not fit the table: find which, one by one
         with conn.transaction():
             return apply(conn, self._table, events)
 
