@@ -14,7 +14,7 @@ import psycopg
 
 from schemas import Event
 
-# seen_at is when a subscription's row first appeared (the end-to-end benchmark reads it).
+# seen_at is when a subscription's row first appeared (a column the route does not write).
 BILLING_VIEW = """
 CREATE TABLE IF NOT EXISTS billing_view (
     subscription_id text        PRIMARY KEY,
