@@ -338,7 +338,7 @@ def _postgres_commits(url: str) -> list[float]:
 # ---------------------------------------------------------------- report
 
 
-def _plot(runs: list[Run], mixed: Run, floor_ms: float) -> None:
+def _plot(runs: list[Run], mixed: Run, fixed: Run, floor_ms: float) -> None:
     import matplotlib  # noqa: PLC0415 - a bench-only extra
 
     matplotlib.use("Agg")
@@ -362,6 +362,14 @@ def _plot(runs: list[Run], mixed: Run, floor_ms: float) -> None:
             linestyle="none",
             label=f"step route p{q} (half of 1,000/s)",
         )
+    left.plot(
+        [fixed.reached, fixed.reached],
+        [_q(fixed.projection, 50), _q(fixed.projection, 99)],
+        marker="x",
+        linestyle="none",
+        color="black",
+        label="projection p50, p99 with a 100 ms batch wait",
+    )
     left.axhline(floor_ms, color="grey", linestyle=":", label="floor p50 (Kafka + PostgreSQL)")
     left.set_xscale("log")
     left.set_yscale("log")
@@ -512,6 +520,6 @@ def run() -> list[BenchResult]:
         for future in admin.delete_topics(names).values():
             future.result(timeout=30)
     measured = Measured(runs, steps, mixed, fixed, parked, after, kafka, commits)
-    _plot(runs, mixed, _q(kafka, 50) + _q(commits, 50))
+    _plot(runs, mixed, fixed, _q(kafka, 50) + _q(commits, 50))
     print(f"plot written to {PLOT}")
     return _results(measured)
