@@ -10,7 +10,6 @@ import urllib.request
 from pathlib import Path
 
 import orjson
-import pytest
 from prometheus_client import REGISTRY
 
 from schemas import codec, encode, headers
@@ -19,19 +18,6 @@ from tests.integration import consumer_support as cs
 from tests.integration.relay_support import free_port
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
-
-
-@pytest.fixture
-def view(pg_schema: PgSchema) -> PgSchema:
-    cs.create_view(pg_schema)
-    return pg_schema
-
-
-@pytest.fixture
-def routes(tmp_path: Path) -> Path:
-    path = tmp_path / "routes.toml"
-    path.write_text(cs.ROUTES)
-    return path
 
 
 def _stale(event_type: str) -> float:

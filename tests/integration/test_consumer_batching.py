@@ -9,26 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.support.kafka import wait_until
 from tests.support.services import Services
-
-
-@pytest.fixture
-def view(pg_schema: PgSchema) -> PgSchema:
-    cs.create_view(pg_schema)
-    return pg_schema
-
-
-@pytest.fixture
-def routes(tmp_path: Path) -> Path:
-    path = tmp_path / "routes.toml"
-    path.write_text(cs.ROUTES)
-    return path
 
 
 def _batches() -> tuple[int, int]:

@@ -15,12 +15,6 @@ from tests.conftest import PgSchema
 from tests.integration import consumer_support as cs
 
 
-@pytest.fixture
-def view(pg_schema: PgSchema) -> PgSchema:
-    cs.create_view(pg_schema)
-    return pg_schema
-
-
 def _table(schema: PgSchema, routes: str = cs.ROUTES):
     with schema.connect() as conn:
         return check_table(conn, parse_routes(routes)[0])
