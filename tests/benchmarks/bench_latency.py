@@ -38,11 +38,12 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from consumer import examples
+from consumer.testing import event
 from producer import OutboxEvent, emit_many, migrate
 from schemas import Event, encode
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
-from tests.integration.relay_support import free_port
+from tests.integration.relay_support import PAYLOAD, free_port
 from tests.support.services import ROOT
 
 PLOT = ROOT / "bench-latency.png"
@@ -53,7 +54,6 @@ FLAT_OUT_EVENTS_PER_TX = 1000
 EARLY = 100
 EARLY_LEAD_S = 0.05
 FLOOR_SAMPLES = 300
-PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,30 +153,12 @@ MIXES = {"projection": 0, "step": 1, "mixed": 2}
 
 def _events(pipe: Pipeline, tag: str, start: int, count: int, mix: str) -> list[OutboxEvent]:
     every = MIXES[mix]
+    step = ("seat_ledger", "seat_ledger.opened", {"seats": 1})
+    projection = ("subscription", "subscription.plan_changed", PAYLOAD)
     out = []
     for n in range(start, start + count):
-        if every and n % every == 0:
-            out.append(
-                OutboxEvent(
-                    "seat_ledger",
-                    f"{tag}-{n}",
-                    1,
-                    "seat_ledger.opened",
-                    {"seats": 1},
-                    topic=pipe.topic,
-                )
-            )
-        else:
-            out.append(
-                OutboxEvent(
-                    "subscription",
-                    f"{tag}-{n}",
-                    1,
-                    "subscription.plan_changed",
-                    PAYLOAD,
-                    topic=pipe.topic,
-                )
-            )
+        stream, event_type, payload = step if every and n % every == 0 else projection
+        out.append(OutboxEvent(stream, f"{tag}-{n}", 1, event_type, payload, topic=pipe.topic))
     return out
 
 
@@ -211,7 +193,10 @@ FROM (
     SELECT subscription_id, 'step', xmin FROM seat_totals WHERE subscription_id LIKE %(tag)s
 ) e
 """
-COMMITTED = "SELECT extract(epoch FROM pg_xact_commit_timestamp(xid(%s::text::xid8)))"
+COMMITTED = """
+SELECT extract(epoch FROM pg_xact_commit_timestamp(xid(x)))
+FROM unnest(%s::text[]::xid8[]) WITH ORDINALITY AS t(x, n) ORDER BY n
+"""
 
 
 def _measure(pipe: Pipeline, rate: int | None, seconds: float, mix: str = "projection") -> Run:
@@ -227,10 +212,10 @@ def _measure(pipe: Pipeline, rate: int | None, seconds: float, mix: str = "proje
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{len(rows)} of {written} events visible after 300 s")
             time.sleep(0.2)
-        committed = []
-        for xid in xids:
-            row = conn.execute(COMMITTED, (str(xid),)).fetchone()
-            committed.append(float(row[0]) if row and row[0] is not None else 0.0)
+        committed = [
+            float(row[0]) if row[0] is not None else 0.0
+            for row in conn.execute(COMMITTED, ([str(x) for x in xids],)).fetchall()
+        ]
     delays: dict[str, list[float]] = {"projection": [], "step": []}
     last = 0.0
     for entity, route, seen in rows:
@@ -244,37 +229,22 @@ def _measure(pipe: Pipeline, rate: int | None, seconds: float, mix: str = "proje
 # ---------------------------------------------------------------- early arrivals
 
 
-def _seat_event(entity: str, seq: int) -> Event:
-    kind, payload = ("opened", {"seats": 1}) if seq == 1 else ("seats_added", {"count": 1})
-    return Event(
-        f"seat_ledger:{entity}:1:{seq}",
-        f"seat_ledger.{kind}",
-        "seat_ledger",
-        entity,
-        1,
-        seq,
-        "2026-11-30T10:00:00Z",
-        "2026-11-30T10:00:01Z",
-        payload,
-    )
-
-
 def _early_arrivals(pipe: Pipeline) -> tuple[list[float], list[float]]:
     """Seconds each early event stayed parked, and from its predecessor's arrival to applied."""
     producer = Producer({"bootstrap.servers": pipe.bootstrap, "acks": "all", "linger.ms": 0})
     tag = f"early-{uuid.uuid4().hex[:4]}"
+
+    def send(one: Event) -> float:
+        producer.produce(pipe.topic, encode(one), one.key)
+        producer.flush(10)
+        return time.time()
+
     sent: dict[str, tuple[float, float]] = {}
     for n in range(EARLY):
         entity = f"{tag}-{n}"
-        times = []
-        for seq in (2, 1):
-            event = _seat_event(entity, seq)
-            producer.produce(pipe.topic, encode(event), event.key)
-            producer.flush(10)
-            times.append(time.time())
-            if seq == 2:
-                time.sleep(EARLY_LEAD_S)
-        sent[entity] = (times[0], times[1])
+        parked_at = send(event(entity, 2, "seat_ledger.seats_added", {"count": 1}))
+        time.sleep(EARLY_LEAD_S)
+        sent[entity] = (parked_at, send(event(entity, 1, "seat_ledger.opened", {"seats": 1})))
     query = (
         "SELECT subscription_id, extract(epoch FROM pg_xact_commit_timestamp(xmin)) "
         "FROM seat_totals WHERE subscription_id LIKE %s AND seats = 2"
@@ -339,12 +309,32 @@ def _postgres_commits(url: str) -> list[float]:
 # ---------------------------------------------------------------- report
 
 
-def _plot(runs: list[Run], mixed: Run, fixed: Run, floor_ms: float) -> None:
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Everything one run of the suite measured."""
+
+    runs: list[Run]
+    steps: Run
+    mixed: Run
+    fixed: Run
+    parked: list[float]
+    after: list[float]
+    kafka: list[float]
+    commits: list[float]
+
+    @property
+    def floor_ms(self) -> float:
+        """The floor: Kafka round trip p50 plus PostgreSQL commit p50."""
+        return _q(self.kafka, 50) + _q(self.commits, 50)
+
+
+def _plot(m: Measured) -> None:
     import matplotlib  # noqa: PLC0415 - a bench-only extra
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    runs, mixed, fixed = m.runs, m.mixed, m.fixed
     reached = [r.reached for r in runs]
     labels = [f"{r.offered:,}" if r.offered else "flat out" for r in runs]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -371,7 +361,7 @@ def _plot(runs: list[Run], mixed: Run, fixed: Run, floor_ms: float) -> None:
         color="black",
         label="projection p50, p99 with a 100 ms batch wait",
     )
-    left.axhline(floor_ms, color="grey", linestyle=":", label="floor p50 (Kafka + PostgreSQL)")
+    left.axhline(m.floor_ms, color="grey", linestyle=":", label="floor p50 (Kafka + PostgreSQL)")
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("events/s reached")
@@ -387,22 +377,8 @@ def _plot(runs: list[Run], mixed: Run, fixed: Run, floor_ms: float) -> None:
     plt.close(figure)
 
 
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """Everything one run of the suite measured."""
-
-    runs: list[Run]
-    steps: Run
-    mixed: Run
-    fixed: Run
-    parked: list[float]
-    after: list[float]
-    kafka: list[float]
-    commits: list[float]
-
-
 def _results(m: Measured) -> list[BenchResult]:
-    floor = _q(m.kafka, 50) + _q(m.commits, 50)
+    floor = m.floor_ms
     at_1000 = next(r for r in m.runs if r.offered == 1000)
     mixed = "1,000 events/s: new subscriptions, each a projection and a step event"
     out = [
@@ -521,6 +497,6 @@ def run() -> list[BenchResult]:
         for future in admin.delete_topics(names).values():
             future.result(timeout=30)
     measured = Measured(runs, steps, mixed, fixed, parked, after, kafka, commits)
-    _plot(runs, mixed, fixed, _q(kafka, 50) + _q(commits, 50))
+    _plot(measured)
     print(f"plot written to {PLOT}")
     return _results(measured)
