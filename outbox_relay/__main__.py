@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+from outbox_relay.errors import UnsafeClusterError
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
-from schemas.runtime.process import no_arguments, serve
+from schemas.runtime.process import fail, no_arguments, serve
 
 PROGRAM = "inorder-relay"
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the relay until SIGTERM or SIGINT; exit 0 once in-flight rows are marked."""
+    """Run the relay until SIGTERM or SIGINT; exit 0 once the batch in hand is settled."""
     no_arguments(PROGRAM, argv)
     settings = load_or_exit(RelaySettings, PROGRAM)
     logs.configure(settings.log_level)
     health = Health()
     relay = Relay(settings, health)
-    serve(PROGRAM, health, settings.http_host, settings.http_port, relay)
+
+    def run() -> None:
+        try:
+            relay.run()
+        except UnsafeClusterError as exc:
+            fail(PROGRAM, [str(exc)])
+
+    serve(PROGRAM, health, settings.http_host, settings.http_port, relay, run)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ class SchemaNotReadyError(RelayError):
     """Raised when the outbox table is missing or older than this relay needs."""
 
 
+class UnsafeClusterError(RelayError):
+    """Raised when the database is a standby or the outbox's transaction ids are not its own."""
+
+
 class RowProblem(RelayError):  # noqa: N818 - a verdict about a row, not a crash
     """Raised when an outbox row cannot become a Kafka message; the row is marked failed."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,19 +9,28 @@ from typing import Any
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from outbox_relay import metrics
 from outbox_relay.rows import Message as OutMessage
 from outbox_relay.settings import RelaySettings
 from schemas.runtime.health import Health
 
 log = structlog.get_logger(__name__)
 
+Failure = tuple[KafkaError, Message]
+
 # Kafka will never accept these for this row, however often it is sent.
 PERMANENT = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD})
 
 
-def make_producer(settings: RelaySettings, health: Health) -> Producer:
-    """The idempotent, acks=all producer every relay send goes through."""
+def make_producer(
+    settings: RelaySettings,
+    health: Health,
+    on_failure: Callable[[tuple[KafkaError, Message]], None],
+) -> Producer:
+    """The idempotent, acks=all producer every relay send goes through.
+
+    Only failed deliveries are reported, each to ``on_failure``; a message's own
+    ``on_delivery`` callback is likewise called only when it fails.
+    """
 
     def on_error(err: KafkaError) -> None:
         log.warning("kafka_error", code=err.name(), detail=err.str())
@@ -43,6 +51,8 @@ def make_producer(settings: RelaySettings, health: Health) -> Producer:
         "message.timeout.ms": settings.delivery_timeout_ms,
         "message.max.bytes": settings.max_message_bytes + 65_536,
         "error_cb": on_error,
+        "delivery.report.only.error": True,
+        "on_delivery": lambda err, msg: on_failure((err, msg)),
     }
     return Producer(config)
 
@@ -64,46 +74,65 @@ def make_request_consumer(settings: RelaySettings) -> Consumer:
 
 @dataclass(slots=True)
 class Sent:
-    """The outcome of sending a group of messages."""
+    """Rows Kafka did not take: refused for good, or failed for now (to be sent again)."""
 
-    delivered: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
     failed: list[tuple[int, str]] = field(default_factory=list)
 
-
-def _report(sent: Sent, row_id: int, created_at: float) -> Callable[[Any, Message], None]:
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-        if err is None:
-            sent.delivered.append(row_id)
-            metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - created_at))
-        elif err.code() in PERMANENT:
-            sent.rejected.append((row_id, err.name()))
-        else:
-            sent.failed.append((row_id, err.name()))
-
-    return on_delivery
+    def missing(self) -> set[int]:
+        """Every row id not delivered."""
+        return {row_id for row_id, _ in self.rejected} | {row_id for row_id, _ in self.failed}
 
 
-def send(
-    producer: Producer, messages: Sequence[OutMessage], created_at: dict[int, float], wait_s: float
-) -> Sent:
-    """Produce ``messages`` and wait for every delivery report (or ``wait_s``)."""
-    sent = Sent()
-    for message in messages:
-        try:
-            producer.produce(
-                message.topic,
-                message.value,
-                message.key,
-                headers=message.headers,
-                on_delivery=_report(sent, message.row_id, created_at[message.row_id]),
-            )
-        except KafkaException as exc:
-            err = exc.args[0]
-            bucket = sent.rejected if err.code() in PERMANENT else sent.failed
-            bucket.append((message.row_id, err.name()))
-        except BufferError:
-            producer.poll(0.1)
-            sent.failed.append((message.row_id, "local_queue_full"))
-    producer.flush(wait_s)
-    return sent
+class Sender:
+    """Sends groups of messages and learns which failed, with no Python call per delivery.
+
+    The producer reports errors only (``delivery.report.only.error``) to one callback;
+    a failed message is matched back to its row by its value (every value differs:
+    it holds the event id), and only when something failed.
+    """
+
+    def __init__(self, settings: RelaySettings, health: Health) -> None:
+        self._errors: list[tuple[KafkaError, Message]] = []
+        self.producer = make_producer(settings, health, self._errors.append)
+        self._in_flight: list[OutMessage] = []
+        self._sent = Sent()
+
+    def produce(self, messages: Sequence[OutMessage]) -> None:
+        """Hand ``messages`` to the producer; ``wait`` reports on them."""
+        for message in messages:
+            try:
+                self.producer.produce(
+                    message.topic, message.value, message.key, headers=message.headers
+                )
+            except KafkaException as exc:
+                err = exc.args[0]
+                bucket = self._sent.rejected if err.code() in PERMANENT else self._sent.failed
+                bucket.append((message.row_id, err.name()))
+            except BufferError:
+                self.producer.poll(0.1)
+                self._sent.failed.append((message.row_id, "local_queue_full"))
+            else:
+                self._in_flight.append(message)
+
+    def wait(self, wait_s: float) -> Sent:
+        """Wait until Kafka answered for everything produced (or ``wait_s``); what it refused."""
+        left = self.producer.flush(wait_s)
+        sent, in_flight, errors = self._sent, self._in_flight, self._errors[:]
+        self._sent, self._in_flight = Sent(), []
+        self._errors.clear()
+        if errors or left:
+            rows = {m.value: m.row_id for m in in_flight}
+            for err, msg in errors:
+                row_id = rows.pop(msg.value() or b"", None)
+                if row_id is not None:
+                    bucket = sent.rejected if err.code() in PERMANENT else sent.failed
+                    bucket.append((row_id, err.name()))
+            if left:  # still queued after the wait: not delivered as far as anyone knows
+                sent.failed.extend((row_id, "timed_out") for row_id in rows.values())
+        return sent
+
+    def send(self, messages: Sequence[OutMessage], wait_s: float) -> Sent:
+        """Produce ``messages`` and wait for Kafka's answer."""
+        self.produce(messages)
+        return self.wait(wait_s)

@@ -1,18 +1,26 @@
-"""Publishing: claim pending rows, send them, mark them published only once Kafka has them."""
+"""Publishing: read past the cursors, send, and advance the cursors once Kafka has everything.
+
+One write per batch, none per row. While one batch is in flight the next is read
+from where the first will leave the cursors, and sent only after the first was
+acknowledged and its cursors stored, so a failure never lets a later batch pass an
+earlier one. A crash re-sends at most the batch in hand: the stored cursors are
+behind it.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 
 import structlog
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException
 
 from outbox_relay import metrics, store
-from outbox_relay.errors import RowProblem
-from outbox_relay.kafka import Sent, send
-from outbox_relay.rows import Message, OutboxRow, to_message
+from outbox_relay.frontier import Cursor, advance
+from outbox_relay.kafka import Sender
+from outbox_relay.rows import Message, OutboxRow
+from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
@@ -20,121 +28,130 @@ from schemas import PayloadSchemas
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchOutcome:
-    """What one claim did."""
+@dataclass(slots=True)
+class Batch:
+    """One read, ready to send: its messages and where it leaves each slice's cursor."""
 
-    claimed: int
-    published: int
-    failed_rows: int
-    delivery_failures: int
+    cursors: dict[int, Cursor]
+    messages: list[Message] = field(default_factory=list)
+    rows: dict[int, OutboxRow] = field(default_factory=dict)
+    slice_of: dict[int, int] = field(default_factory=dict)
+    taken: int = 0
+    oldest: float | None = None
 
 
-def prepare(
-    conn: Conn,
-    rows: list[OutboxRow],
-    settings: RelaySettings,
-    schemas: PayloadSchemas,
-    republish_request: str | None = None,
-) -> tuple[list[Message], list[int]]:
-    """Messages for the sendable rows; rows that cannot be sent are marked failed."""
-    now = datetime.now(UTC).isoformat()
-    messages: list[Message] = []
-    failed: list[int] = []
-    for row in rows:
-        try:
-            message = to_message(
-                row,
-                now,
-                schemas=schemas,
-                max_bytes=settings.max_message_bytes,
-                republish_request=republish_request,
+@dataclass(slots=True)
+class Outcome:
+    """What one call to ``publish`` did."""
+
+    batches: int = 0
+    rows: int = 0
+    failed_rows: int = 0
+
+
+class Publisher:
+    """Publishes the slices a relay owns (``owned``: slice -> stored cursor)."""
+
+    def __init__(
+        self,
+        conn: Conn,
+        sender: Sender,
+        settings: RelaySettings,
+        schemas: PayloadSchemas,
+        owner: str,
+    ) -> None:
+        self.conn = conn
+        self.sender = sender
+        self.settings = settings
+        self.schemas = schemas
+        self.owner = owner
+
+    def publish(
+        self, owned: dict[int, Cursor], budget_s: float, stopping: Callable[[], bool]
+    ) -> Outcome:
+        """Send batches until a read finds nothing or ``budget_s`` is spent.
+
+        ``owned`` is updated as cursors are stored; a slice whose lease was lost is
+        dropped from it. Raises ``KafkaException`` when a delivery failed: the slices
+        concerned keep their cursors and are read again.
+        """
+        outcome = Outcome()
+        deadline = time.monotonic() + budget_s
+        batch = self._read(owned)
+        while batch.taken and owned:
+            batch.messages = [m for m in batch.messages if batch.slice_of[m.row_id] in owned]
+            self.sender.produce(batch.messages)
+            more = not stopping() and time.monotonic() < deadline
+            ahead = self._read(self._still_owned(batch, owned)) if more else None
+            self._settle(batch, owned, outcome)
+            if ahead is None:
+                break
+            batch = ahead
+        if not batch.taken:
+            self._forget_finished(batch, owned)
+        return outcome
+
+    def _forget_finished(self, batch: Batch, owned: dict[int, Cursor]) -> None:
+        """Store cursors that an empty read changed (remembered transactions that finished)."""
+        changed = {s: c for s, c in batch.cursors.items() if s in owned and c != owned[s]}
+        if changed:
+            stored = store.advance(self.conn, self.owner, changed, self.settings.lease_s)
+            owned.update({s: c for s, c in changed.items() if s in stored})
+
+    @staticmethod
+    def _still_owned(batch: Batch, owned: dict[int, Cursor]) -> dict[int, Cursor]:
+        return {s: c for s, c in batch.cursors.items() if s in owned}
+
+    def _read(self, cursors: dict[int, Cursor]) -> Batch:
+        limit = self.settings.batch_size
+        found = store.read(self.conn, cursors, limit)
+        batch = Batch(dict(cursors))
+        rows: list[OutboxRow] = []
+        for slice_, taken in found.rows.items():
+            taken.sort(key=lambda pair: (pair[0], pair[1].id))
+            del taken[limit:]
+            batch.cursors[slice_] = advance(
+                cursors[slice_], found.snapshot, [(x, row.id) for x, row in taken], limit
             )
-        except RowProblem as problem:
-            fail(conn, row, problem.reason, str(problem))
-            failed.append(row.id)
-        else:
-            messages.append(message)
-    return messages, failed
-
-
-def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
-    """Mark one row failed, count it and say so in the log."""
-    store.mark_failed(conn, row.id, detail)
-    metrics.ROWS_FAILED.labels(reason).inc()
-    log.error(
-        "outbox_row_failed",
-        row_id=row.id,
-        entity=f"{row.entity_type}:{row.entity_id}",
-        generation=row.generation,
-        seq=row.seq,
-        reason=reason,
-        detail=detail,
-    )
-
-
-def deliver(
-    conn: Conn,
-    producer: Producer,
-    rows: list[OutboxRow],
-    settings: RelaySettings,
-    schemas: PayloadSchemas,
-    republish_request: str | None = None,
-    on_sent: Callable[[], None] | None = None,
-) -> tuple[Sent, list[int]]:
-    """Send rows in the caller's transaction: mark the ones Kafka took, fail the ones it never will.
-
-    ``on_sent`` is called once Kafka has answered for every row, before the marking.
-    Returns what Kafka reported and the ids of every row marked failed (unsendable or refused).
-    """
-    messages, failed = prepare(conn, rows, settings, schemas, republish_request)
-    by_id = {row.id: row for row in rows}
-    created = {row.id: row.created_at.timestamp() for row in rows}
-    sent = send(producer, messages, created, settings.delivery_timeout_ms / 1000 + 5)
-    if on_sent is not None:
-        on_sent()
-    for row_id, reason in sent.rejected:
-        fail(conn, by_id[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
-    store.mark_published(conn, sent.delivered)
-    return sent, failed + [row_id for row_id, _ in sent.rejected]
-
-
-def publish_batch(
-    conn: Conn,
-    producer: Producer,
-    settings: RelaySettings,
-    schemas: PayloadSchemas,
-    on_sent: Callable[[int], None] | None = None,
-) -> BatchOutcome:
-    """Claim one batch, send it, and mark what Kafka acknowledged, in one transaction.
-
-    The row locks keep other relays off these rows until the marks commit; rows
-    whose delivery failed stay pending for the next claim. ``on_sent`` gets the
-    number of rows claimed as soon as they are sent (0 if none were pending), while
-    the marking is still to come.
-    """
-    with conn.transaction():
-        rows = store.claim(conn, settings.batch_size)
+            for _, row in taken:
+                batch.slice_of[row.id] = slice_
+                rows.append(row)
         if not rows:
-            if on_sent is not None:
-                on_sent(0)
-            return BatchOutcome(0, 0, 0, 0)
-        sent, failed = deliver(
-            conn,
-            producer,
-            rows,
-            settings,
-            schemas,
-            on_sent=None if on_sent is None else lambda: on_sent(len(rows)),
-        )
-    metrics.PUBLISHED.inc(len(sent.delivered))
-    for _, reason in sent.failed:
-        metrics.PUBLISH_FAILURES.labels(reason).inc()
-    if sent.failed:
-        log.warning(
-            "kafka_delivery_failed",
-            rows=len(sent.failed),
-            reason=sent.failed[0][1],
-            published=len(sent.delivered),
-        )
-    return BatchOutcome(len(rows), len(sent.delivered), len(failed), len(sent.failed))
+            # Nothing to send, but remembered transactions that finished are forgotten.
+            batch.cursors = {s: advance(c, found.snapshot, [], limit) for s, c in cursors.items()}
+            return batch
+        rows.sort(key=lambda row: row.id)  # write order: each entity's rows in seq order
+        batch.taken = len(rows)
+        batch.rows = {row.id: row for row in rows}
+        batch.oldest = min(row.created_at for row in rows).timestamp()
+        batch.messages, _ = prepare(self.conn, rows, self.settings, self.schemas)
+        return batch
+
+    def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
+        sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
+        settle(self.conn, batch.rows, sent)
+        retry = {batch.slice_of[row_id] for row_id, _ in sent.failed}
+        done = {s: c for s, c in batch.cursors.items() if s in owned and s not in retry}
+        lease_s = self.settings.lease_s
+        stored = store.advance(self.conn, self.owner, done, lease_s) if done else set()
+        for slice_, cursor in done.items():
+            if slice_ in stored:
+                owned[slice_] = cursor
+            else:
+                del owned[slice_]
+                log.warning("slice_lost", slice=slice_, reason="lease taken by another relay")
+        delivered = len(batch.messages) - len(sent.missing())
+        metrics.PUBLISHED.inc(delivered)
+        if batch.oldest is not None and delivered:
+            metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - batch.oldest))
+        outcome.batches += 1
+        outcome.rows += delivered
+        outcome.failed_rows += batch.taken - len(batch.messages) + len(sent.rejected)
+        if sent.failed:
+            log.warning(
+                "kafka_delivery_failed",
+                rows=len(sent.failed),
+                reason=sent.failed[0][1],
+                published=delivered,
+            )
+            raise KafkaException(f"{len(sent.failed)} deliveries failed")

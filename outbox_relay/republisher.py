@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 
 from outbox_relay import metrics, store
 from outbox_relay.errors import RelayError
-from outbox_relay.publisher import deliver
+from outbox_relay.kafka import Sender
+from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
@@ -68,7 +69,7 @@ def bounded(request: RepublishRequest) -> RepublishRequest:
 
 def answer(
     conn: Conn,
-    producer: Producer,
+    sender: Sender,
     request: RepublishRequest,
     settings: RelaySettings,
     schemas: PayloadSchemas,
@@ -89,11 +90,11 @@ def answer(
         rows, failed = store.rows_in_range(conn, *key)
         by_id = {row.id: row for row in rows}
         if not repeat and rows:
-            sent, unsendable = deliver(conn, producer, rows, settings, schemas, request.request_id)
+            sent, unsendable = deliver(conn, sender, rows, settings, schemas, request.request_id)
             if sent.failed:  # rolls the marks back with the transaction; the request is retried
                 raise RepublishDeliveryError(f"{len(sent.failed)} re-sent rows not delivered")
             failed += [by_id[row_id].seq for row_id in unsendable]
-            resent = sorted(by_id[row_id].seq for row_id in sent.delivered)
+            resent = sorted(row.seq for row in rows if row.id not in sent.missing())
     present = {row.seq for row in rows} | set(failed)
     result = RepublishResult(
         request.request_id,
@@ -107,7 +108,7 @@ def answer(
         tuple(sorted(failed)),
         repeat,
     )
-    _publish(producer, settings.republish_results_topic, result, settings)
+    _publish(sender.producer, settings.republish_results_topic, result, settings)
     if not repeat:
         cooldown.note(key)
     metrics.REPUBLISHED.inc(len(resent))

@@ -7,19 +7,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from outbox_relay.errors import RowProblem
 from schemas import Event, PayloadError, PayloadSchemas, encode, headers
 
-# The columns every query of rows selects, in OutboxRow's order.
+# The columns every query of rows selects, in OutboxRow's order. The payload comes as
+# JSON text and goes into the envelope as it is, never parsed unless a schema checks it.
 COLUMNS = (
-    "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload, "
+    "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload::text, "
     "headers, created_at"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class OutboxRow:
-    """One outbox row as the relay reads it."""
+    """One outbox row as the relay reads it (``payload`` is the JSON text of an object)."""
 
     id: int
     topic: str
@@ -29,7 +32,7 @@ class OutboxRow:
     seq: int
     event_type: str
     event_id: str
-    payload: Any
+    payload: str
     headers: Any
     created_at: datetime
 
@@ -60,21 +63,14 @@ def _headers(row: OutboxRow, republish_request: str | None) -> list[tuple[str, s
     return out
 
 
-def _event(row: OutboxRow, published_at: str) -> Event:
-    # The table's CHECK constraints already hold every envelope field to the contract.
-    if not isinstance(row.payload, Mapping):
-        raise RowProblem("bad_payload", "payload must be a JSON object")
-    return Event(
-        event_id=row.event_id,
-        event_type=row.event_type,
-        entity_type=row.entity_type,
-        entity_id=row.entity_id,
-        generation=row.generation,
-        seq=row.seq,
-        occurred_at=row.created_at.isoformat(),
-        published_at=published_at,
-        payload=row.payload,
-    )
+def _check_payload(row: OutboxRow, schemas: PayloadSchemas) -> None:
+    """Hold the payload to its event type's schema, when one is registered."""
+    if row.event_type not in schemas:
+        return
+    try:
+        schemas.validate(row.event_type, orjson.loads(row.payload))
+    except PayloadError as exc:
+        raise RowProblem("payload_schema", exc.detail) from exc
 
 
 def to_message(
@@ -87,16 +83,23 @@ def to_message(
 ) -> Message:
     """The Kafka message for ``row``, or ``RowProblem`` saying why it cannot be sent.
 
-    A payload is checked against its event type's schema when one is registered;
-    event types without a schema pass unchecked.
+    The table's CHECK constraints already hold every envelope field to the contract
+    and the payload to a JSON object; a payload is checked against its event type's
+    schema when one is registered, and event types without one pass unchecked.
     """
-    event = _event(row, published_at)
-    if row.event_type in schemas:
-        try:
-            schemas.validate(row.event_type, row.payload)
-        except PayloadError as exc:
-            raise RowProblem("payload_schema", exc.detail) from exc
-    value = encode(event)
+    _check_payload(row, schemas)
+    event = Event(
+        event_id=row.event_id,
+        event_type=row.event_type,
+        entity_type=row.entity_type,
+        entity_id=row.entity_id,
+        generation=row.generation,
+        seq=row.seq,
+        occurred_at=row.created_at.isoformat(),
+        published_at=published_at,
+        payload={},
+    )
+    value = encode(event, payload_json=row.payload)
     if len(value) > max_bytes:
         raise RowProblem("too_large", f"message is {len(value)} bytes, over {max_bytes}")
     return Message(row.id, row.topic, event.key, value, _headers(row, republish_request))

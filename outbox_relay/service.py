@@ -1,26 +1,28 @@
-"""The relay's main loop: publish, answer republish requests, purge, measure.
+"""The relay's main loop: share the slices, publish, answer republish requests, purge, measure.
 
 A dependency that is down pauses the loop with backoff; it never ends it.
 """
 
 from __future__ import annotations
 
-import threading
+import os
+import socket
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+import uuid
 from contextlib import suppress
 from typing import Any
 
 import orjson
 import psycopg
 import structlog
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException
 from psycopg.types.json import set_json_loads
 
-from outbox_relay import metrics, store
+from outbox_relay import leases, legacy, metrics, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
-from outbox_relay.kafka import make_producer, make_request_consumer
-from outbox_relay.publisher import BatchOutcome, publish_batch
+from outbox_relay.frontier import Cursor
+from outbox_relay.kafka import Sender, make_request_consumer
+from outbox_relay.publisher import Publisher
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
@@ -32,7 +34,8 @@ from schemas.topics import ensure_topics
 log = structlog.get_logger(__name__)
 
 NOTIFY_CHANNEL = "inorder_outbox"
-# The loop looks at notifications, requests and the stop flag at least this often.
+# The loop looks at notifications, requests and the stop flag at least this often, and
+# publishes for at most this long before doing so.
 TICK_S = 0.2
 # How long to wait for metadata when checking whether brokers are back.
 BROKER_CHECK_S = 2.0
@@ -41,7 +44,7 @@ MEASURE_INTERVAL_S = 5.0
 
 
 class Relay:
-    """One relay process. ``run`` returns after ``stop`` once in-flight work is marked."""
+    """One relay process. ``run`` returns after ``stop`` once the batch in hand is settled."""
 
     def __init__(
         self,
@@ -56,20 +59,18 @@ class Relay:
         self.listen = listen
         self.schemas = schemas or default_payload_schemas()
         self.cooldown = Cooldown(settings.republish_cooldown_s)
+        self.relay_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.owned: dict[int, Cursor] = {}
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
-        # The second publishing connection, when marking overlaps the next batch.
-        self._second: psycopg.Connection[Any] | None = None
-        self._lanes = (
-            ThreadPoolExecutor(2, thread_name_prefix="inorder-publish")
-            if settings.overlap_marking
-            else None
-        )
         self._listener: psycopg.Connection[Any] | None = None
-        self._producer: Producer | None = None
+        self._sender: Sender | None = None
         self._requests: Consumer | None = None
+        self._legacy_left = True
+        self._next_share = 0.0
         self._next_purge = 0.0
         self._next_measure = 0.0
+        self._measured: set[int] = set()
         self._last_request_error: str | None = None
         self._outages = Outages("relay", health, lambda: self._stopping)
 
@@ -99,89 +100,66 @@ class Relay:
             self._close()
 
     def _cycle(self) -> None:
-        published_full = self._publish_until_idle()
+        self._share()
+        busy = self._publish()
         self._answer_requests()
         self._housekeeping()
         self.health.beat()
-        if not published_full:
+        if not busy:
             self._wait_for_work()
 
     # ------------------------------------------------------------------ work
 
-    def _publish_until_idle(self) -> bool:
-        """Publish batches while they come back full; True if the last one was full."""
-        if self._lanes is not None:
-            return self._publish_overlapped(self._lanes)
-        while not self._stopping:
-            self._check_brokers()
-            outcome = publish_batch(self._db, self._kafka, self.settings, self.schemas)
-            self._settled(outcome)
-            if outcome.claimed < self.settings.batch_size:
-                return False
-        return True
+    def _share(self) -> None:
+        """Renew the leases held, and take or give back slices towards a fair share."""
+        now = time.monotonic()
+        if now < self._next_share:
+            return
+        self._next_share = now + self.settings.lease_s / 3
+        lease_s = self.settings.lease_s
+        held = leases.renew(self._db, self.relay_id, list(self.owned), lease_s)
+        for slice_ in set(self.owned) - held:
+            del self.owned[slice_]
+            log.warning("slice_lost", slice=slice_, reason="lease expired and taken")
+        seen = leases.look(self._db, self.relay_id, lease_s)
+        plan = sharing.plan(self.relay_id, seen.live, self.owned, seen.available, seen.slices)
+        if plan.release:
+            leases.release(self._db, self.relay_id, list(plan.release))
+            for slice_ in plan.release:
+                del self.owned[slice_]
+        if plan.take:
+            self.owned.update(leases.take(self._db, self.relay_id, list(plan.take), lease_s))
+        if plan.take or plan.release:
+            log.info(
+                "slices_shared",
+                owned=sorted(self.owned),
+                relays=len(seen.live),
+                taken=list(plan.take),
+                released=list(plan.release),
+            )
+        metrics.SLICES_OWNED.set(len(self.owned))
 
-    def _publish_overlapped(self, lanes: ThreadPoolExecutor) -> bool:
-        """``_publish_until_idle`` with two connections taking turns.
-
-        Batch N+1 is claimed (skipping the rows batch N still locks) and sent while
-        batch N's rows are marked published. Batch N+1 starts only once batch N is
-        sent, and batch N+2 only once batch N is committed, so sends never overlap and
-        one relay still publishes in id order.
-        """
-        conns = (self._db, _connected(self._second))
-        in_hand: list[Future[BatchOutcome]] = []  # at most the one marking and the next
-        full = False
-        try:
-            turn = 0
-            while not self._stopping:
-                self._check_brokers()
-                sent = threading.Event()
-                claimed: list[int] = []
-
-                def on_sent(
-                    count: int, claimed: list[int] = claimed, sent: threading.Event = sent
-                ) -> None:
-                    claimed.append(count)
-                    sent.set()
-
-                batch = lanes.submit(
-                    publish_batch,
-                    conns[turn % 2],
-                    self._kafka,
-                    self.settings,
-                    self.schemas,
-                    on_sent,
-                )
-                in_hand.append(batch)
-                turn += 1
-                while not sent.wait(TICK_S) and not batch.done():
-                    self.health.beat()
-                if len(in_hand) == 2:
-                    self._settled(in_hand.pop(0).result())
-                full = bool(claimed) and claimed[0] >= self.settings.batch_size
-                if not full:
-                    break
-        finally:
-            wait(in_hand)  # every batch in hand commits or rolls back before anything else
-        for batch in in_hand:
-            self._settled(batch.result())
-        return full
-
-    def _settled(self, outcome: BatchOutcome) -> None:
-        if outcome.published or outcome.claimed:
+    def _publish(self) -> bool:
+        """Publish what is waiting; True when there may be more right away."""
+        self._check_brokers()
+        if self._legacy_left:
+            sent = legacy.drain(self._db, self._kafka, self.settings, self.schemas)
+            self._legacy_left = sent > 0 or legacy.pending(self._db)
+            if self._legacy_left:
+                return True
+        if not self.owned:
+            return False
+        publisher = Publisher(self._db, self._kafka, self.settings, self.schemas, self.relay_id)
+        outcome = publisher.publish(self.owned, TICK_S, lambda: self._stopping)
+        if outcome.rows:
             self.health.cleared("kafka")
-        if outcome.delivery_failures:
-            raise KafkaException(f"{outcome.delivery_failures} deliveries failed")
+        return outcome.batches > 0
 
     def _check_brokers(self) -> None:
-        """While every broker is known down, ask Kafka first instead of claiming rows.
-
-        Claimed rows stay locked until their deliveries time out; asking first keeps an
-        outage from holding them, and lets the backlog gauges be measured meanwhile.
-        """
-        if "kafka" not in self.health.problems or self._producer is None:
+        """While every broker is known down, ask Kafka first instead of reading rows."""
+        if "kafka" not in self.health.problems or self._sender is None:
             return
-        self._producer.list_topics(timeout=BROKER_CHECK_S)  # KafkaException while down
+        self._sender.producer.list_topics(timeout=BROKER_CHECK_S)  # KafkaException while down
         self.health.cleared("kafka")
 
     def _answer_requests(self) -> None:
@@ -218,20 +196,36 @@ class Relay:
             self._measure()
 
     def _measure(self) -> None:
+        """Refresh the gauges of the slices this relay holds; drop those of slices it gave up."""
         self._next_measure = time.monotonic() + MEASURE_INTERVAL_S
-        backlog = store.backlog(self._db)
-        metrics.BACKLOG.set(backlog.rows)
-        metrics.OLDEST_AGE.set(backlog.oldest_age_s)
-        metrics.FAILED_ROWS.set(backlog.failed)
+        found = store.backlog(self._db, self.owned) if self.owned else {}
+        for slice_, backlog in found.items():
+            label = str(slice_)
+            metrics.BACKLOG.labels(label).set(backlog.rows)
+            metrics.OLDEST_AGE.labels(label).set(backlog.oldest_age_s)
+            metrics.RUNNING.labels(label).set(backlog.running)
+            metrics.RUNNING_AGE.labels(label).set(backlog.oldest_running_age_s)
+        for slice_ in self._measured - set(found):
+            for gauge in (
+                metrics.BACKLOG,
+                metrics.OLDEST_AGE,
+                metrics.RUNNING,
+                metrics.RUNNING_AGE,
+            ):
+                with suppress(KeyError):
+                    gauge.remove(str(slice_))
+        self._measured = set(found)
+        metrics.FAILED_ROWS.set(store.failed_rows(self._db))
 
     def _purge(self) -> None:
-        total = 0
+        """Delete sent rows past retention, oldest first, a few at a time."""
+        total, after = 0, 0
         while not self._stopping:
-            deleted = store.purge_batch(
-                self._db, self.settings.retention_s, self.settings.purge_batch_rows
+            deleted, after, done = store.purge_batch(
+                self._db, after, self.settings.retention_s, self.settings.purge_batch_rows
             )
             total += deleted
-            if deleted < self.settings.purge_batch_rows:
+            if done:
                 break
         if total:
             metrics.PURGED.inc(total)
@@ -239,7 +233,10 @@ class Relay:
 
     def _wait_for_work(self) -> None:
         """Until the poll interval passes or a NOTIFY arrives; requests are served meanwhile."""
-        deadline = time.monotonic() + self.settings.poll_interval_s
+        deadline = min(
+            time.monotonic() + self.settings.poll_interval_s,
+            max(self._next_share, time.monotonic() + TICK_S),
+        )
         while not self._stopping and time.monotonic() < deadline:
             slice_s = min(TICK_S, max(0.0, deadline - time.monotonic()))
             if self._listener is not None:
@@ -254,68 +251,60 @@ class Relay:
 
     @property
     def _db(self) -> psycopg.Connection[Any]:
-        return _connected(self._conn)
+        if self._conn is None:
+            raise psycopg.OperationalError("not connected to PostgreSQL")
+        return self._conn
 
     @property
-    def _kafka(self) -> Producer:
-        if self._producer is None:
+    def _kafka(self) -> Sender:
+        if self._sender is None:
             raise KafkaException("Kafka producer not started")
-        return self._producer
+        return self._sender
 
     def _connect(self) -> None:
         url = self.settings.database_url.get_secret_value()
         if self._conn is None:
-            conn = _publishing_connection(url)
+            conn = psycopg.connect(url, autocommit=True)
+            set_json_loads(orjson.loads, conn)
             try:
                 store.check_schema(conn)
-            except SchemaNotReadyError:
+                store.check_cluster(conn)
+            except BaseException:
                 conn.close()
                 raise
             self._conn = conn
-            if self._lanes is not None:
-                self._second = _publishing_connection(url)
+            self._next_share = 0.0  # leases may have lapsed while away: look again now
             if self.listen:
                 self._listener = psycopg.connect(url, autocommit=True)
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
             self.health.cleared("postgres")
-            log.info("postgres_connected", listen=self.listen)
-        if self._producer is None:
+            log.info("postgres_connected", listen=self.listen, relay_id=self.relay_id)
+        if self._sender is None:
             if self.settings.create_topics:
                 ensure_topics(
                     self.settings.kafka_config(),
                     [self.settings.republish_requests_topic, self.settings.republish_results_topic],
                     self.settings.topic_partitions,
                 )
-            self._producer = make_producer(self.settings, self.health)
+            self._sender = Sender(self.settings, self.health)
             self._requests = make_request_consumer(self.settings)
             self.health.cleared("starting")
             log.info("relay_started", batch_size=self.settings.batch_size)
 
     def _close_postgres(self) -> None:
-        for conn in (self._conn, self._second, self._listener):
+        for conn in (self._conn, self._listener):
             if conn is not None:
                 conn.close()
-        self._conn = self._second = self._listener = None
+        self._conn = self._listener = None
 
     def _close(self) -> None:
-        if self._lanes is not None:
-            self._lanes.shutdown(wait=True)
-        if self._producer is not None:
-            left = self._producer.flush(self.settings.delivery_timeout_ms / 1000)
+        if self._sender is not None:
+            left = self._sender.producer.flush(self.settings.delivery_timeout_ms / 1000)
             log.info("relay_stopped", undelivered=left)
         if self._requests is not None:
             self._requests.close()
+        if self._conn is not None:
+            with suppress(psycopg.Error):
+                leases.leave(self._conn, self.relay_id)  # others take over at once
+        self.owned.clear()
         self._close_postgres()
-
-
-def _connected(conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any]:
-    if conn is None:
-        raise psycopg.OperationalError("not connected to PostgreSQL")
-    return conn
-
-
-def _publishing_connection(url: str) -> psycopg.Connection[Any]:
-    """A connection that claims and marks rows (JSON columns read by orjson)."""
-    conn = psycopg.connect(url, autocommit=True)
-    set_json_loads(orjson.loads, conn)
-    return conn

@@ -14,18 +14,18 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings):
     """Everything the relay needs; every field has a default but the two addresses."""
 
     database_url: PostgresUrl
-    # Rows claimed and sent per transaction.
+    # Rows read per slice and part (past the cursor, per remembered transaction) per batch.
     batch_size: int = Field(default=500, ge=1, le=10_000)
-    # Mark a sent batch published on a second connection while the next batch is claimed
-    # and sent (sends still never overlap, so rows go out in id order).
-    overlap_marking: bool = True
+    # A relay holds its slices for this long without renewing; a standby takes over an
+    # expired slice within this time of its relay stopping.
+    lease_s: float = Field(default=10.0, ge=1, le=600)
     # Fallback poll when no NOTIFY arrives (missed notifications, other writers).
     poll_interval_s: float = Field(default=1.0, gt=0, le=600)
     # How long librdkafka may try to deliver one message before reporting failure.
     delivery_timeout_ms: int = Field(default=30_000, ge=1_000)
-    # Published rows older than this are deleted (7 days).
+    # Sent rows created longer ago than this are deleted (7 days).
     retention_s: float = Field(default=7 * 86_400, gt=0)
-    # How often retention runs, and how many rows one delete statement removes.
+    # How often retention runs, and how many rows one delete statement looks at.
     purge_interval_s: float = Field(default=60.0, gt=0)
     purge_batch_rows: int = Field(default=1_000, ge=1)
     # A repeat of the same republish range within this window re-sends nothing.

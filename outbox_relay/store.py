@@ -1,25 +1,42 @@
-"""The relay's SQL: claim, mark, look up ranges, measure the backlog, purge. Thin I/O only."""
+"""The relay's SQL: read past the cursors, advance them, look up ranges, measure, purge.
+
+Thin I/O only; where a slice stands and how a read moves it is ``frontier``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
 
-from outbox_relay.errors import SchemaNotReadyError
+from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
+from outbox_relay.frontier import Cursor, Snapshot
 from outbox_relay.rows import COLUMNS, OutboxRow
 
 Conn = psycopg.Connection[Any]
 
-_CLAIM = f"""
-SELECT {COLUMNS} FROM outbox
- WHERE published_at IS NULL AND failed_at IS NULL
- ORDER BY id
- LIMIT %s
- FOR UPDATE SKIP LOCKED
+# One statement, so one snapshot: the rows it returns are exactly those of the
+# transactions the snapshot shows finished. Per slice: the rows of remembered
+# transactions past their positions, and the rows past the cursor, each part limited.
+_READ = f"""
+SELECT snap.s::text, r.* FROM (SELECT pg_current_snapshot() AS s) snap
+LEFT JOIN LATERAL (
+    SELECT c.slice, o.xid::text, o.* FROM unnest(%(slices)s::smallint[],
+            %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
+    CROSS JOIN LATERAL (
+        SELECT xid, {COLUMNS} FROM outbox
+         WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
+         ORDER BY xid, id LIMIT %(limit)s) o
+    UNION ALL
+    SELECT w.slice, o.xid::text, o.* FROM unnest(%(wslices)s::smallint[],
+            %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
+    CROSS JOIN LATERAL (
+        SELECT xid, {COLUMNS} FROM outbox
+         WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
+         ORDER BY id LIMIT %(limit)s) o
+) r ON true
 """  # noqa: S608 - COLUMNS is a constant, values are parameters
 
 _RANGE = f"""
@@ -28,46 +45,118 @@ SELECT {COLUMNS}, failed_at IS NOT NULL AS failed FROM outbox
  ORDER BY seq
 """  # noqa: S608 - COLUMNS is a constant, values are parameters
 
+_ADVANCE = """
+UPDATE outbox_relay_slices s
+   SET cursor_xid = n.x, cursor_id = n.i, running = n.r::xid8[], running_pos = n.p::bigint[],
+       lease_until = now() + make_interval(secs => %(lease_s)s), advanced_at = now()
+  FROM unnest(%(slices)s::smallint[], %(xids)s::text[]::xid8[], %(ids)s::bigint[],
+              %(running)s::text[], %(pos)s::text[]) AS n(slice, x, i, r, p)
+ WHERE s.slice = n.slice AND s.owner = %(owner)s
+RETURNING s.slice
+"""
+
+
+@dataclass(slots=True)
+class Read:
+    """What one read returned: its snapshot, and per slice the rows as ``(xid, row)``."""
+
+    snapshot: Snapshot
+    rows: dict[int, list[tuple[int, OutboxRow]]] = field(default_factory=dict)
+
 
 @dataclass(frozen=True, slots=True)
-class Backlog:
-    """Rows waiting to be published, the age of the oldest, and rows marked failed."""
+class SliceBacklog:
+    """One slice's unsent rows, the age of the oldest, and its remembered transactions."""
 
     rows: int
     oldest_age_s: float
-    failed: int
+    running: int
+    oldest_running_age_s: float
 
 
 def check_schema(conn: Conn) -> None:
-    """Raise ``SchemaNotReadyError`` unless the outbox has the columns the relay uses."""
-    found = conn.execute(
-        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'outbox' "
-        "AND table_schema = current_schema() AND column_name IN ('failed_at', 'failure_reason')"
-    ).fetchone()
-    if found is None or found[0] != 2:
+    """Raise ``SchemaNotReadyError`` unless the outbox has the cursor tables the relay uses."""
+    row = conn.execute("SELECT to_regclass('outbox_relay_slices') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
         raise SchemaNotReadyError(
             "the outbox table is missing or out of date; run `inorder-producer migrate`"
         )
 
 
-def claim(conn: Conn, limit: int) -> list[OutboxRow]:
-    """Lock up to ``limit`` pending rows in id order, skipping rows other relays hold."""
-    with conn.cursor(row_factory=class_row(OutboxRow)) as cur:
-        return cur.execute(_CLAIM, (limit,)).fetchall()
-
-
-def mark_published(conn: Conn, row_ids: Sequence[int]) -> None:
-    """Record delivery: set published_at once, count every send."""
-    if row_ids:
-        conn.execute(
-            "UPDATE outbox SET published_at = coalesce(published_at, now()), "
-            "publish_count = publish_count + 1 WHERE id = ANY(%s)",
-            (list(row_ids),),
+def check_cluster(conn: Conn) -> None:
+    """Raise ``UnsafeClusterError`` on a standby, or when the outbox's ids run ahead of it."""
+    row = conn.execute(
+        "SELECT pg_is_in_recovery(), pg_snapshot_xmax(pg_current_snapshot())::text, "
+        " (SELECT max(xid)::text FROM ("
+        "   SELECT (SELECT xid FROM outbox WHERE outbox_slice(entity_type, entity_id) = s"
+        "            ORDER BY xid DESC LIMIT 1) AS xid FROM generate_series(0, 15) s"
+        "   UNION ALL SELECT cursor_xid FROM outbox_relay_slices) t)"
+    ).fetchone()
+    assert row is not None
+    standby, xmax, highest = row
+    if standby:
+        raise UnsafeClusterError(
+            "the database is a standby; point DATABASE_URL at the primary (transaction ids "
+            "and snapshots on a standby do not order the primary's writes)"
+        )
+    if highest is not None and int(highest) >= int(xmax):
+        raise UnsafeClusterError(
+            f"the outbox holds transaction id {highest}, ahead of this cluster's {xmax} "
+            "(restored from a logical dump into another cluster?); new rows would sort behind "
+            "the cursors and never be sent: rebase the outbox as the README's 'Moving the "
+            "outbox to another cluster' says"
         )
 
 
+def slice_count(conn: Conn) -> int:
+    """How many slices the outbox is divided into."""
+    row = conn.execute("SELECT count(*) FROM outbox_relay_slices").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
+    """Rows past the cursors of ``cursors``' slices, up to ``limit`` per part and slice."""
+    slices = sorted(cursors)
+    waiting = [(s, x, p) for s in slices for x, p in cursors[s].running.items()]
+    params = {
+        "slices": slices,
+        "xids": [str(cursors[s].xid) for s in slices],
+        "ids": [cursors[s].id for s in slices],
+        "wslices": [w[0] for w in waiting],
+        "wxids": [str(w[1]) for w in waiting],
+        "wpos": [w[2] for w in waiting],
+        "limit": limit,
+    }
+    records = conn.execute(_READ, params, prepare=True).fetchall()
+    result = Read(Snapshot.parse(records[0][0]))
+    for record in records:
+        if record[1] is not None:
+            result.rows.setdefault(record[1], []).append((int(record[2]), OutboxRow(*record[4:])))
+    return result
+
+
+def advance(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:
+    """Store the cursors of slices ``owner`` still holds, renewing their leases; those stored."""
+    slices = sorted(cursors)
+    params = {
+        "slices": slices,
+        "xids": [str(cursors[s].xid) for s in slices],
+        "ids": [cursors[s].id for s in slices],
+        "running": [_array(cursors[s].running.keys()) for s in slices],
+        "pos": [_array(cursors[s].running.values()) for s in slices],
+        "owner": owner,
+        "lease_s": lease_s,
+    }
+    return {row[0] for row in conn.execute(_ADVANCE, params, prepare=True)}
+
+
+def _array(values: Any) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
 def mark_failed(conn: Conn, row_id: int, reason: str) -> None:
-    """Take a row that cannot be sent out of the queue, keeping why."""
+    """Record why a row can never be sent; the cursor then passes it (the rare per-row write)."""
     conn.execute(
         "UPDATE outbox SET failed_at = now(), failure_reason = %s WHERE id = %s", (reason, row_id)
     )
@@ -88,26 +177,59 @@ def rows_in_range(
     return rows, failed
 
 
-def backlog(conn: Conn) -> Backlog:
-    """How far behind publishing is."""
+def backlog(conn: Conn, cursors: Mapping[int, Cursor]) -> dict[int, SliceBacklog]:
+    """How far behind each of these slices is, and how old its remembered transactions are."""
+    slices = sorted(cursors)
+    found = conn.execute(
+        "SELECT c.slice, count(o.id), coalesce(extract(epoch FROM now() - min(o.created_at)), 0),"
+        " (SELECT coalesce(extract(epoch FROM now() - min(a.xact_start)), 0)"
+        "    FROM pg_stat_activity a WHERE a.backend_xid = ANY(c.r::xid8[]::xid[]))"
+        " FROM unnest(%s::smallint[], %s::text[]::xid8[], %s::bigint[], %s::text[])"
+        "   AS c(slice, x, i, r)"
+        " LEFT JOIN outbox o ON outbox_slice(o.entity_type, o.entity_id) = c.slice"
+        "  AND ((o.xid, o.id) > (c.x, c.i) OR o.xid = ANY(c.r::xid8[])) AND o.failed_at IS NULL"
+        " GROUP BY c.slice, c.r",
+        (
+            slices,
+            [str(cursors[s].xid) for s in slices],
+            [cursors[s].id for s in slices],
+            [_array(cursors[s].running.keys()) for s in slices],
+        ),
+    ).fetchall()
+    return {
+        s: SliceBacklog(int(n), float(age), len(cursors[s].running), float(running_age))
+        for s, n, age, running_age in found
+    }
+
+
+def failed_rows(conn: Conn) -> int:
+    """Rows marked failed, waiting for a person."""
+    row = conn.execute("SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def purge_batch(conn: Conn, after_id: int, retention_s: float, limit: int) -> tuple[int, int, bool]:
+    """Delete sent rows older than ``retention_s`` among the next ``limit`` rows past ``after_id``.
+
+    Rows are looked at in id order, which is the order they were written in; rows marked
+    failed and rows not yet sent stay (``outbox_published``). Returns the rows deleted,
+    the last id looked at, and whether a row too young to go was met (nothing behind it
+    is old enough either, so the walk can stop).
+    """
     row = conn.execute(
-        "SELECT count(*) FILTER (WHERE failed_at IS NULL), "
-        "coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE failed_at IS NULL)),"
-        " 0), "
-        "count(*) FILTER (WHERE failed_at IS NOT NULL) "
-        "FROM outbox WHERE published_at IS NULL"
+        "WITH seen AS (SELECT id, created_at >= now() - make_interval(secs => %(r)s) AS young"
+        "   FROM outbox WHERE id > %(after)s ORDER BY id LIMIT %(limit)s),"
+        " gone AS (DELETE FROM outbox o USING seen"
+        "   WHERE o.id = seen.id AND NOT seen.young AND outbox_published(o) RETURNING 1)"
+        " SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM seen),"
+        "  (SELECT coalesce(bool_or(young), true) FROM seen)",
+        {"r": retention_s, "after": after_id, "limit": limit},
     ).fetchone()
-    assert row is not None  # an aggregate always returns a row
-    return Backlog(int(row[0]), float(row[1]), int(row[2]))
+    assert row is not None
+    return int(row[0]), int(row[1] or after_id), bool(row[2])
 
 
-def purge_batch(conn: Conn, retention_s: float, limit: int) -> int:
-    """Delete up to ``limit`` of the oldest rows published longer ago than ``retention_s``."""
-    cur = conn.execute(
-        "DELETE FROM outbox WHERE id IN ("
-        " SELECT id FROM outbox"
-        " WHERE published_at < now() - make_interval(secs => %s)"
-        " ORDER BY published_at LIMIT %s FOR UPDATE SKIP LOCKED)",
-        (retention_s, limit),
-    )
-    return cur.rowcount
+def cursor_from(xid: str, row_id: int, running: Sequence[str], positions: Sequence[int]) -> Cursor:
+    """A cursor as stored in ``outbox_relay_slices``."""
+    return Cursor(int(xid), row_id, dict(zip((int(x) for x in running), positions, strict=True)))

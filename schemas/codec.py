@@ -278,6 +278,13 @@ def to_document(event: Event) -> dict[str, Any]:
     }
 
 
-def encode(event: Event) -> bytes:
-    """The envelope of ``event`` as compact JSON bytes."""
-    return orjson.dumps(to_document(event))
+def encode(event: Event, *, payload_json: str | bytes | None = None) -> bytes:
+    """The envelope of ``event`` as compact JSON bytes.
+
+    ``payload_json``, the payload already serialised (a JSON object's text, as an outbox
+    row holds it), goes into the envelope as it is instead of ``event.payload``.
+    """
+    document = to_document(event)
+    if payload_json is not None:
+        document["payload"] = orjson.Fragment(payload_json)
+    return orjson.dumps(document)

@@ -116,7 +116,7 @@ class Audit:
             self.outbox,
             sql.SQL(
                 'SELECT DISTINCT ON (entity_id COLLATE "C") entity_id, generation, seq, payload, '
-                "published_at IS NULL, failure_reason FROM outbox WHERE entity_type = %s "
+                "NOT outbox_published(outbox), failure_reason FROM outbox WHERE entity_type = %s "
                 'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC'
             ),
             (route.stream,),
@@ -180,7 +180,7 @@ class Audit:
         sent = _stream(
             self.outbox,
             sql.SQL(
-                "SELECT entity_id, generation, seq, published_at IS NULL, failure_reason "
+                "SELECT entity_id, generation, seq, NOT outbox_published(outbox), failure_reason "
                 'FROM outbox WHERE entity_type = %s ORDER BY entity_id COLLATE "C", generation, seq'
             ),
             (route.stream,),

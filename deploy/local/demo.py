@@ -210,12 +210,16 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def _lose_one_event(db: str) -> str:
-    """Two more seat changes for one subscription; the first is marked sent but never sent."""
+    """Two more seat changes for one subscription; the relay's cursor passes the first unsent.
+
+    Transaction id 0 marks rows written before the outbox had transaction ids, all of
+    them behind every cursor: given to a new row, it makes the relay take the row as sent.
+    """
     with psycopg.connect(db) as conn:
         with conn.transaction():
             version = subs.add_seats(conn, "sub-000007", 3, topic=EVENTS_TOPIC)
             conn.execute(
-                "UPDATE outbox SET published_at = now(), publish_count = 1 WHERE entity_type = "
+                "UPDATE outbox SET xid = '0' WHERE entity_type = "
                 "'seat_ledger' AND entity_id = 'sub-000007' AND generation = %s AND seq = %s",
                 (version.generation, version.seq),
             )
@@ -243,7 +247,9 @@ def _settled(db: str, group: str) -> bool:
     # it commits the offset, so every sent event is applied or parked by now), then nothing
     # parked, no gap open and no batch waiting.
     with psycopg.connect(db) as conn:
-        unsent = conn.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetchone()
+        unsent = conn.execute(
+            "SELECT count(*) FROM outbox WHERE NOT outbox_published(outbox) AND failed_at IS NULL"
+        ).fetchone()
     if unsent != (0,) or _lag(group) != 0:
         return False
     with psycopg.connect(db) as conn:

@@ -102,8 +102,8 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
         for seq in range(1, 6):
             conn.execute(
                 "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
-                "payload, published_at) VALUES (%s, 'ledger', 'lost', %s, 'ledger.added', %s, "
-                "'{}', CASE WHEN %s = 3 THEN now() END)",
+                "payload, xid) VALUES (%s, 'ledger', 'lost', %s, 'ledger.added', %s, "
+                "'{}', CASE WHEN %s = 3 THEN '0' ELSE pg_current_xact_id() END)",
                 (settings.topics[0], seq, f"lost:1:{seq}", seq),
             )
     relay = RelaySettings(

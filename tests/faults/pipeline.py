@@ -235,7 +235,7 @@ class Pipeline:
         return Load(self.db.conninfo, plan, self.events_topic)
 
     def lose_one_event(self, entity: str) -> tuple[int, int]:
-        """A new subscription whose next seat change is marked sent but never sent; its version.
+        """A new subscription whose next seat change the relay passes unsent; its version.
 
         One more change follows, so the consumer parks it behind the gap until the
         sweeper has the lost one republished.
@@ -244,8 +244,8 @@ class Pipeline:
             subs.create_subscription(conn, entity, loadgen.PLANS[0], topic=self.events_topic)
             with conn.transaction():
                 version = subs.add_seats(conn, entity, 3, topic=self.events_topic)
-                conn.execute(
-                    "UPDATE outbox SET published_at = now(), publish_count = 1 WHERE entity_type "
+                conn.execute(  # transaction id 0: behind every cursor, taken as sent
+                    "UPDATE outbox SET xid = '0' WHERE entity_type "
                     "= 'seat_ledger' AND entity_id = %s AND generation = %s AND seq = %s",
                     (entity, version.generation, version.seq),
                 )
@@ -298,7 +298,8 @@ class Pipeline:
     def _pending_rows(self) -> int:
         with self.db.connect() as conn:
             row = conn.execute(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL AND failed_at IS NULL"
+                "SELECT count(*) FROM outbox"
+                " WHERE NOT outbox_published(outbox) AND failed_at IS NULL"
             ).fetchone()
         return int(row[0]) if row else 0
 

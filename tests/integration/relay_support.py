@@ -68,6 +68,16 @@ def count_rows(schema: PgSchema, where: str = "true") -> int:
     return int(row[0])
 
 
+# A fixed SQL condition: rows the relay has not sent yet (rows marked failed excluded).
+UNSENT = "NOT outbox_published(outbox) AND failed_at IS NULL"
+SENT = "outbox_published(outbox)"
+
+
+def unsent(schema: PgSchema) -> int:
+    """Rows still to be sent."""
+    return count_rows(schema, UNSENT)
+
+
 def settings_for(
     schema: PgSchema, bootstrap: str, topics: RelayTopics, **overrides: Any
 ) -> RelaySettings:
@@ -105,6 +115,7 @@ def relay_env(settings: RelaySettings) -> dict[str, str]:
         INORDER_RELAY_GROUP_ID=settings.relay_group_id,
         INORDER_CREATE_TOPICS="false",
         INORDER_BATCH_SIZE=str(settings.batch_size),
+        INORDER_LEASE_S=str(settings.lease_s),
         INORDER_HTTP_PORT=str(settings.http_port),
     )
     return env

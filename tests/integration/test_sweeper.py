@@ -36,11 +36,11 @@ def test_lost_event_is_detected_republished_and_healed(
     tmp_path: Path,
     redis_prefix: str,
 ) -> None:
-    """A row marked published but never sent: later events park, the gap heals by itself."""
+    """A row the relay's cursor passes unsent: later events park, the gap heals by itself."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     sw.write_outbox(p, range(1, 6))
-    with pg_schema.connect() as conn:  # the lost event: marked as sent, never sent
-        conn.execute("UPDATE outbox SET published_at = now(), publish_count = 1 WHERE seq = 3")
+    with pg_schema.connect() as conn:  # the lost event: transaction id 0 sorts behind the cursor
+        conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
         conn.commit()
     before = _escalations()
     with sw.running(p):
@@ -121,7 +121,7 @@ def test_standby_sweeper_takes_over_when_the_active_one_dies(
         first.wait(timeout=30)
         sw.write_outbox(p, range(1, 6))
         with pg_schema.connect() as conn:
-            conn.execute("UPDATE outbox SET published_at = now() WHERE seq = 3")
+            conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
             conn.commit()
         with sw.running(p, sweeper=False):
             wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)

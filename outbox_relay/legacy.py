@@ -1,0 +1,45 @@
+"""Rows written before the transaction-id cursor existed: sent first, once, then forgotten.
+
+The upgrade lists the rows it found unpublished in ``outbox_legacy_pending``; they sort
+behind every cursor (transaction id 0), so they are claimed from that list in id order,
+sent, and struck off in the same transaction. Several relays share the work through
+row locks. Rows written after the upgrade wait until the list is empty, so each
+entity's older events still go out first.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+
+from outbox_relay.kafka import Sender
+from outbox_relay.rows import COLUMNS, OutboxRow
+from outbox_relay.sending import deliver
+from outbox_relay.settings import RelaySettings
+from outbox_relay.store import Conn
+from schemas import PayloadSchemas
+
+_CLAIM = f"""
+SELECT {COLUMNS} FROM outbox JOIN outbox_legacy_pending USING (id)
+ ORDER BY id LIMIT %s FOR UPDATE OF outbox_legacy_pending SKIP LOCKED
+"""  # noqa: S608 - COLUMNS is a constant, values are parameters
+
+
+def pending(conn: Conn) -> bool:
+    """Whether rows from before the upgrade are still to be sent (by any relay)."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM outbox_legacy_pending)").fetchone()
+    return bool(row and row[0])
+
+
+def drain(conn: Conn, sender: Sender, settings: RelaySettings, schemas: PayloadSchemas) -> int:
+    """Send one batch of the oldest listed rows; strike off what Kafka took or never will."""
+    with conn.transaction():
+        rows = [OutboxRow(*r) for r in conn.execute(_CLAIM, (settings.batch_size,))]
+        if not rows:
+            return 0
+        sent, _ = deliver(conn, sender, rows, settings, schemas)
+        retry = {row_id for row_id, _ in sent.failed}
+        done = [row.id for row in rows if row.id not in retry]
+        conn.execute("DELETE FROM outbox_legacy_pending WHERE id = ANY(%s)", (done,))
+    if sent.failed:
+        raise KafkaException(f"{len(sent.failed)} deliveries failed")
+    return len(rows)

@@ -1,0 +1,84 @@
+"""Rows to messages and back: what cannot be sent is marked failed, what Kafka refused too."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import structlog
+
+from outbox_relay import metrics, store
+from outbox_relay.errors import RowProblem
+from outbox_relay.kafka import Sender, Sent
+from outbox_relay.rows import Message, OutboxRow, to_message
+from outbox_relay.settings import RelaySettings
+from outbox_relay.store import Conn
+from schemas import PayloadSchemas
+
+log = structlog.get_logger(__name__)
+
+
+def prepare(
+    conn: Conn,
+    rows: Sequence[OutboxRow],
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
+    republish_request: str | None = None,
+) -> tuple[list[Message], list[int]]:
+    """Messages for the sendable rows; rows that can never be sent are marked failed."""
+    now = datetime.now(UTC).isoformat()
+    messages: list[Message] = []
+    failed: list[int] = []
+    for row in rows:
+        try:
+            message = to_message(
+                row,
+                now,
+                schemas=schemas,
+                max_bytes=settings.max_message_bytes,
+                republish_request=republish_request,
+            )
+        except RowProblem as problem:
+            fail(conn, row, problem.reason, str(problem))
+            failed.append(row.id)
+        else:
+            messages.append(message)
+    return messages, failed
+
+
+def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
+    """Mark one row failed, count it and say so in the log."""
+    store.mark_failed(conn, row.id, detail)
+    metrics.ROWS_FAILED.labels(reason).inc()
+    log.error(
+        "outbox_row_failed",
+        row_id=row.id,
+        entity=f"{row.entity_type}:{row.entity_id}",
+        generation=row.generation,
+        seq=row.seq,
+        reason=reason,
+        detail=detail,
+    )
+
+
+def settle(conn: Conn, rows: dict[int, OutboxRow], sent: Sent) -> None:
+    """Mark the rows Kafka refused for good as failed, and count the rest of the outcome."""
+    for row_id, reason in sent.rejected:
+        fail(conn, rows[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
+    for _, reason in sent.failed:
+        metrics.PUBLISH_FAILURES.labels(reason).inc()
+
+
+def deliver(
+    conn: Conn,
+    sender: Sender,
+    rows: Sequence[OutboxRow],
+    settings: RelaySettings,
+    schemas: PayloadSchemas,
+    republish_request: str | None = None,
+) -> tuple[Sent, list[int]]:
+    """Send rows and wait for Kafka: what it reported, and every row id now marked failed."""
+    messages, failed = prepare(conn, rows, settings, schemas, republish_request)
+    sent = sender.send(messages, settings.delivery_timeout_ms / 1000 + 5)
+    settle(conn, {row.id: row for row in rows}, sent)
+    return sent, failed + [row_id for row_id, _ in sent.rejected]
