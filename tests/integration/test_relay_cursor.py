@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 import schemas
-from producer import OutboxEvent, emit
+from producer import OutboxEvent, emit, emit_many
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import relay_support as rs
 from tests.support.kafka import drain, wait_until
@@ -138,3 +141,94 @@ def test_transaction_ids_ahead_of_the_cluster_stop_start_up(
     [line] = [x for x in done.stderr.splitlines() if x.startswith("inorder-relay:")]
     assert line.startswith("inorder-relay: the outbox holds transaction id 999999999999")
     assert rs.count_rows(outbox, rs.SENT) == 0
+
+
+class Writers:
+    """Writers as applications run them, on their own connections, for ``seconds``.
+
+    Each transaction is one of: plain, rolled back, taking its id early and writing
+    late, or (one writer) held open for seconds. Entities are per writer, so seqs
+    never collide; what committed and what rolled back is recorded by event id.
+    """
+
+    def __init__(self, schema: PgSchema, topic: str, seconds: float) -> None:
+        self.schema = schema
+        self.topic = topic
+        self.deadline = time.monotonic() + seconds
+        self.committed: set[str] = set()
+        self.rolled_back: set[str] = set()
+        self._lock = threading.Lock()
+
+    def run(self, writer: int) -> None:
+        rng = random.Random(writer)
+        seqs: Counter[str] = Counter()
+        with self.schema.connect() as conn:
+            while time.monotonic() < self.deadline:
+                kind = "long" if writer == 0 else rng.choice(["plain", "rollback", "early"])
+                events = []
+                for _ in range(rng.randint(1, 3)):
+                    entity = f"w{writer}-{rng.randrange(20)}"
+                    seqs[entity] += 1
+                    events.append(_event(self.topic, entity, seqs[entity]))
+                conn.execute("SELECT pg_current_xact_id()" if kind == "early" else "SELECT 1")
+                if kind in {"early", "long"}:
+                    time.sleep(rng.uniform(0.01, 0.05) if kind == "early" else 3.0)
+                emit_many(conn, events)
+                ids = {e.resolved_event_id for e in events}
+                if kind == "rollback":
+                    conn.rollback()
+                    for event in events:
+                        seqs[event.entity_id] -= 1
+                    with self._lock:
+                        self.rolled_back |= ids
+                else:
+                    conn.commit()
+                    with self._lock:
+                        self.committed |= ids
+
+
+def test_writers_racing_two_relays_and_a_kill_lose_nothing(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """Racing writers, two relays, one SIGKILLed: all committed rows out, no rolled-back row,
+    duplicates only from the killed relay's slices, at most its batch in hand."""
+    batch = 50
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, batch_size=batch, lease_s=2
+    )
+    env = rs.relay_env(settings)
+    victim = rs.spawn(env, tmp_path / "relay.log")
+    survivor = rs.spawn(env, tmp_path / "relay.log")
+    writers = Writers(outbox, topics.events, seconds=8)
+    threads = [threading.Thread(target=writers.run, args=(n,)) for n in range(6)]
+    try:
+        wait_until(lambda: _owners(outbox) == {victim.pid: 8, survivor.pid: 8}, timeout_s=30)
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: rs.count_rows(outbox, rs.SENT) > 500, timeout_s=30, interval_s=0.02)
+        with outbox.connect() as conn:
+            held = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT slice FROM outbox_relay_slices WHERE owner LIKE %s",
+                    (f"%:{victim.pid}:%",),
+                )
+            }
+        victim.kill()
+        victim.wait(timeout=30)
+        for thread in threads:
+            thread.join(60)
+        wait_until(lambda: rs.unsent(outbox) == 0, timeout_s=90)
+    finally:
+        survivor.terminate()
+        survivor.wait(timeout=60)
+    sent = _sent_ids(services, topics.events, len(writers.committed))
+    assert writers.rolled_back, "no transaction rolled back: the race was not tested"
+    assert set(sent) == writers.committed
+    twice = {event_id for event_id, n in sent.items() if n > 1}
+    with outbox.connect() as conn:
+        slices = dict(
+            conn.execute("SELECT event_id, outbox_slice(entity_type, entity_id) FROM outbox")
+        )
+    assert {slices[event_id] for event_id in twice} <= held
+    assert sum(sent[event_id] - 1 for event_id in twice) <= batch * len(held)
