@@ -12,7 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from operator import attrgetter
 
+import orjson
 import structlog
 from confluent_kafka import KafkaException
 
@@ -27,17 +30,23 @@ from schemas import PayloadSchemas
 
 log = structlog.get_logger(__name__)
 
+_ID = attrgetter("id")
+_OCCURRED_AT = attrgetter("occurred_at")
+
 
 @dataclass(slots=True)
 class Batch:
-    """One read, ready to send: its messages and where it leaves each slice's cursor."""
+    """One read, ready to send: its rows and messages, and where it leaves each cursor."""
 
     cursors: dict[int, Cursor]
+    rows: list[OutboxRow] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
-    rows: dict[int, OutboxRow] = field(default_factory=dict)
-    slice_of: dict[int, int] = field(default_factory=dict)
-    taken: int = 0
+    slices: list[int] = field(default_factory=list)  # each row's slice, as ``rows``
     oldest: float | None = None
+
+    def slice_of(self) -> dict[int, int]:
+        """Row id to slice (looked up only when a delivery failed)."""
+        return {row.id: s for row, s in zip(self.rows, self.slices, strict=True)}
 
 
 @dataclass(slots=True)
@@ -78,8 +87,10 @@ class Publisher:
         outcome = Outcome()
         deadline = time.monotonic() + budget_s
         batch = self._read(owned)
-        while batch.taken and owned:
-            batch.messages = [m for m in batch.messages if batch.slice_of[m.row_id] in owned]
+        while batch.rows and owned:
+            if len(owned) < len(batch.cursors):  # a slice was lost: send none of its rows
+                lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
+                batch.messages = [m for m in batch.messages if m.row_id not in lost]
             self.sender.produce(batch.messages)
             more = not stopping() and time.monotonic() < deadline
             ahead = self._read(self._still_owned(batch, owned)) if more else None
@@ -87,7 +98,7 @@ class Publisher:
             if ahead is None:
                 break
             batch = ahead
-        if not batch.taken:
+        if not batch.rows:
             self._forget_finished(batch, owned)
         return outcome
 
@@ -106,31 +117,30 @@ class Publisher:
         limit = self.settings.batch_size
         found = store.read(self.conn, cursors, limit)
         batch = Batch(dict(cursors))
-        rows: list[OutboxRow] = []
-        for slice_, taken in found.rows.items():
-            taken.sort(key=lambda pair: (pair[0], pair[1].id))
-            del taken[limit:]
-            batch.cursors[slice_] = advance(
-                cursors[slice_], found.snapshot, [(x, row.id) for x, row in taken], limit
-            )
-            for _, row in taken:
-                batch.slice_of[row.id] = slice_
-                rows.append(row)
-        if not rows:
-            # Nothing to send, but remembered transactions that finished are forgotten.
-            batch.cursors = {s: advance(c, found.snapshot, [], limit) for s, c in cursors.items()}
+        for slice_, cursor in cursors.items():
+            rows = found.rows.get(slice_, [])[:limit]
+            xids = found.xids.get(slice_, [])[:limit]
+            taken = list(zip(xids, map(_ID, rows), strict=True))
+            batch.cursors[slice_] = advance(cursor, found.snapshot, taken, limit)
+            batch.rows += rows
+            batch.slices += [slice_] * len(rows)
+        if not batch.rows:
             return batch
-        rows.sort(key=lambda row: row.id)  # write order: each entity's rows in seq order
-        batch.taken = len(rows)
-        batch.rows = {row.id: row for row in rows}
-        batch.oldest = min(row.created_at for row in rows).timestamp()
-        batch.messages, _ = prepare(self.conn, rows, self.settings, self.schemas)
+        # Write order: an entity's rows in seq order even where transaction ids are not.
+        order = sorted(range(len(batch.rows)), key=lambda n: batch.rows[n].id)
+        batch.rows = [batch.rows[n] for n in order]
+        batch.slices = [batch.slices[n] for n in order]
+        # One session time zone renders every timestamp alike: the least text is the oldest.
+        oldest = min(map(_OCCURRED_AT, batch.rows))
+        batch.oldest = datetime.fromisoformat(orjson.loads(oldest)).timestamp()
+        batch.messages, _ = prepare(self.conn, batch.rows, self.settings, self.schemas)
         return batch
 
     def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
-        settle(self.conn, batch.rows, sent)
-        retry = {batch.slice_of[row_id] for row_id, _ in sent.failed}
+        if sent.rejected or sent.failed:
+            settle(self.conn, {row.id: row for row in batch.rows}, sent)
+        retry = {batch.slice_of()[row_id] for row_id, _ in sent.failed}
         done = {s: c for s, c in batch.cursors.items() if s in owned and s not in retry}
         lease_s = self.settings.lease_s
         stored = store.advance(self.conn, self.owner, done, lease_s) if done else set()
@@ -146,7 +156,7 @@ class Publisher:
             metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - batch.oldest))
         outcome.batches += 1
         outcome.rows += delivered
-        outcome.failed_rows += batch.taken - len(batch.messages) + len(sent.rejected)
+        outcome.failed_rows += len(batch.rows) - len(batch.messages) + len(sent.rejected)
         if sent.failed:
             log.warning(
                 "kafka_delivery_failed",

@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from outbox_relay.errors import RowProblem
-from schemas import Event, PayloadError, PayloadSchemas, encode, headers
+from schemas import PayloadError, PayloadSchemas, encode_rendered, headers, kafka_key
 
-# The columns every query of rows selects, in OutboxRow's order. The payload comes as
-# JSON text and goes into the envelope as it is, never parsed unless a schema checks it.
+# The columns every query of rows selects, in OutboxRow's order. The payload and the
+# creation time come as JSON text and go into the envelope as they are; the payload is
+# parsed only when a schema checks it. Empty headers (the usual case) come as NULL.
 COLUMNS = (
     "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload::text, "
-    "headers, created_at"
+    "nullif(headers, '{}'::jsonb), to_json(created_at)::text"
 )
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    """One outbox row as the relay reads it (``payload`` is the JSON text of an object)."""
+class OutboxRow(NamedTuple):
+    """One outbox row as the relay reads it (a tuple: rows are built by the ten thousand).
+
+    ``payload`` is the JSON text of an object, ``occurred_at`` the JSON text of the
+    creation time (a quoted timestamp), ``headers`` None when the row has none.
+    """
 
     id: int
     topic: str
@@ -34,11 +36,10 @@ class OutboxRow:
     event_id: str
     payload: str
     headers: Any
-    created_at: datetime
+    occurred_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """What goes to Kafka for one row."""
 
     row_id: int
@@ -49,17 +50,18 @@ class Message:
 
 
 def _headers(row: OutboxRow, republish_request: str | None) -> list[tuple[str, str | bytes | None]]:
-    if not isinstance(row.headers, Mapping) or not all(
-        isinstance(v, str) for v in row.headers.values()
-    ):
-        raise RowProblem("bad_headers", "headers must be a JSON object of strings")
     out: list[tuple[str, str | bytes | None]] = [
-        (headers.EVENT_TYPE, row.event_type.encode()),
-        (headers.ENTITY_TYPE, row.entity_type.encode()),
+        (headers.EVENT_TYPE, row.event_type),
+        (headers.ENTITY_TYPE, row.entity_type),
     ]
-    out.extend((name, value.encode()) for name, value in row.headers.items())
+    if row.headers is not None:
+        if not isinstance(row.headers, Mapping) or not all(
+            isinstance(v, str) for v in row.headers.values()
+        ):
+            raise RowProblem("bad_headers", "headers must be a JSON object of strings")
+        out.extend(row.headers.items())
     if republish_request is not None:
-        out.append((headers.REPUBLISH_REQUEST, republish_request.encode()))
+        out.append((headers.REPUBLISH_REQUEST, republish_request))
     return out
 
 
@@ -83,23 +85,21 @@ def to_message(
 ) -> Message:
     """The Kafka message for ``row``, or ``RowProblem`` saying why it cannot be sent.
 
-    The table's CHECK constraints already hold every envelope field to the contract
-    and the payload to a JSON object; a payload is checked against its event type's
-    schema when one is registered, and event types without one pass unchecked.
+    ``published_at`` is JSON text (a quoted timestamp). The table's CHECK constraints
+    already hold every envelope field to the contract and the payload to a JSON object;
+    a payload is checked against its event type's schema when one is registered, and
+    event types without one pass unchecked.
     """
     _check_payload(row, schemas)
-    event = Event(
-        event_id=row.event_id,
-        event_type=row.event_type,
-        entity_type=row.entity_type,
-        entity_id=row.entity_id,
-        generation=row.generation,
-        seq=row.seq,
-        occurred_at=row.created_at.isoformat(),
-        published_at=published_at,
-        payload={},
+    value = encode_rendered(
+        row.event_id,
+        row.event_type,
+        (row.entity_type, row.entity_id, row.generation, row.seq),
+        row.occurred_at,
+        published_at,
+        row.payload,
     )
-    value = encode(event, payload_json=row.payload)
     if len(value) > max_bytes:
         raise RowProblem("too_large", f"message is {len(value)} bytes, over {max_bytes}")
-    return Message(row.id, row.topic, event.key, value, _headers(row, republish_request))
+    key = kafka_key(row.entity_type, row.entity_id)
+    return Message(row.id, row.topic, key, value, _headers(row, republish_request))

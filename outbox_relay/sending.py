@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import orjson
 import structlog
 
 from outbox_relay import metrics, store
@@ -26,7 +27,7 @@ def prepare(
     republish_request: str | None = None,
 ) -> tuple[list[Message], list[int]]:
     """Messages for the sendable rows; rows that can never be sent are marked failed."""
-    now = datetime.now(UTC).isoformat()
+    now = orjson.dumps(datetime.now(UTC).isoformat()).decode()
     messages: list[Message] = []
     failed: list[int] = []
     for row in rows:

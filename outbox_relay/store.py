@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -18,25 +20,25 @@ from outbox_relay.rows import COLUMNS, OutboxRow
 Conn = psycopg.Connection[Any]
 
 # One statement, so one snapshot: the rows it returns are exactly those of the
-# transactions the snapshot shows finished. Per slice: the rows of remembered
-# transactions past their positions, and the rows past the cursor, each part limited.
+# transactions the snapshot shows finished. The snapshot comes first, alone; then per
+# slice the rows past the cursor, then the rows of remembered transactions past their
+# positions, each part in (xid, id) order and limited.
 _READ = f"""
-SELECT snap.s::text, r.* FROM (SELECT pg_current_snapshot() AS s) snap
-LEFT JOIN LATERAL (
-    SELECT c.slice, o.xid::text, o.* FROM unnest(%(slices)s::smallint[],
+SELECT NULL::smallint, pg_current_snapshot()::text, {", ".join(["NULL"] * len(OutboxRow._fields))}
+UNION ALL (
+    SELECT c.slice, o.* FROM unnest(%(slices)s::smallint[],
             %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
     CROSS JOIN LATERAL (
-        SELECT xid, {COLUMNS} FROM outbox
+        SELECT xid::text, {COLUMNS} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
-         ORDER BY xid, id LIMIT %(limit)s) o
-    UNION ALL
-    SELECT w.slice, o.xid::text, o.* FROM unnest(%(wslices)s::smallint[],
+         ORDER BY xid, id LIMIT %(limit)s) o)
+UNION ALL (
+    SELECT w.slice, o.* FROM unnest(%(wslices)s::smallint[],
             %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
     CROSS JOIN LATERAL (
-        SELECT xid, {COLUMNS} FROM outbox
+        SELECT xid::text, {COLUMNS} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
-         ORDER BY id LIMIT %(limit)s) o
-) r ON true
+         ORDER BY id LIMIT %(limit)s) o)
 """  # noqa: S608 - COLUMNS is a constant, values are parameters
 
 _RANGE = f"""
@@ -58,10 +60,14 @@ RETURNING s.slice
 
 @dataclass(slots=True)
 class Read:
-    """What one read returned: its snapshot, and per slice the rows as ``(xid, row)``."""
+    """What one read returned: its snapshot, and per slice its rows in ``(xid, id)`` order.
+
+    ``xids`` holds each row's transaction id, in the same order as ``rows``.
+    """
 
     snapshot: Snapshot
-    rows: dict[int, list[tuple[int, OutboxRow]]] = field(default_factory=dict)
+    rows: dict[int, list[OutboxRow]] = field(default_factory=dict)
+    xids: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +135,29 @@ def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
         "limit": limit,
     }
     records = conn.execute(_READ, params, prepare=True).fetchall()
-    result = Read(Snapshot.parse(records[0][0]))
-    for record in records:
-        if record[1] is not None:
-            result.rows.setdefault(record[1], []).append((int(record[2]), OutboxRow(*record[4:])))
+    snapshot = next(record for record in records if record[0] is None)
+    result = Read(Snapshot.parse(snapshot[1]))
+    make = OutboxRow._make
+    data = (record for record in records if record[0] is not None)
+    for slice_, group in groupby(data, itemgetter(0)):
+        found = list(group)
+        rows = result.rows.setdefault(slice_, [])
+        xids = result.xids.setdefault(slice_, [])
+        rows.extend(map(make, map(itemgetter(slice(2, None)), found)))
+        xids.extend(map(int, map(itemgetter(1), found)))
+    for slice_ in {w[0] for w in waiting} & result.rows.keys():
+        _merge(result, slice_)  # both parts may have rows: put them in (xid, id) order
     return result
+
+
+def _merge(result: Read, slice_: int) -> None:
+    pairs = sorted(zip(result.xids[slice_], result.rows[slice_], strict=True), key=_order)
+    result.xids[slice_] = [x for x, _ in pairs]
+    result.rows[slice_] = [row for _, row in pairs]
+
+
+def _order(pair: tuple[int, OutboxRow]) -> tuple[int, int]:
+    return (pair[0], pair[1].id)
 
 
 def advance(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:

@@ -4,7 +4,7 @@ The JSON Schema files in ``schemas/json`` are the source of truth; the codec her
 agrees with them (``tests/unit/test_codec_schema_agreement.py`` proves it).
 """
 
-from schemas.codec import MAX_MESSAGE_BYTES, decode, encode, to_document
+from schemas.codec import MAX_MESSAGE_BYTES, decode, encode, encode_rendered, to_document
 from schemas.errors import (
     ContractError,
     DecodeError,
@@ -32,6 +32,7 @@ __all__ = [
     "default_event_id",
     "default_payload_schemas",
     "encode",
+    "encode_rendered",
     "kafka_key",
     "parse_key",
     "to_document",

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +38,7 @@ from consumer import examples
 from consumer.testing import event
 from producer import OutboxEvent, emit_many, migrate
 from schemas import Event, encode
-from tests.benchmarks.fixtures import temp_schema
+from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import PAYLOAD, free_port
 from tests.support.services import ROOT
@@ -73,61 +70,17 @@ def _q(values: list[float], q: int) -> float:
 # ---------------------------------------------------------------- the processes
 
 
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """Names shared by the writer, the relay and the consumer of one benchmark."""
-
-    url: str
-    bootstrap: str
-    topic: str
-    folder: Path
-
-
-def _env(pipe: Pipeline, port: int, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
-    env.update(
-        DATABASE_URL=pipe.url,
-        KAFKA_BOOTSTRAP_SERVERS=pipe.bootstrap,
-        INORDER_HTTP_PORT=str(port),
-        INORDER_LOG_LEVEL="WARNING",
-        INORDER_REPUBLISH_REQUESTS_TOPIC=f"{pipe.topic}.requests",
-        INORDER_REPUBLISH_RESULTS_TOPIC=f"{pipe.topic}.results",
-        INORDER_RELAY_GROUP_ID=f"{pipe.topic}.relay",
-        **extra,
-    )
-    return env
-
-
-@contextmanager
-def _process(module: str, env: dict[str, str], port: int) -> Iterator[None]:
-    process = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{module} did not become ready") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
 @contextmanager
 def _relay(pipe: Pipeline) -> Iterator[None]:
     port = free_port()
-    with _process("outbox_relay", _env(pipe, port), port):
+    with service_process("outbox_relay", pipeline_env(pipe, port), port):
         yield
 
 
 @contextmanager
 def _consumer(pipe: Pipeline, **extra: str) -> Iterator[None]:
     port = free_port()
-    env = _env(
+    env = pipeline_env(
         pipe,
         port,
         REDIS_URL=os.environ["REDIS_URL"],
@@ -140,7 +93,7 @@ def _consumer(pipe: Pipeline, **extra: str) -> Iterator[None]:
         INORDER_REDIS_KEY_PREFIX=pipe.topic,
         **extra,
     )
-    with _process("consumer", env, port):
+    with service_process("consumer", env, port):
         yield
 
 

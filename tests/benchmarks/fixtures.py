@@ -1,11 +1,17 @@
-"""Benchmark helpers: throw-away PostgreSQL schemas, a consumer timed until it is done."""
+"""Benchmark helpers: throw-away schemas, a consumer timed until done, services as processes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -41,3 +47,51 @@ def consume_until(settings: ConsumerSettings, url: str, done: str, want: int) ->
             if row and row[0] == want:
                 return time.perf_counter() - started
             time.sleep(0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Names shared by the writer, the relay and the consumer of one benchmark."""
+
+    url: str
+    bootstrap: str
+    topic: str
+    folder: Path
+
+
+def pipeline_env(pipe: Pipeline, port: int, **extra: str) -> dict[str, str]:
+    """Environment for one of the services: the pipeline's names, logs at WARNING only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    env.update(
+        DATABASE_URL=pipe.url,
+        KAFKA_BOOTSTRAP_SERVERS=pipe.bootstrap,
+        INORDER_HTTP_PORT=str(port),
+        INORDER_LOG_LEVEL="WARNING",
+        INORDER_REPUBLISH_REQUESTS_TOPIC=f"{pipe.topic}.requests",
+        INORDER_REPUBLISH_RESULTS_TOPIC=f"{pipe.topic}.results",
+        INORDER_RELAY_GROUP_ID=f"{pipe.topic}.relay",
+        **extra,
+    )
+    return env
+
+
+@contextmanager
+def service_process(
+    module: str, env: dict[str, str], port: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m module`` running until the block ends, once its /readyz answers."""
+    process = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{module} did not become ready") from None
+                time.sleep(0.1)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -141,6 +141,33 @@ def test_encode_then_decode_is_identity(**fields: Any) -> None:
     assert schemas.decode(schemas.encode(event)) == event
 
 
+@given(
+    entity_id=ids,
+    event_id=ids,
+    entity_type=names,
+    event_type=names.map(lambda n: f"x.{n}"),
+    generation=st.integers(1, 2**63 - 1),
+    seq=st.integers(1, 2**63 - 1),
+    payload=st.dictionaries(st.text(), json_values, max_size=5),
+)
+def test_rendered_parts_make_the_same_envelope_as_encode(**fields: Any) -> None:
+    """Timestamps and payload spliced in as JSON text give the document encode gives."""
+    event = schemas.Event(
+        occurred_at="2026-01-02T03:04:05Z", published_at="2026-01-02T03:04:06.5-01:00", **fields
+    )
+    rendered = schemas.encode_rendered(
+        event.event_id,
+        event.event_type,
+        (event.entity_type, event.entity_id, event.generation, event.seq),
+        orjson.dumps(event.occurred_at).decode(),
+        orjson.dumps(event.published_at).decode(),
+        orjson.dumps(event.payload, option=orjson.OPT_INDENT_2).decode(),
+    )
+    assert orjson.loads(rendered) == schemas.to_document(event)
+    assert list(orjson.loads(rendered)) == list(schemas.to_document(event))
+    assert schemas.decode(rendered) == event
+
+
 def test_remembered_valid_types_do_not_let_invalid_ones_through() -> None:
     """After many valid event types are remembered, a near miss is still bad_format."""
     for i in range(codec.MEMO_SIZE + 10):

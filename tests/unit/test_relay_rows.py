@@ -15,7 +15,7 @@ from outbox_relay.rows import OutboxRow, to_message
 from schemas import headers
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).isoformat()
+NOW = orjson.dumps(datetime(2026, 11, 30, 12, 0, tzinfo=UTC).isoformat()).decode()
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
 
@@ -31,7 +31,7 @@ def _row(**changes: Any) -> OutboxRow:
         "event_id": "subscription:s1:2:5",
         "payload": orjson.dumps(PAYLOAD).decode(),
         "headers": {"trace": "t"},
-        "created_at": datetime(2026, 11, 30, 11, 59, tzinfo=UTC),
+        "occurred_at": '"2026-11-30T11:59:00+00:00"',
     }
     return OutboxRow(**{**fields, **changes})
 
@@ -51,16 +51,16 @@ def test_row_becomes_the_envelope_keyed_by_entity() -> None:
     assert event.occurred_at == "2026-11-30T11:59:00+00:00"
     assert event.published_at == "2026-11-30T12:00:00+00:00"
     assert message.headers == [
-        (headers.EVENT_TYPE, b"subscription.plan_changed"),
-        (headers.ENTITY_TYPE, b"subscription"),
-        ("trace", b"t"),
+        (headers.EVENT_TYPE, "subscription.plan_changed"),
+        (headers.ENTITY_TYPE, "subscription"),
+        ("trace", "t"),
     ]
 
 
 def test_republished_row_carries_the_request_id() -> None:
     """A re-sent row is marked with the republish request's id."""
     message = _message(_row(), republish_request="req-1")
-    assert message.headers[-1] == (headers.REPUBLISH_REQUEST, b"req-1")
+    assert message.headers[-1] == (headers.REPUBLISH_REQUEST, "req-1")
 
 
 def test_event_types_without_a_schema_pass_unchecked() -> None:
