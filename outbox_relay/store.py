@@ -29,14 +29,14 @@ UNION ALL (
     SELECT c.slice, o.* FROM unnest(%(slices)s::smallint[],
             %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
     CROSS JOIN LATERAL (
-        SELECT xid::text, {COLUMNS} FROM outbox
+        SELECT xid::text AS xid_text, {COLUMNS} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
          ORDER BY xid, id LIMIT %(limit)s) o)
 UNION ALL (
     SELECT w.slice, o.* FROM unnest(%(wslices)s::smallint[],
             %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
     CROSS JOIN LATERAL (
-        SELECT xid::text, {COLUMNS} FROM outbox
+        SELECT xid::text AS xid_text, {COLUMNS} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
          ORDER BY id LIMIT %(limit)s) o)
 """  # noqa: S608 - COLUMNS is a constant, values are parameters

@@ -232,3 +232,19 @@ def test_writers_racing_two_relays_and_a_kill_lose_nothing(
         )
     assert {slices[event_id] for event_id in twice} <= held
     assert sum(sent[event_id] - 1 for event_id in twice) <= batch * len(held)
+
+
+def test_rows_are_read_in_transaction_id_order_not_text_order(outbox: PgSchema) -> None:
+    """Ids of different lengths (99 < 100 < 1000) are ordered as numbers when a limit cuts."""
+    from outbox_relay import store  # noqa: PLC0415
+    from outbox_relay.frontier import Cursor  # noqa: PLC0415
+
+    with outbox.connect() as conn:
+        with conn.transaction():
+            for n in range(3):
+                emit(conn, _event("t", "same", n + 1))
+        conn.execute("UPDATE outbox SET xid = (ARRAY['1000', '100', '99'])[seq]::xid8")
+        [slice_] = conn.execute("SELECT DISTINCT outbox_slice(entity_type, entity_id) FROM outbox")
+        found = store.read(conn, {slice_[0]: Cursor()}, 2)
+    assert found.xids[slice_[0]] == [99, 100]
+    assert [row.seq for row in found.rows[slice_[0]]] == [3, 2]
