@@ -42,9 +42,10 @@ def make_producer(
         "client.id": "inorder-relay",
         "enable.idempotence": True,
         "acks": "all",
-        # Only shapes the produce batches while one send is queued: every send ends in a
-        # flush, which sends at once whatever linger.ms says, so this adds no latency.
-        "linger.ms": 5,
+        # The next batch is read while this one is in flight, so a lingering batch would
+        # wait for that read: send at once. Messages queued while a request is out still
+        # go together, so large batches stay large.
+        "linger.ms": 0,
         "compression.type": "lz4",
         # Same partition for a key as Java clients choose, so mixed producers agree.
         "partitioner": "murmur2_random",

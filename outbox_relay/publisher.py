@@ -141,7 +141,13 @@ class Publisher:
         if sent.rejected or sent.failed:
             settle(self.conn, {row.id: row for row in batch.rows}, sent)
         retry = {batch.slice_of()[row_id] for row_id, _ in sent.failed}
-        done = {s: c for s, c in batch.cursors.items() if s in owned and s not in retry}
+        # Only cursors that moved are written: every write leaves a row version that a long
+        # transaction elsewhere keeps vacuum from removing.
+        done = {
+            s: c
+            for s, c in batch.cursors.items()
+            if s in owned and s not in retry and c != owned[s]
+        }
         lease_s = self.settings.lease_s
         stored = store.advance(self.conn, self.owner, done, lease_s) if done else set()
         for slice_, cursor in done.items():
