@@ -18,7 +18,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaException
 from psycopg.types.json import set_json_loads
 
-from outbox_relay import leases, legacy, metrics, sharing, store
+from outbox_relay import leases, metrics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.frontier import Cursor
 from outbox_relay.kafka import Sender, make_request_consumer
@@ -66,7 +66,7 @@ class Relay:
         self._listener: psycopg.Connection[Any] | None = None
         self._sender: Sender | None = None
         self._requests: Consumer | None = None
-        self._legacy_left = True
+        self._resend = True  # rows listed to send ahead of the cursors, looked for each share
         self._next_share = 0.0
         self._next_purge = 0.0
         self._next_measure = 0.0
@@ -116,6 +116,7 @@ class Relay:
         if now < self._next_share:
             return
         self._next_share = now + self.settings.lease_s / 3
+        self._resend = self._resend or resend.pending(self._db)
         lease_s = self.settings.lease_s
         held = leases.renew(self._db, self.relay_id, list(self.owned), lease_s)
         for slice_ in set(self.owned) - held:
@@ -142,10 +143,10 @@ class Relay:
     def _publish(self) -> bool:
         """Publish what is waiting; True when there may be more right away."""
         self._check_brokers()
-        if self._legacy_left:
-            sent = legacy.drain(self._db, self._kafka, self.settings, self.schemas)
-            self._legacy_left = sent > 0 or legacy.pending(self._db)
-            if self._legacy_left:
+        if self._resend:
+            sent = resend.drain(self._db, self._kafka, self.settings, self.schemas)
+            self._resend = sent > 0 or resend.pending(self._db)
+            if self._resend:
                 return True
         if not self.owned:
             return False

@@ -109,8 +109,8 @@ def check_cluster(conn: Conn) -> None:
         raise UnsafeClusterError(
             f"the outbox holds transaction id {highest}, ahead of this cluster's {xmax} "
             "(restored from a logical dump into another cluster?); new rows would sort behind "
-            "the cursors and never be sent: rebase the outbox as the README's 'Moving the "
-            "outbox to another cluster' says"
+            "the cursors and never be sent; with no relay running, rebase the outbox once: "
+            "psql -1 -f schemas/outbox/rebase_xids.sql (README: moving the outbox)"
         )
 
 

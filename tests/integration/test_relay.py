@@ -9,6 +9,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 
@@ -192,7 +193,7 @@ def test_repeated_request_within_cooldown_resends_nothing(
 def test_row_that_cannot_be_sent_is_failed_and_blocks_nothing(
     outbox: PgSchema, services: Services, topics: rs.RelayTopics
 ) -> None:
-    """A hand-written row with a bad payload is marked failed with a reason; rows after it go."""
+    """A bad hand-written row is failed with a reason, rows after it go; corrected, it is sent."""
     rs.write_rows(outbox, topics.events, 3, entities=3)
     with outbox.connect() as conn:
         conn.execute(
@@ -216,6 +217,17 @@ def test_row_that_cannot_be_sent_is_failed_and_blocks_nothing(
     sent = _event_ids(services, topics.events, 6)
     assert len(sent) == 6
     assert "bad-1" not in sent
+
+    with outbox.connect() as conn:  # the runbook's way back for a corrected row
+        conn.execute(
+            "UPDATE outbox SET payload = %s, failed_at = NULL, failure_reason = NULL"
+            " WHERE event_id = 'bad-1'",
+            (orjson.dumps(rs.PAYLOAD).decode(),),
+        )
+        conn.execute("INSERT INTO outbox_resend SELECT id FROM outbox WHERE event_id = 'bad-1'")
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 7)
+    assert _event_ids(services, topics.events, 7)["bad-1"] == 1
 
 
 def test_notify_wakes_the_relay_long_before_its_poll(

@@ -20,6 +20,8 @@ from tests.integration import relay_support as rs
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
+REBASE = Path(schemas.__file__).parent / "outbox" / "rebase_xids.sql"
+
 
 @pytest.fixture
 def topics(topic_factory: TopicFactory) -> rs.RelayTopics:
@@ -140,7 +142,14 @@ def test_transaction_ids_ahead_of_the_cluster_stop_start_up(
     assert "Traceback" not in done.stderr
     [line] = [x for x in done.stderr.splitlines() if x.startswith("inorder-relay:")]
     assert line.startswith("inorder-relay: the outbox holds transaction id 999999999999")
+    assert "rebase_xids.sql" in line
     assert rs.count_rows(outbox, rs.SENT) == 0
+
+    with outbox.connect() as conn, conn.transaction():  # the README's way out
+        conn.execute(REBASE.read_bytes())
+    with rs.running(settings):
+        wait_until(lambda: rs.unsent(outbox) == 0)
+    assert len(_sent_ids(services, topics.events, 1)) == 1
 
 
 class Writers:

@@ -55,7 +55,7 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
         for statement in AHEAD if index_ahead else []:
             conn.execute(statement.encode())
         applied = migrate.apply(conn)
-        legacy = conn.execute("SELECT count(*) FROM outbox_legacy_pending").fetchone()
+        legacy = conn.execute("SELECT count(*) FROM outbox_resend").fetchone()
     assert [m.version for m in applied] == [2]
     assert legacy == (17,)
     with pg_schema.connect() as conn, conn.transaction():
@@ -87,5 +87,5 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
     for entity in ("e0", "e1", "e2"):
         seqs = [m.seq for m in messages if m.entity_id == entity]
         assert seqs == sorted(seqs)
-    assert rs.count_rows(pg_schema, "id IN (SELECT id FROM outbox_legacy_pending)") == 0
+    assert rs.count_rows(pg_schema, "id IN (SELECT id FROM outbox_resend)") == 0
     assert rs.count_rows(pg_schema, rs.SENT) == 35  # all 36 but the failed row

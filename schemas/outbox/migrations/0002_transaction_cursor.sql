@@ -22,10 +22,12 @@ CREATE OR REPLACE FUNCTION outbox_slice(entity_type text, entity_id text) RETURN
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT '0';
 ALTER TABLE outbox ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
 
-CREATE TABLE outbox_legacy_pending (
-    id bigint PRIMARY KEY   -- an outbox row written before this migration, not yet sent
+-- Rows to send ahead of the cursors, in id order, once each: those found unsent here,
+-- and any an operator puts back (a corrected failed row, a rebased outbox).
+CREATE TABLE outbox_resend (
+    id bigint PRIMARY KEY REFERENCES outbox (id) ON DELETE CASCADE
 );
-INSERT INTO outbox_legacy_pending (id)
+INSERT INTO outbox_resend (id)
     SELECT id FROM outbox WHERE published_at IS NULL AND failed_at IS NULL;
 
 -- Publication state now lives in the cursors, not in the rows. Rows marked failed, few
@@ -62,7 +64,7 @@ CREATE TABLE outbox_relays (
 CREATE FUNCTION outbox_published(o outbox) RETURNS boolean
     LANGUAGE sql STABLE
     RETURN o.failed_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM outbox_legacy_pending l WHERE l.id = o.id)
+       AND NOT EXISTS (SELECT 1 FROM outbox_resend l WHERE l.id = o.id)
        AND EXISTS (
            SELECT 1 FROM outbox_relay_slices s
             WHERE s.slice = outbox_slice(o.entity_type, o.entity_id)

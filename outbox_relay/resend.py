@@ -1,10 +1,10 @@
-"""Rows written before the transaction-id cursor existed: sent first, once, then forgotten.
+"""Rows sent ahead of the cursors: listed in ``outbox_resend``, sent once, struck off.
 
-The upgrade lists the rows it found unpublished in ``outbox_legacy_pending``; they sort
-behind every cursor (transaction id 0), so they are claimed from that list in id order,
-sent, and struck off in the same transaction. Several relays share the work through
-row locks. Rows written after the upgrade wait until the list is empty, so each
-entity's older events still go out first.
+The upgrade lists there the rows it found unpublished (they sort behind every cursor,
+with transaction id 0); an operator lists a failed row once corrected, and the rebase
+script the unsent rows of a moved outbox. They are claimed in id order, sent, and
+struck off in the same transaction; several relays share the work through row locks.
+Cursors wait while the list has rows, so each entity's older events still go first.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from outbox_relay.store import Conn
 from schemas import PayloadSchemas
 
 _CLAIM = f"""
-SELECT {COLUMNS} FROM outbox JOIN outbox_legacy_pending USING (id)
- ORDER BY id LIMIT %s FOR UPDATE OF outbox_legacy_pending SKIP LOCKED
+SELECT {COLUMNS} FROM outbox JOIN outbox_resend USING (id)
+ ORDER BY id LIMIT %s FOR UPDATE OF outbox_resend SKIP LOCKED
 """  # noqa: S608 - COLUMNS is a constant, values are parameters
 
 
 def pending(conn: Conn) -> bool:
-    """Whether rows from before the upgrade are still to be sent (by any relay)."""
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM outbox_legacy_pending)").fetchone()
+    """Whether listed rows are still to be sent (by any relay)."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM outbox_resend)").fetchone()
     return bool(row and row[0])
 
 
@@ -39,7 +39,7 @@ def drain(conn: Conn, sender: Sender, settings: RelaySettings, schemas: PayloadS
         sent, _ = deliver(conn, sender, rows, settings, schemas)
         retry = {row_id for row_id, _ in sent.failed}
         done = [row.id for row in rows if row.id not in retry]
-        conn.execute("DELETE FROM outbox_legacy_pending WHERE id = ANY(%s)", (done,))
+        conn.execute("DELETE FROM outbox_resend WHERE id = ANY(%s)", (done,))
     if sent.failed:
         raise KafkaException(f"{len(sent.failed)} deliveries failed")
     return len(rows)
