@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer import examples, tables
@@ -316,8 +316,8 @@ class Pipeline:
                     and self.gaps() == 0
                     and self.parked() == 0
                 )
-            except (psycopg.OperationalError, redis.ConnectionError):
-                return False  # a service is still coming back
+            except (psycopg.OperationalError, redis.ConnectionError, KafkaException):
+                return False  # a service is still coming back (a broker's group coordinator too)
 
         self.wait_for("pipeline settled", settled, timeout)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 import schemas
 from schemas import headers
@@ -90,10 +90,10 @@ def test_kill_9_mid_batch_loses_nothing(
     """A relay killed with SIGKILL while publishing loses no row; a new relay finishes the job."""
     total = 30_000
     ids = rs.write_rows(outbox, topics.events, total, entities=300)
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=500)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=50)
     env = rs.relay_env(settings)
     first = rs.spawn(env, tmp_path / "relay.log")
-    wait_until(lambda: rs.count_rows(outbox, rs.SENT) > 0, timeout_s=60, interval_s=0.02)
+    wait_until(lambda: _in_kafka(services, topics.events) > 0, timeout_s=60, interval_s=0.005)
     first.kill()
     first.wait(timeout=30)
     assert rs.unsent(outbox) > 0, "killed too late to test a crash"
@@ -106,6 +106,18 @@ def test_kill_9_mid_batch_loses_nothing(
         second.wait(timeout=60)
     seen = _event_ids(services, topics.events, total)
     assert set(seen) == set(ids)
+
+
+def _in_kafka(services: Services, topic: str) -> int:
+    """Messages in the topic so far (the partitions' end offsets)."""
+    reader = Consumer({"bootstrap.servers": services.kafka_bootstrap, "group.id": "ends"})
+    try:
+        parts = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
+        )
+    finally:
+        reader.close()
 
 
 def _request(services: Services, topic: str, request: RepublishRequest) -> None:
