@@ -21,6 +21,7 @@ from psycopg.types.json import set_json_loads
 from outbox_relay import leases, metrics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.frontier import Cursor
+from outbox_relay.housekeeping import Housekeeper
 from outbox_relay.kafka import Sender, make_request_consumer
 from outbox_relay.publisher import Publisher
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
@@ -39,8 +40,6 @@ NOTIFY_CHANNEL = "inorder_outbox"
 TICK_S = 0.2
 # How long to wait for metadata when checking whether brokers are back.
 BROKER_CHECK_S = 2.0
-# Backlog gauges are refreshed this often.
-MEASURE_INTERVAL_S = 5.0
 
 
 class Relay:
@@ -68,9 +67,7 @@ class Relay:
         self._requests: Consumer | None = None
         self._resend = True  # rows listed to send ahead of the cursors, looked for each share
         self._next_share = 0.0
-        self._next_purge = 0.0
-        self._next_measure = 0.0
-        self._measured: set[int] = set()
+        self._housekeeper = Housekeeper(settings, lambda: dict(self.owned))
         self._last_request_error: str | None = None
         self._outages = Outages("relay", health, lambda: self._stopping)
 
@@ -82,6 +79,7 @@ class Relay:
 
     def run(self) -> None:
         """Serve until ``stop``; a dependency that is down pauses the relay, never ends it."""
+        self._housekeeper.start()
         try:
             while not self._stopping:
                 try:
@@ -92,9 +90,7 @@ class Relay:
                     self._close_postgres()
                     self._outages.wait(exc, on="postgres")
                 except (KafkaException, RepublishDeliveryError) as exc:
-                    # Kafka is down: the backlog and its age are what operators watch now.
-                    with suppress(psycopg.OperationalError):
-                        self._measure()
+                    # The backlog gauges, measured meanwhile, are what operators watch now.
                     self._outages.wait(exc, on="kafka")
         finally:
             self._close()
@@ -103,7 +99,6 @@ class Relay:
         self._share()
         busy = self._publish()
         self._answer_requests()
-        self._housekeeping()
         self.health.beat()
         if not busy:
             self._wait_for_work()
@@ -188,50 +183,6 @@ class Relay:
             log.warning("republish_request_error", error=error)
             self._last_request_error = error
 
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_purge:
-            self._next_purge = now + self.settings.purge_interval_s
-            self._purge()
-        if now >= self._next_measure:
-            self._measure()
-
-    def _measure(self) -> None:
-        """Refresh the gauges of the slices this relay holds; drop those of slices it gave up."""
-        self._next_measure = time.monotonic() + MEASURE_INTERVAL_S
-        found = store.backlog(self._db, self.owned) if self.owned else {}
-        for slice_, backlog in found.items():
-            label = str(slice_)
-            metrics.BACKLOG.labels(label).set(backlog.rows)
-            metrics.OLDEST_AGE.labels(label).set(backlog.oldest_age_s)
-            metrics.RUNNING.labels(label).set(backlog.running)
-            metrics.RUNNING_AGE.labels(label).set(backlog.oldest_running_age_s)
-        for slice_ in self._measured - set(found):
-            for gauge in (
-                metrics.BACKLOG,
-                metrics.OLDEST_AGE,
-                metrics.RUNNING,
-                metrics.RUNNING_AGE,
-            ):
-                with suppress(KeyError):
-                    gauge.remove(str(slice_))
-        self._measured = set(found)
-        metrics.FAILED_ROWS.set(store.failed_rows(self._db))
-
-    def _purge(self) -> None:
-        """Delete sent rows past retention, oldest first, a few at a time."""
-        total, after = 0, 0
-        while not self._stopping:
-            deleted, after, done = store.purge_batch(
-                self._db, after, self.settings.retention_s, self.settings.purge_batch_rows
-            )
-            total += deleted
-            if done:
-                break
-        if total:
-            metrics.PURGED.inc(total)
-            log.info("outbox_purged", rows=total, retention_s=self.settings.retention_s)
-
     def _wait_for_work(self) -> None:
         """Until the poll interval passes or a NOTIFY arrives; requests are served meanwhile."""
         deadline = min(
@@ -299,6 +250,7 @@ class Relay:
         self._conn = self._listener = None
 
     def _close(self) -> None:
+        self._housekeeper.stop()
         if self._sender is not None:
             left = self._sender.producer.flush(self.settings.delivery_timeout_ms / 1000)
             log.info("relay_stopped", undelivered=left)
