@@ -43,6 +43,7 @@ class Batch:
     messages: list[Message] = field(default_factory=list)
     slices: list[int] = field(default_factory=list)  # each row's slice, as ``rows``
     oldest: float | None = None
+    full: bool = False  # some slice had more rows than one read takes
 
     def slice_of(self) -> dict[int, int]:
         """Row id to slice (looked up only when a delivery failed)."""
@@ -55,6 +56,7 @@ class Outcome:
 
     batches: int = 0
     rows: int = 0
+    full: bool = False  # the last batch filled a slice: more is waiting
     failed_rows: int = 0
 
 
@@ -92,7 +94,9 @@ class Publisher:
                 lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
                 batch.messages = [m for m in batch.messages if m.row_id not in lost]
             self.sender.produce(batch.messages)
-            more = not stopping() and time.monotonic() < deadline
+            # A batch that filled no slice took everything there was: the next rows come
+            # with their NOTIFY, so reading again at once would only find nothing.
+            more = batch.full and not stopping() and time.monotonic() < deadline
             ahead = self._read(self._still_owned(batch, owned)) if more else None
             self._settle(batch, owned, outcome)
             if ahead is None:
@@ -122,6 +126,7 @@ class Publisher:
             xids = found.xids.get(slice_, [])[:limit]
             taken = list(zip(xids, map(_ID, rows), strict=True))
             batch.cursors[slice_] = advance(cursor, found.snapshot, taken, limit)
+            batch.full = batch.full or len(rows) >= limit
             batch.rows += rows
             batch.slices += [slice_] * len(rows)
         if not batch.rows:
@@ -161,6 +166,7 @@ class Publisher:
         if batch.oldest is not None and delivered:
             metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - batch.oldest))
         outcome.batches += 1
+        outcome.full = batch.full
         outcome.rows += delivered
         outcome.failed_rows += len(batch.rows) - len(batch.messages) + len(sent.rejected)
         if sent.failed:

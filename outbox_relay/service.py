@@ -149,7 +149,7 @@ class Relay:
         outcome = publisher.publish(self.owned, TICK_S, lambda: self._stopping)
         if outcome.rows:
             self.health.cleared("kafka")
-        return outcome.batches > 0
+        return outcome.full
 
     def _check_brokers(self) -> None:
         """While every broker is known down, ask Kafka first instead of reading rows."""
@@ -218,6 +218,10 @@ class Relay:
         if self._conn is None:
             conn = psycopg.connect(url, autocommit=True)
             set_json_loads(orjson.loads, conn)
+            # The relay's own writes (cursors, leases, failed marks) need not wait for the
+            # WAL to reach disk: one lost in a crash only re-sends the batch it covered, which
+            # the consumers drop, or re-marks a row. Producers' commits are untouched.
+            conn.execute("SET synchronous_commit TO off")
             try:
                 store.check_schema(conn)
                 store.check_cluster(conn)
