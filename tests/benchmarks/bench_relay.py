@@ -13,6 +13,7 @@ Latency: a writer commits 10 rows every 10 ms (1,000 rows/s); the topic stamps
 LogAppendTime, and each row's commit time is PostgreSQL's commit timestamp of its
 transaction. The second run does the same while another session keeps a writing
 transaction open for 5 seconds at a time: only that transaction's own rows may wait.
+A plain producer sending at the same rate gives the floor: produce call to append.
 """
 
 from __future__ import annotations
@@ -249,6 +250,40 @@ def _appended(bootstrap: str, topic: str, committed: dict[str, float]) -> list[f
     return delays
 
 
+def _floor(bootstrap: str, topic: str) -> list[float]:
+    """A plain producer's produce-to-append delays (s) at the same rate: what no relay beats."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0}
+    )
+    producer.list_topics(topic, timeout=10)
+    sent: dict[str, float] = {}
+    per_tick = RATE_ROWS_S // 100
+    started = time.perf_counter()
+    for tick in range(int(LATENCY_S * 100)):
+        time.sleep(max(0.0, started + tick / 100 - time.perf_counter()))
+        for n in range(per_tick):
+            key = f"{tick}-{n}"
+            sent[key] = time.time()
+            producer.produce(topic, b"{}", key.encode())
+        producer.flush(10)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    delays: list[float] = []
+    deadline = time.monotonic() + 60
+    while len(delays) < len(sent) and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None:
+                delays.append(message.timestamp()[1] / 1000 - sent[message.key().decode()])
+    consumer.close()
+    return delays
+
+
 def _q(values: list[float], q: int) -> float:
     return (statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]) * 1000
 
@@ -257,15 +292,17 @@ def run() -> list[BenchResult]:
     """Relay throughput, CPU, its ratio to raw produce, two relays, and latency."""
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    with _topics(bootstrap, 5) as topics:
+    with _topics(bootstrap, 6) as topics:
+        # Latency first, while PostgreSQL has no backlog's worth of pages to write out.
+        with temp_schema(url, "bench_relay_latency") as latency_url:
+            steady = _latencies(latency_url, bootstrap, topics[3], long_tx=False)
+            long_tx = _latencies(latency_url, bootstrap, topics[4], long_tx=True)
+        floor = _floor(bootstrap, topics[5])
         with temp_schema(url, "bench_relay") as one_url:
             one_rate, cpu_ms = _throughput(one_url, bootstrap, topics[0], relays=1)
         with temp_schema(url, "bench_relay_two") as two_url:
             two_rate, two_cpu_ms = _throughput(two_url, bootstrap, topics[1], relays=2)
         raw_rate = _raw_produce(bootstrap, topics[2], _read_values(bootstrap, topics[0], BACKLOG))
-        with temp_schema(url, "bench_relay_latency") as latency_url:
-            steady = _latencies(latency_url, bootstrap, topics[3], long_tx=False)
-            long_tx = _latencies(latency_url, bootstrap, topics[4], long_tx=True)
     how = f"{BACKLOG:,} rows, one relay process, batch 1000, first row to last in Kafka"
     results = [
         BenchResult("relay_rows_per_s", one_rate, "rows/s", how),
@@ -281,6 +318,9 @@ def run() -> list[BenchResult]:
         BenchResult("relay_cpu_ms_per_1000_rows.two_relays", two_cpu_ms, "ms", "two relays"),
         BenchResult("relay_two_vs_one", two_rate / one_rate, "x", "same run, 2 cores shared"),
     ]
+    how = f"plain producer, produce call to broker append, {RATE_ROWS_S} msg/s"
+    results.append(BenchResult("relay_floor_p50_ms", _q(floor, 50), "ms", how))
+    results.append(BenchResult("relay_floor_p99_ms", _q(floor, 99), "ms", "same run"))
     for name, delays, goal in (("", steady, 10), ("_long_tx", long_tx, 50)):
         how = f"commit to broker append, {RATE_ROWS_S} rows/s, {len(delays)} rows"
         if name:
