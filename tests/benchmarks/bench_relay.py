@@ -23,12 +23,12 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -226,10 +226,13 @@ def _latencies(url: str, bootstrap: str, topic: str, *, long_tx: bool) -> list[f
                     (topic,),
                 )
             }
-        return _appended(bootstrap, topic, committed)
+        return _appended(bootstrap, topic, committed, lambda m: decode(m.value()).event_id)
 
 
-def _appended(bootstrap: str, topic: str, committed: dict[str, float]) -> list[float]:
+def _appended(
+    bootstrap: str, topic: str, since: dict[str, float], name: Callable[[Message], str]
+) -> list[float]:
+    """Broker append time minus ``since[name(message)]`` (s) for every message named there."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -240,10 +243,10 @@ def _appended(bootstrap: str, topic: str, committed: dict[str, float]) -> list[f
     consumer.subscribe([topic])
     delays: list[float] = []
     deadline = time.monotonic() + 60
-    while len(delays) < len(committed) and time.monotonic() < deadline:
+    while len(delays) < len(since) and time.monotonic() < deadline:
         for message in consumer.consume(1000, 0.5):
             if message.error() is None:
-                at = committed.get(decode(message.value()).event_id)
+                at = since.get(name(message))
                 if at is not None:
                     delays.append(message.timestamp()[1] / 1000 - at)
     consumer.close()
@@ -266,22 +269,7 @@ def _floor(bootstrap: str, topic: str) -> list[float]:
             sent[key] = time.time()
             producer.produce(topic, b"{}", key.encode())
         producer.flush(10)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([topic])
-    delays: list[float] = []
-    deadline = time.monotonic() + 60
-    while len(delays) < len(sent) and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                delays.append(message.timestamp()[1] / 1000 - sent[message.key().decode()])
-    consumer.close()
-    return delays
+    return _appended(bootstrap, topic, sent, lambda m: (m.key() or b"").decode())
 
 
 def _q(values: list[float], q: int) -> float:

@@ -1,4 +1,5 @@
-"""Fixtures of the consumer's integration tests: the example projection table and its routes file.
+"""Fixtures of the integration tests: the outbox and the relay's topics; the example
+projection table and its routes file for the consumer's.
 
 A module that needs another routes file defines its own ``routes`` fixture.
 """
@@ -9,8 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PgSchema
+from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
+from tests.integration import relay_support as rs
+
+
+@pytest.fixture
+def outbox(pg_schema: PgSchema) -> PgSchema:
+    """The test's schema with the outbox table (every migration) in it."""
+    rs.prepare_outbox(pg_schema)
+    return pg_schema
+
+
+@pytest.fixture
+def topics(topic_factory: TopicFactory) -> rs.RelayTopics:
+    """The events, republish-request and republish-result topics of one relay test."""
+    return rs.RelayTopics(
+        topic_factory("events"), topic_factory("requests"), topic_factory("results")
+    )
 
 
 @pytest.fixture

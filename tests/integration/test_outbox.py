@@ -33,13 +33,6 @@ def _event(seq: int = 1, **changes: Any) -> OutboxEvent:
     return OutboxEvent(**{**fields, **changes})
 
 
-@pytest.fixture
-def outbox(pg_schema: PgSchema) -> PgSchema:
-    with pg_schema.connect(autocommit=True) as conn:
-        migrate.apply(conn)
-    return pg_schema
-
-
 def _rows(schema: PgSchema) -> list[tuple[Any, ...]]:
     with schema.connect() as conn:
         return conn.execute(

@@ -10,29 +10,15 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import schemas
 from schemas import headers
 from schemas.republish import RepublishRequest, decode_result, encode
-from tests.conftest import PgSchema, TopicFactory
+from tests.conftest import PgSchema
 from tests.integration import relay_support as rs
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
-
-
-@pytest.fixture
-def topics(topic_factory: TopicFactory) -> rs.RelayTopics:
-    return rs.RelayTopics(
-        topic_factory("events"), topic_factory("requests"), topic_factory("results")
-    )
-
-
-@pytest.fixture
-def outbox(pg_schema: PgSchema) -> PgSchema:
-    rs.prepare_outbox(pg_schema)
-    return pg_schema
 
 
 def _event_ids(services: Services, topic: str, expect: int) -> Counter[str]:

@@ -10,30 +10,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 
 import schemas
 from producer import OutboxEvent, emit, emit_many
-from tests.conftest import PgSchema, TopicFactory
+from tests.conftest import PgSchema
 from tests.integration import relay_support as rs
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
 REBASE = Path(schemas.__file__).parent / "outbox" / "rebase_xids.sql"
-
-
-@pytest.fixture
-def topics(topic_factory: TopicFactory) -> rs.RelayTopics:
-    return rs.RelayTopics(
-        topic_factory("events"), topic_factory("requests"), topic_factory("results")
-    )
-
-
-@pytest.fixture
-def outbox(pg_schema: PgSchema) -> PgSchema:
-    rs.prepare_outbox(pg_schema)
-    return pg_schema
 
 
 def _event(topic: str, entity: str, seq: int = 1) -> OutboxEvent:
