@@ -24,7 +24,7 @@ PERMANENT = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD}
 def make_producer(
     settings: RelaySettings,
     health: Health,
-    on_failure: Callable[[tuple[KafkaError, Message]], None],
+    on_failure: Callable[[Failure], None],
 ) -> Producer:
     """The idempotent, acks=all producer every relay send goes through.
 
@@ -80,6 +80,11 @@ class Sent:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     failed: list[tuple[int, str]] = field(default_factory=list)
 
+    def add(self, row_id: int, err: KafkaError) -> None:
+        """Count one row Kafka did not take: refused for good, or failed for now."""
+        bucket = self.rejected if err.code() in PERMANENT else self.failed
+        bucket.append((row_id, err.name()))
+
     def missing(self) -> set[int]:
         """Every row id not delivered."""
         return {row_id for row_id, _ in self.rejected} | {row_id for row_id, _ in self.failed}
@@ -94,7 +99,7 @@ class Sender:
     """
 
     def __init__(self, settings: RelaySettings, health: Health) -> None:
-        self._errors: list[tuple[KafkaError, Message]] = []
+        self._errors: list[Failure] = []
         self.producer = make_producer(settings, health, self._errors.append)
         self._in_flight: list[OutMessage] = []
         self._sent = Sent()
@@ -107,9 +112,7 @@ class Sender:
                     message.topic, message.value, message.key, headers=message.headers
                 )
             except KafkaException as exc:
-                err = exc.args[0]
-                bucket = self._sent.rejected if err.code() in PERMANENT else self._sent.failed
-                bucket.append((message.row_id, err.name()))
+                self._sent.add(message.row_id, exc.args[0])
             except BufferError:
                 self.producer.poll(0.1)
                 self._sent.failed.append((message.row_id, "local_queue_full"))
@@ -127,8 +130,7 @@ class Sender:
             for err, msg in errors:
                 row_id = rows.pop(msg.value() or b"", None)
                 if row_id is not None:
-                    bucket = sent.rejected if err.code() in PERMANENT else sent.failed
-                    bucket.append((row_id, err.name()))
+                    sent.add(row_id, err)
             if left:  # still queued after the wait: not delivered as far as anyone knows
                 sent.failed.extend((row_id, "timed_out") for row_id in rows.values())
         return sent

@@ -54,10 +54,8 @@ class Batch:
 class Outcome:
     """What one call to ``publish`` did."""
 
-    batches: int = 0
     rows: int = 0
     full: bool = False  # the last batch filled a slice: more is waiting
-    failed_rows: int = 0
 
 
 class Publisher:
@@ -145,7 +143,8 @@ class Publisher:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
         if sent.rejected or sent.failed:
             settle(self.conn, {row.id: row for row in batch.rows}, sent)
-        retry = {batch.slice_of()[row_id] for row_id, _ in sent.failed}
+        slice_of = batch.slice_of() if sent.failed else {}
+        retry = {slice_of[row_id] for row_id, _ in sent.failed}
         # Only cursors that moved are written: every write leaves a row version that a long
         # transaction elsewhere keeps vacuum from removing.
         done = {
@@ -165,10 +164,8 @@ class Publisher:
         metrics.PUBLISHED.inc(delivered)
         if batch.oldest is not None and delivered:
             metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - batch.oldest))
-        outcome.batches += 1
         outcome.full = batch.full
         outcome.rows += delivered
-        outcome.failed_rows += len(batch.rows) - len(batch.messages) + len(sent.rejected)
         if sent.failed:
             log.warning(
                 "kafka_delivery_failed",

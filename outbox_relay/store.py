@@ -114,21 +114,11 @@ def check_cluster(conn: Conn) -> None:
         )
 
 
-def slice_count(conn: Conn) -> int:
-    """How many slices the outbox is divided into."""
-    row = conn.execute("SELECT count(*) FROM outbox_relay_slices").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
     """Rows past the cursors of ``cursors``' slices, up to ``limit`` per part and slice."""
-    slices = sorted(cursors)
-    waiting = [(s, x, p) for s in slices for x, p in cursors[s].running.items()]
-    params = {
-        "slices": slices,
-        "xids": [str(cursors[s].xid) for s in slices],
-        "ids": [cursors[s].id for s in slices],
+    params: dict[str, Any] = _cursor_params(cursors)
+    waiting = [(s, x, p) for s in params["slices"] for x, p in cursors[s].running.items()]
+    params |= {
         "wslices": [w[0] for w in waiting],
         "wxids": [str(w[1]) for w in waiting],
         "wpos": [w[2] for w in waiting],
@@ -162,17 +152,20 @@ def _order(pair: tuple[int, OutboxRow]) -> tuple[int, int]:
 
 def advance(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:
     """Store the cursors of slices ``owner`` still holds, renewing their leases; those stored."""
+    params = _cursor_params(cursors) | {"owner": owner, "lease_s": lease_s}
+    return {row[0] for row in conn.execute(_ADVANCE, params, prepare=True)}
+
+
+def _cursor_params(cursors: Mapping[int, Cursor]) -> dict[str, list[Any]]:
+    """The cursors as parallel arrays, by slice: the form every statement unnests."""
     slices = sorted(cursors)
-    params = {
+    return {
         "slices": slices,
         "xids": [str(cursors[s].xid) for s in slices],
         "ids": [cursors[s].id for s in slices],
         "running": [_array(cursors[s].running.keys()) for s in slices],
         "pos": [_array(cursors[s].running.values()) for s in slices],
-        "owner": owner,
-        "lease_s": lease_s,
     }
-    return {row[0] for row in conn.execute(_ADVANCE, params, prepare=True)}
 
 
 def _array(values: Any) -> str:
@@ -213,7 +206,8 @@ SELECT c.slice,
             ORDER BY xid, id LIMIT 1)), 0),
        (SELECT coalesce(extract(epoch FROM now() - min(a.xact_start)), 0)
           FROM pg_stat_activity a WHERE a.backend_xid = ANY(c.r::xid8[]::xid[]))
-  FROM unnest(%s::smallint[], %s::text[]::xid8[], %s::bigint[], %s::text[]) AS c(slice, x, i, r)
+  FROM unnest(%(slices)s::smallint[], %(xids)s::text[]::xid8[], %(ids)s::bigint[],
+              %(running)s::text[]) AS c(slice, x, i, r)
 """
 
 
@@ -223,16 +217,7 @@ def backlog(conn: Conn, cursors: Mapping[int, Cursor]) -> dict[int, SliceBacklog
     Every part is an index range of the slice (the first row past the cursor is taken
     as the oldest waiting), so measuring costs the backlog, not the table.
     """
-    slices = sorted(cursors)
-    found = conn.execute(
-        _BACKLOG,
-        (
-            slices,
-            [str(cursors[s].xid) for s in slices],
-            [cursors[s].id for s in slices],
-            [_array(cursors[s].running.keys()) for s in slices],
-        ),
-    ).fetchall()
+    found = conn.execute(_BACKLOG, _cursor_params(cursors)).fetchall()
     return {
         s: SliceBacklog(int(n), float(age), len(cursors[s].running), float(running_age))
         for s, n, age, running_age in found
