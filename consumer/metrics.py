@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -10,7 +11,11 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import Counter, Gauge, Histogram
 
 LAG_INTERVAL_S = 5.0
-REVIEW_INTERVAL_S = 30.0
+# Entities stopped by another replica or released by a person show within this long; one
+# this consumer stops shows at its next poll.
+REVIEW_INTERVAL_S = 5.0
+# Set when this process stopped an entity: the review gauge is refreshed at the next poll.
+_reviews_changed = threading.Event()
 
 CONSUMED = Counter("events_consumed_total", "Messages taken from Kafka")
 APPLIED = Counter("events_applied_total", "Events whose effect was applied", ["route"])
@@ -50,7 +55,14 @@ GAPS_ESCALATED = Counter(
     "Gaps escalated (deadline passed or parking cap reached)",
     ["event_type"],
 )
-NEEDS_REVIEW = Gauge("steps_needs_review", "Step entities stopped until a person looks at them")
+NEEDS_REVIEW = Gauge(
+    "steps_needs_review",
+    "Step entities stopped until a person looks at them (over every replica; refreshed at the "
+    "next poll after this consumer stops one, and every 5 s)",
+)
+STOPPED = Counter(
+    "steps_stopped_total", "Step entities this consumer stopped for a person", ["route"]
+)
 PARKED_CURRENT = Gauge("events_parked_current", "Events parked now, over all routes and entities")
 PARKED_OLDEST_AGE = Gauge(
     "events_parked_oldest_age_seconds", "Age of the oldest park, by the consumers' clock"
@@ -83,6 +95,12 @@ BATCH_ITEMS_PENDING = Gauge("batch_items_pending", "Positions still pending in w
 BATCHES_HELD = Gauge("batches_held", "Batches held for a person to decide")
 
 
+def entity_stopped(route: str) -> None:
+    """Count a stopped entity and have the review gauge refreshed at the next poll."""
+    STOPPED.labels(route).inc()
+    _reviews_changed.set()
+
+
 class Gauges:
     """Keeps the lag and review gauges current without querying on every poll."""
 
@@ -99,7 +117,9 @@ class Gauges:
         if consumer is not None and now >= self._next_lag:
             self._next_lag = now + LAG_INTERVAL_S
             self._lag(consumer)
-        if self._reviews_sql and conn is not None and now >= self._next_review:
+        due = now >= self._next_review or _reviews_changed.is_set()
+        if self._reviews_sql and conn is not None and due:
+            _reviews_changed.clear()
             self._next_review = now + REVIEW_INTERVAL_S
             self._reviews(conn)
 

@@ -6,8 +6,11 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
+from consumer import metrics
 from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -252,3 +255,17 @@ def test_locking_and_claiming_read_only_the_batch_progress_rows(
             ).fetchone()
     assert row is not None
     assert row[0] == 0
+
+
+def test_review_gauge_moves_at_the_next_poll_after_a_stop(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """An entity stopped by a failing step shows in steps_needs_review at the next refresh."""
+    gauges = metrics.Gauges(reviews=NEEDS_REVIEW_COUNT)
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_at_13"))
+    with steps_db.connect(autocommit=True) as conn:
+        gauges.refresh(None, conn)
+        assert REGISTRY.get_sample_value("steps_needs_review") == 0
+        ss.feed(run, conn, [ss.step(s) for s in range(1, 14)])
+        gauges.refresh(None, conn)
+    assert REGISTRY.get_sample_value("steps_needs_review") == 1

@@ -15,6 +15,7 @@ import orjson
 import psycopg
 import structlog
 
+from consumer import metrics
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import Progress, calls
 from consumer.kinds.steps.route import Entry, StepRoute
@@ -167,6 +168,7 @@ class StepStore:
             "updated_at = now() WHERE route = %s AND entity_id = %s",
             (seq, reason[:1000], self.route.stream, entity_id),
         )
+        metrics.entity_stopped(self.route.stream)
         log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)
 
     def hold(self, conn: Conn, entity_id: str) -> bool:
