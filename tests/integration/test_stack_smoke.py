@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -100,3 +102,27 @@ def test_stack_up_when_running_is_a_no_op(services: Services) -> None:
         pytest.skip("services are not from deploy/local/stack")
     done = subprocess.run([str(STACK_SCRIPT), "up"], capture_output=True, text=True, check=True)
     assert done.stderr.count("already running") == 3, done.stderr
+
+
+def test_stack_remembers_the_ports_it_was_started_with(tmp_path: Path) -> None:
+    """A stack started on a moved port is found by env and status in a shell without the port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state = tmp_path / "stack"
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    bare["INORDER_STACK_DIR"] = str(state)
+    started = {**bare, "INORDER_REDIS_PORT": str(port)}
+    subprocess.run([str(STACK_SCRIPT), "up", "redis"], env=started, check=True, capture_output=True)
+    try:
+        env = subprocess.run(
+            [str(STACK_SCRIPT), "env"], env=bare, check=True, capture_output=True, text=True
+        ).stdout
+        status = subprocess.run(
+            [str(STACK_SCRIPT), "status"], env=bare, capture_output=True, text=True
+        ).stdout
+    finally:
+        subprocess.run([str(STACK_SCRIPT), "down", "redis"], env=bare, capture_output=True)
+    assert f"export REDIS_URL=redis://127.0.0.1:{port}/0" in env
+    assert f"export INORDER_REDIS_PORT={port}" in env
+    assert "redis: up" in status
