@@ -24,8 +24,8 @@ from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
 
+from consumer.admin import output
 from consumer.admin.audit import Audit
 from consumer.admin.batches import BatchAdmin
 from consumer.errors import AdminError
@@ -101,17 +101,8 @@ class Admin:
     # ------------------------------------------------------------------ output
 
     def show(self, title: str, rows: Sequence[dict[str, Any]]) -> None:
-        """Rows as a table for people, or JSON lines for scripts."""
-        if self.as_json:
-            for row in rows:  # one compact object per line
-                self.console.file.write(orjson.dumps(row, default=str).decode() + "\n")
-            return
-        table = Table(title=title)
-        for column in rows[0] if rows else ["(none)"]:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*("" if v is None else str(v) for v in row.values()))
-        self.console.print(table)
+        """Rows as a table (TSV when not on a terminal), or JSON lines for scripts."""
+        output.show(self.console, title, rows, self.as_json)
 
     def rows(self, title: str, query: str) -> None:
         """Show what a read-only statement answers, one row per line."""

@@ -86,7 +86,6 @@ def test_admin_cli_lists_and_shows_batches(
         INORDER_ROUTES_FILE=str(batch.settings.routes_file),
         INORDER_TOPICS=f'["{batch.events}"]',
         INORDER_REDIS_KEY_PREFIX=f"t{uuid.uuid4().hex[:6]}",
-        COLUMNS="200",
     )
 
     def admin(*args: str) -> subprocess.CompletedProcess[str]:
@@ -108,6 +107,12 @@ def test_admin_cli_lists_and_shows_batches(
         4,
         1,
     )
+    piped = admin("batches", "list")  # not a terminal: every column in full, tab-separated
+    title, header, line = piped.stdout.splitlines()
+    assert title == "# batches"
+    assert dict(zip(header.split("\t"), line.split("\t"), strict=True)) == {
+        k: "" if v is None else str(v) for k, v in row.items()
+    }
     shown = admin("batches", "show", batch_id)
     assert shown.returncode == 0, shown.stderr
     assert "needs_review" in shown.stdout
