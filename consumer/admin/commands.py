@@ -31,6 +31,7 @@ from consumer.admin.batches import BatchAdmin
 from consumer.errors import AdminError
 from consumer.kinds import Links
 from consumer.kinds.batches.runner import BatchRunner
+from consumer.kinds.projection import ProjectionRoute, stored_row
 from consumer.kinds.steps import StepApplier, StepRoute
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
@@ -112,17 +113,34 @@ class Admin:
 
     # ------------------------------------------------------------------ helpers
 
-    def entity(self, ref: str) -> tuple[StepApplier, str]:
-        """Split ``stream:entity_id`` and start the stream's step route (handlers imported).
-
-        Redis is opened only by the commands that drain the entity afterwards.
-        """
+    def routed(self, ref: str) -> tuple[Route, str]:
+        """Split ``stream:entity_id`` of any stream the routes file routes."""
         stream, sep, entity_id = ref.partition(":")
         if not sep or not entity_id:
             raise AdminError(f"{ref!r} is not stream:entity_id")
-        if stream not in self.steps:
-            raise AdminError(f"{stream!r} is not a step route in {self.settings.routes_file}")
-        return StepApplier(self.steps[stream]), entity_id
+        for route in self.routes:
+            if stream in route.streams:
+                return route, entity_id
+        raise AdminError(f"{stream!r} is not routed in {self.settings.routes_file}")
+
+    def current_generation(self, route: Route, entity_id: str) -> int | None:
+        """The generation the consumer holds for an entity (None: nothing applied yet)."""
+        if isinstance(route, StepRoute):
+            return StepApplier(route).store.generation(self.conn, entity_id)
+        if isinstance(route, ProjectionRoute):
+            row = stored_row(self.conn, route, entity_id)
+            return None if row is None else int(row["generation"])
+        return None
+
+    def entity(self, ref: str) -> tuple[StepApplier, str]:
+        """Split ``stream:entity_id`` of a step route and start it (handlers imported).
+
+        Redis is opened only by the commands that drain the entity afterwards.
+        """
+        route, entity_id = self.routed(ref)
+        if not isinstance(route, StepRoute):
+            raise AdminError(f"{route.stream!r} is a {route.kind} route; this command is for steps")
+        return StepApplier(route), entity_id
 
     def progress_row(self, applier: StepApplier, entity_id: str) -> tuple[int, int, int | None]:
         """Lock and return (generation, last_applied, stopped_at_seq) of a known entity."""
@@ -191,16 +209,16 @@ class Admin:
     def republish(
         self, ref: str, from_seq: int, to_seq: int | None, generation: int | None
     ) -> None:
-        """Ask the relay to re-send a range, as the sweeper would."""
-        applier, entity_id = self.entity(ref)
+        """Ask the relay to re-send a range of any routed stream, as the sweeper would."""
+        route, entity_id = self.routed(ref)
         last = to_seq if to_seq is not None else from_seq
         if from_seq < 1 or last < from_seq:
             raise AdminError(f"--from {from_seq} --to {last} is not a range of seqs")
         if generation is None:
-            generation = applier.store.generation(self.conn, entity_id) or 1
+            generation = self.current_generation(route, entity_id) or 1
         request = RepublishRequest(
             f"manual-{uuid.uuid4().hex[:12]}",
-            applier.route.stream,
+            route.stream,
             entity_id,
             generation,
             from_seq,

@@ -205,6 +205,28 @@ def upsert_statement(route: ProjectionRoute, types: Mapping[str, str]) -> sql.Co
     )
 
 
+def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
+    """One entity's row as the projection holds it (generation, seq, then the mapped columns)."""
+    schema, name = route.schema_and_table
+    table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    names = [route.generation_column, route.seq_column, *route.columns]
+    where = sql.SQL("{}::text = %s").format(sql.Identifier(route.key))
+    params: list[Any] = [entity_id]
+    if route.entity_type_column:
+        where = sql.SQL("{} AND {} = %s").format(where, sql.Identifier(route.entity_type_column))
+        params.append(route.stream)
+    cur = conn.execute(
+        sql.SQL("SELECT {} FROM {} WHERE {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, names)), table, where
+        ),
+        params,
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip(["generation", "seq", *route.columns], row, strict=True))
+
+
 # ---------------------------------------------------------------- start-up check
 
 

@@ -6,9 +6,11 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
+import orjson
 import redis
 from prometheus_client import REGISTRY
 
+from consumer import examples
 from schemas import decode, encode
 from schemas.republish import decode_request
 from tests.conftest import PgSchema, TopicFactory
@@ -85,7 +87,47 @@ def test_manual_republish_request_reaches_the_relay_topic(
     bad = sw.admin(p, "republish", "ledger:a", "--from", "9", "--to", "4")
     assert "is not a range of seqs" in bad.stderr
     unknown = sw.admin(p, "republish", "invoice:a", "--from", "1")
-    assert "'invoice' is not a step route" in unknown.stderr
+    assert "'invoice' is not routed" in unknown.stderr
+
+
+def test_republish_heals_a_projection_and_counts_the_older_events_stale(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """A projection that missed its newest event gets it by `republish`; the rest are stale."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    p.settings.routes_file.write_text(ss.routes_text() + examples.PROJECTION_ROUTE)
+    cs.create_view(pg_schema)
+    with pg_schema.connect() as conn:
+        for seq in (1, 2, 3):
+            conn.execute(
+                "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+                "payload) VALUES (%s, 'subscription', 'x', %s, 'subscription.plan_changed', %s, "
+                "%s)",
+                (
+                    p.topics.events,
+                    seq,
+                    f"x:1:{seq}",
+                    orjson.dumps(
+                        {"plan": cs.PLANS[seq], "price_cents": seq, "status": "active"}
+                    ).decode(),
+                ),
+            )
+        conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")  # lost: behind every cursor
+        conn.commit()
+    stale = ("events_stale_total", {"event_type": "subscription.plan_changed"})
+    with sw.running(p, sweeper=False):
+        wait_until(lambda: cs.view(pg_schema).get("x", (0, 0))[1] == 2)
+        before = REGISTRY.get_sample_value(*stale) or 0.0
+        done = sw.admin(p, "--json", "republish", "subscription:x", "--from", "1", "--to", "3")
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: cs.view(pg_schema)["x"][:3] == (1, 3, "enterprise"))
+        wait_until(lambda: (REGISTRY.get_sample_value(*stale) or 0.0) - before == 2)
+    [request] = _json_lines(done.stdout)
+    assert (request["entity_type"], request["generation"]) == ("subscription", 1)
 
 
 def test_held_events_are_listed_and_replayed(

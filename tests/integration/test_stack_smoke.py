@@ -119,10 +119,10 @@ def test_stack_remembers_the_ports_it_was_started_with(tmp_path: Path) -> None:
             [str(STACK_SCRIPT), "env"], env=bare, check=True, capture_output=True, text=True
         ).stdout
         status = subprocess.run(
-            [str(STACK_SCRIPT), "status"], env=bare, capture_output=True, text=True
+            [str(STACK_SCRIPT), "status"], env=bare, capture_output=True, text=True, check=False
         ).stdout
     finally:
-        subprocess.run([str(STACK_SCRIPT), "down", "redis"], env=bare, capture_output=True)
+        subprocess.run([str(STACK_SCRIPT), "down", "redis"], env=bare, check=True)
     assert f"export REDIS_URL=redis://127.0.0.1:{port}/0" in env
     assert f"export INORDER_REDIS_PORT={port}" in env
     assert "redis: up" in status
