@@ -8,7 +8,7 @@ STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules test test-faults bench demo
+.PHONY: help venv up down status lint rules reference test test-faults bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
+	@echo "make reference  rewrite the README's settings, CLI, metrics and event tables from the code"
 	@echo "make down   stop every local process the stack started"
 
 $(BIN)/.installed: pyproject.toml
@@ -38,10 +39,13 @@ status:
 	$(STACK) status
 
 lint: venv
-	$(BIN)/ruff check $(CODE) tests deploy/local
-	$(BIN)/ruff format --check $(CODE) tests deploy/local
+	$(BIN)/ruff check $(CODE) tests deploy/local deploy/reference.py
+	$(BIN)/ruff format --check $(CODE) tests deploy/local deploy/reference.py
 	$(BIN)/mypy
-	$(BIN)/mypy deploy/local/demo.py
+	$(BIN)/mypy deploy/local/demo.py deploy/reference.py
+
+reference: venv
+	$(BIN)/python deploy/reference.py
 
 rules: up
 	promtool check rules deploy/prometheus/rules.yml

@@ -47,7 +47,8 @@ PARKED = Counter(
 )
 REORDER_DISTANCE = Histogram(
     "event_reorder_distance",
-    "How far ahead of the next expected seq an early event arrived",
+    "Early events by how far past the next expected seq they arrived: seq - last applied - 1 "
+    "(8 after 6 is 1; in a new generation, the seq itself)",
     buckets=(1, 2, 3, 5, 10, 25, 100, 1000),
 )
 GAPS_ESCALATED = Counter(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
@@ -21,61 +21,135 @@ def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
 RedisUrl = Annotated[
     SecretStr | None,
     AfterValidator(_is_redis_url),
-    Field(default=None, validation_alias=AliasChoices("REDIS_URL", "INORDER_REDIS_URL")),
+    Field(
+        default=None,
+        validation_alias=AliasChoices("REDIS_URL", "INORDER_REDIS_URL"),
+        description="Where parked events live; required when the routes file has a step route",
+    ),
 ]
 
 
 class ConsumerSettings(KafkaClientSettings):
     """Everything the consumer needs; the addresses and the routes file are required."""
 
-    # The consumer's own database, where projections and step progress live.
     database_url: PostgresUrl
-    routes_file: Path
-    # Topics to consume, as a JSON list.
-    topics: list[str] = Field(default_factory=lambda: [DEFAULT_TOPICS.events], min_length=1)
-    group_id: str = "inorder-consumer"
-    dead_letter_topic: str = DEFAULT_TOPICS.dead_letters
-    # Where parked events live; required when the routes file has a step route.
+    routes_file: Path = Field(
+        description="The routes file (TOML): which route kind each entity stream gets"
+    )
+    topics: list[str] = Field(
+        default_factory=lambda: [DEFAULT_TOPICS.events],
+        min_length=1,
+        description="Topics to consume, as a JSON list",
+    )
+    group_id: str = Field(
+        default="inorder-consumer",
+        description="Kafka consumer group; a second deployment side by side needs its own",
+    )
+    dead_letter_topic: str = Field(
+        default=DEFAULT_TOPICS.dead_letters, description="Where malformed events go, with why"
+    )
     redis_url: RedisUrl
-    # Key prefix of every parking key in Redis.
-    redis_key_prefix: str = Field(default="inorder", pattern=r"^[A-Za-z0-9_.:-]+$")
-    # Start step routes on a Redis whose persistence cannot be read (a managed store).
-    park_store_trusted: bool = False
-    # Events refused by a full parking set go here, with the reason.
-    held_topic: str = DEFAULT_TOPICS.held
-    # Most messages applied in one batch. A batch is what has already arrived: a quiet
-    # topic is applied event by event, a backlog in batches of this size.
-    batch_size: int = Field(default=1000, ge=1, le=100_000)
-    # How long one poll blocks while nothing at all has arrived; it paces only an idle
-    # consumer's dependency checks, never an event that is there.
-    poll_timeout_ms: int = Field(default=100, ge=1, le=60_000)
-    # 0: apply what has arrived at once. Above 0: after its first message, a batch waits up
-    # to this long to fill to batch_size (100 is the fixed wait batches had before).
-    batch_linger_ms: int = Field(default=0, ge=0, le=60_000)
-    # Values larger are dead-lettered as too large (the codec's cap).
-    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
-    # Dead-letter copies are cut to this size; the original stays in its topic.
-    dead_letter_max_value_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
-    create_topics: bool = True
-    topic_partitions: int = Field(default=6, ge=1)
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=9401, ge=0, le=65535)
-    log_level: str = "INFO"
+    redis_key_prefix: str = Field(
+        default="inorder",
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Prefix of every parking key in Redis",
+    )
+    park_store_trusted: bool = Field(
+        default=False,
+        description="Start step routes on a Redis whose persistence cannot be read (a managed "
+        "store)",
+    )
+    park_fsync: Literal["server", "always", "waitaof"] = Field(
+        default="server",
+        description="When a park counts as stored, before the batch's offsets are committed: "
+        "`server` as soon as Redis has it (with `appendfsync everysec` a machine crash loses up "
+        "to a second of parks, which the sweeper then repairs from the outbox); `always` the "
+        "same, but start-up requires `appendfsync always`; `waitaof` waits with WAITAOF until "
+        "each batch's parks are on disk (Redis 7.2 or later)",
+    )
+    held_topic: str = Field(
+        default=DEFAULT_TOPICS.held, description="Events refused by a full parking set go here"
+    )
+    batch_size: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Most messages applied in one batch; a batch is what has already arrived, "
+        "so a quiet topic is applied event by event and a backlog in batches of this size",
+    )
+    poll_timeout_ms: int = Field(
+        default=100,
+        ge=1,
+        le=60_000,
+        description="How long one poll blocks while nothing has arrived; it paces only an idle "
+        "consumer's dependency checks, never an event that is there",
+    )
+    batch_linger_ms: int = Field(
+        default=0,
+        ge=0,
+        le=60_000,
+        description="0: apply what has arrived at once; above 0, after its first message a "
+        "batch waits up to this long to fill (100 is the fixed wait of earlier releases)",
+    )
+    max_message_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Larger values are dead-lettered as too large",
+    )
+    dead_letter_max_value_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Dead-letter copies are cut to this size; the original stays in its topic",
+    )
+    create_topics: bool = Field(
+        default=True, description="Create missing topics this process writes at start-up"
+    )
+    topic_partitions: int = Field(
+        default=6, ge=1, description="Partitions of the topics it creates"
+    )
+    http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
+    http_port: int = Field(
+        default=9401, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
+    )
+    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
 
 class SweeperSettings(ConsumerSettings, RepairTimingSettings):
     """The consumer's settings plus the sweeper's; ``inorder-admin`` reads the same."""
 
-    republish_requests_topic: str = DEFAULT_TOPICS.republish_requests
-    republish_results_topic: str = DEFAULT_TOPICS.republish_results
-    sweeper_group_id: str = "inorder-sweeper"
-    # The producer's database, when the outbox is not in DATABASE_URL (inorder-admin audit).
-    outbox_database_url: SecretStr | None = None
-    # How often the active sweeper looks for overdue gaps.
-    sweep_interval_s: float = Field(default=5.0, gt=0)
-    # A sweeper that stops renewing loses the lease after this long; a standby takes over.
-    lease_ttl_s: float = Field(default=15.0, gt=0)
-    # How often the parked-events gauges are recomputed (cost grows with parked entities).
-    gauge_interval_s: float = Field(default=15.0, gt=0)
-    # Overdue entities handled per route and sweep; the rest wait for the next sweep.
-    max_overdue_per_sweep: int = Field(default=1000, ge=1)
+    republish_requests_topic: str = Field(
+        default=DEFAULT_TOPICS.republish_requests, description="Where republish requests go"
+    )
+    republish_results_topic: str = Field(
+        default=DEFAULT_TOPICS.republish_results, description="Where the relay answers them"
+    )
+    sweeper_group_id: str = Field(
+        default="inorder-sweeper",
+        description="Consumer group reading the relay's answers; a second deployment side by "
+        "side needs its own",
+    )
+    outbox_database_url: SecretStr | None = Field(
+        default=None,
+        description="The producer's database, when the outbox is not in DATABASE_URL (audit, "
+        "explain and the stall check read it)",
+    )
+    sweep_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the active sweeper looks for overdue gaps"
+    )
+    lease_ttl_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="A sweeper that stops renewing loses the lease after this long; a standby "
+        "takes over",
+    )
+    gauge_interval_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often the parked-events, gaps and batch gauges are recomputed (their "
+        "cost grows with parked entities)",
+    )
+    max_overdue_per_sweep: int = Field(
+        default=1000,
+        ge=1,
+        description="Overdue entities handled per route and sweep; the rest wait for the next",
+    )

@@ -14,33 +14,73 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings):
     """Everything the relay needs; every field has a default but the two addresses."""
 
     database_url: PostgresUrl
-    # Rows read per slice and part (past the cursor, per remembered transaction) per batch.
-    batch_size: int = Field(default=500, ge=1, le=10_000)
-    # A relay holds its slices for this long without renewing; a standby takes over an
-    # expired slice within this time of its relay stopping.
-    lease_s: float = Field(default=10.0, ge=1, le=600)
-    # Fallback poll when no NOTIFY arrives (missed notifications, other writers).
-    poll_interval_s: float = Field(default=1.0, gt=0, le=600)
-    # How long librdkafka may try to deliver one message before reporting failure.
-    delivery_timeout_ms: int = Field(default=30_000, ge=1_000)
-    # Sent rows created longer ago than this are deleted (7 days).
-    retention_s: float = Field(default=7 * 86_400, gt=0)
-    # How often retention runs, and how many rows one delete statement looks at.
-    purge_interval_s: float = Field(default=60.0, gt=0)
-    purge_batch_rows: int = Field(default=1_000, ge=1)
-    # A repeat of the same republish range within this window re-sends nothing.
-    republish_cooldown_s: float = Field(default=30.0, ge=0)
-    republish_requests_topic: str = DEFAULT_TOPICS.republish_requests
-    republish_results_topic: str = DEFAULT_TOPICS.republish_results
-    relay_group_id: str = "inorder-relay"
-    # Rows whose message would be larger are marked failed instead of sent.
-    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, ge=1024)
-    # Create the republish topics at start-up when they are missing.
-    create_topics: bool = True
-    topic_partitions: int = Field(default=6, ge=1)
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=9400, ge=0, le=65535)
-    log_level: str = "INFO"
+    batch_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Rows read per slice and part (past the cursor, per remembered "
+        "transaction) per batch",
+    )
+    lease_s: float = Field(
+        default=10.0,
+        ge=1,
+        le=600,
+        description="How long a relay holds its slices without renewing; a standby takes an "
+        "expired slice over within this time of its relay stopping",
+    )
+    poll_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=600,
+        description="Fallback poll when no NOTIFY arrives (missed notifications, other writers)",
+    )
+    delivery_timeout_ms: int = Field(
+        default=30_000,
+        ge=1_000,
+        description="How long librdkafka may try to deliver one message (`message.timeout.ms`)",
+    )
+    retention_s: float = Field(
+        default=7 * 86_400,
+        gt=0,
+        description="Sent rows created longer ago than this are deleted (7 days); it must "
+        "outlive the worst-case gap repair",
+    )
+    purge_interval_s: float = Field(default=60.0, gt=0, description="How often retention runs")
+    purge_batch_rows: int = Field(
+        default=1_000, ge=1, description="Rows one retention delete statement looks at"
+    )
+    republish_cooldown_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="The same republish range asked again within this window re-sends nothing",
+    )
+    republish_requests_topic: str = Field(
+        default=DEFAULT_TOPICS.republish_requests, description="Where republish requests arrive"
+    )
+    republish_results_topic: str = Field(
+        default=DEFAULT_TOPICS.republish_results, description="Where the relay answers them"
+    )
+    relay_group_id: str = Field(
+        default="inorder-relay",
+        description="Consumer group reading republish requests; a second deployment side by "
+        "side needs its own",
+    )
+    max_message_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Rows whose message would be larger are marked failed instead of sent",
+    )
+    create_topics: bool = Field(
+        default=True, description="Create the republish topics at start-up when missing"
+    )
+    topic_partitions: int = Field(
+        default=6, ge=1, description="Partitions of the topics it creates"
+    )
+    http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
+    http_port: int = Field(
+        default=9400, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
+    )
+    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
     @model_validator(mode="after")
     def _retention_outlives_repairs(self) -> Self:

@@ -21,7 +21,8 @@ from schemas.runtime.config import load_or_exit
 PROGRAM = "inorder-producer"
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The command line (the README's CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     mig = commands.add_parser("migrate", help="create or upgrade the outbox table")
@@ -38,7 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--count", type=int, default=10, help="batches (default 10)")
     batch.add_argument("--items", type=int, default=5, help="items per batch (default 5)")
     batch.add_argument("--deadline-s", type=int, help="how long each batch waits for results")
-    batch.add_argument("--on-incomplete", choices=["assemble_incomplete", "hold"])
+    batch.add_argument(
+        "--on-incomplete",
+        choices=["assemble_incomplete", "hold"],
+        help="what a batch does when its deadline passes with positions missing",
+    )
     worker = commands.add_parser("worker", help="the example worker: finish items out of order")
     worker.add_argument("--max-delay-ms", type=int, default=200, help="per item (default 200)")
     worker.add_argument("--fail-rate", type=float, default=0.0, help="share of items that fail")
@@ -103,7 +108,7 @@ def _loadgen(args: argparse.Namespace, conninfo: str, topic: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run one producer command."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     settings = load_or_exit(ProducerSettings, PROGRAM)
     logs.configure(settings.log_level)
     conninfo = settings.database_url.get_secret_value()

@@ -11,8 +11,10 @@ from schemas.runtime.config import InorderSettings, PostgresUrl
 class ProducerSettings(InorderSettings):
     """Where the producer's database is, and which topic its events name."""
 
-    # The producer's own database (the one holding the outbox table).
     database_url: PostgresUrl
-    # Topic written into each outbox row.
-    events_topic: str = Field(default=DEFAULT_TOPICS.events, min_length=1)
-    log_level: str = "INFO"
+    events_topic: str = Field(
+        default=DEFAULT_TOPICS.events,
+        min_length=1,
+        description="Topic written into each outbox row",
+    )
+    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")

@@ -33,12 +33,18 @@ class WorkerSettings(KafkaClientSettings):
     """Where the example worker reads items and writes results."""
 
     database_url: PostgresUrl
-    work_topic: str = Field(default=DEFAULT_TOPICS.batch_work, min_length=1)
-    # The topic the consumer's batch route reads (written into each result's outbox row).
-    events_topic: str = Field(default=DEFAULT_TOPICS.events, min_length=1)
-    group_id: str = "inorder-worker"
-    batch_stream: str = STREAM
-    log_level: str = "INFO"
+    work_topic: str = Field(
+        default=DEFAULT_TOPICS.batch_work, min_length=1, description="Work items to take"
+    )
+    events_topic: str = Field(
+        default=DEFAULT_TOPICS.events,
+        min_length=1,
+        description="The topic the consumer's batch route reads (written into each result's "
+        "outbox row)",
+    )
+    group_id: str = Field(default="inorder-worker", description="The workers' consumer group")
+    batch_stream: str = Field(default=STREAM, description="entity_type of the batch manifests")
+    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,11 +85,17 @@ class Audit:
     """Runs the checks over one outbox connection and one consumer connection."""
 
     def __init__(
-        self, outbox: Conn, consumer: Conn, tick: Callable[[], None] = lambda: None
+        self,
+        outbox: Conn,
+        consumer: Conn,
+        tick: Callable[[], None] = lambda: None,
+        only: str | None = None,
     ) -> None:
         self.outbox = outbox
         self.consumer = consumer
         self.tick = tick
+        # One entity id to audit (inorder-admin explain), or None for every entity.
+        self.only = only
         self.report = Report()
         # What each route kind's tables must agree with the outbox on.
         self._checks: dict[str, Callable[[Any], None]] = {
@@ -117,9 +123,10 @@ class Audit:
             sql.SQL(
                 'SELECT DISTINCT ON (entity_id COLLATE "C") entity_id, generation, seq, payload, '
                 "NOT outbox_published(outbox), failure_reason FROM outbox WHERE entity_type = %s "
+                "AND (%s::text IS NULL OR entity_id = %s) "
                 'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC'
             ),
-            (route.stream,),
+            (route.stream, self.only, self.only),
         )
         schema, name = route.schema_and_table
         table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
@@ -133,9 +140,10 @@ class Audit:
             self.consumer,
             sql.SQL(
                 "SELECT {key}::text, {gen}, {seq}, {columns} FROM {table} "
+                "WHERE %s::text IS NULL OR {key}::text = %s "
                 'ORDER BY {key}::text COLLATE "C"'
             ).format(key=key, gen=gen, seq=seq, columns=columns, table=table),
-            (),
+            (self.only, self.only),
         )
         for entity, events, rows in _merge(newest, stored):
             self.report.entities += 1
@@ -181,9 +189,10 @@ class Audit:
             self.outbox,
             sql.SQL(
                 "SELECT entity_id, generation, seq, NOT outbox_published(outbox), failure_reason "
-                'FROM outbox WHERE entity_type = %s ORDER BY entity_id COLLATE "C", generation, seq'
+                "FROM outbox WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
+                'ORDER BY entity_id COLLATE "C", generation, seq'
             ),
-            (route.stream,),
+            (route.stream, self.only, self.only),
         )
         applied = _stream(
             self.consumer,
@@ -191,9 +200,10 @@ class Audit:
                 "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied "
                 "FROM inorder_step_log l JOIN inorder_step_progress p "
                 "ON p.route = l.route AND p.entity_id = l.entity_id WHERE l.route = %s "
+                "AND (%s::text IS NULL OR l.entity_id = %s) "
                 'ORDER BY l.entity_id COLLATE "C", l.generation, l.seq'
             ),
-            (route.stream,),
+            (route.stream, self.only, self.only),
         )
         for entity, events, logged in _merge(sent, applied):
             self.report.entities += 1

@@ -25,7 +25,7 @@ from psycopg.types.json import set_json_loads
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from consumer.admin import output
+from consumer.admin import explain, output
 from consumer.admin.audit import Audit
 from consumer.admin.batches import BatchAdmin
 from consumer.errors import AdminError
@@ -152,6 +152,44 @@ class Admin:
         return row
 
     # ------------------------------------------------------------------ commands
+
+    def explain(self, ref: str) -> None:
+        """One entity's whole story: outbox, applied, parked, held, stopped, gaps, audit."""
+        route, entity_id = self.routed(ref)
+        lot = self.lot if route.kind == "step" and self.settings.redis_url else None
+        source = self.settings.outbox_database_url or self.settings.database_url
+        with psycopg.connect(source.get_secret_value(), autocommit=True) as outbox:
+            try:
+                story = explain.gather(route, entity_id, outbox, self.conn, lot)
+            except psycopg.errors.UndefinedTable as exc:
+                raise AdminError(
+                    f"{exc.diag.message_primary}: the outbox and the consumer's tables are "
+                    "needed; set INORDER_OUTBOX_DATABASE_URL when the outbox is elsewhere"
+                ) from exc
+        if not story.known:
+            raise AdminError(f"{ref}: nothing known, in the outbox or in the consumer")
+        if self.as_json:
+            self.console.file.write(orjson.dumps(story.as_dict(), default=str).decode() + "\n")
+            return
+        shown = story.outbox_rows - len(story.outbox)
+        self.show(
+            f"{ref} ({route.kind} route)",
+            [{"outbox rows": story.outbox_rows, "verdict": explain.verdict(story)}],
+        )
+        self.show("outbox" + (f" (newest; {shown} older not shown)" if shown else ""), story.outbox)
+        self.show("applied", [story.applied] if story.applied else [])
+        sections = (
+            ("step log", story.step_log),
+            ("skipped by a person", story.skips),
+            ("external calls not known to have finished", story.uncertain_calls),
+            ("parked", [{"seqs": explain.ranges(story.parked)}] if story.parked else []),
+            ("gaps", story.gaps),
+            ("dead letters", story.dead_letters),
+            ("audit", [asdict(d) for d in story.divergences]),
+        )
+        for title, rows in sections:
+            if rows:
+                self.show(title, rows)
 
     def audit(self) -> None:
         """Compare the outbox with every route's tables; fail on unexplained divergences."""

@@ -109,6 +109,16 @@ def get(conn: Conn, gap_id: int) -> Gap | None:
         return cur.execute(query, (gap_id,)).fetchone()
 
 
+def of_entity(conn: Conn, route: str, entity_id: str) -> list[Gap]:
+    """Every gap an entity ever had, oldest first."""
+    with conn.cursor(row_factory=class_row(Gap)) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE route = %s AND entity_id = %s "  # noqa: S608
+            "ORDER BY id",
+            (route, entity_id),
+        ).fetchall()
+
+
 def find(conn: Conn, route: str, entity_id: str) -> Gap | None:
     """The entity's unresolved gap, if any."""
     with conn.cursor(row_factory=class_row(Gap)) as cur:

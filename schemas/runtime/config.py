@@ -52,7 +52,10 @@ def _is_postgres_url(value: SecretStr) -> SecretStr:
 PostgresUrl = Annotated[
     SecretStr,
     AfterValidator(_is_postgres_url),
-    Field(validation_alias=AliasChoices("DATABASE_URL", "INORDER_DATABASE_URL")),
+    Field(
+        validation_alias=AliasChoices("DATABASE_URL", "INORDER_DATABASE_URL"),
+        description="PostgreSQL, as a postgresql:// URL",
+    ),
 ]
 
 
@@ -62,16 +65,26 @@ class KafkaClientSettings(InorderSettings):
     kafka_bootstrap_servers: str = Field(
         validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "INORDER_KAFKA_BOOTSTRAP_SERVERS"),
         min_length=1,
+        description="Kafka brokers, host:port[,host:port...]",
     )
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
-    # CA bundle for SSL/SASL_SSL when the system store does not hold the broker's CA.
-    kafka_ssl_ca_location: str | None = None
-    # Any other librdkafka property, as a JSON object; explicit settings above win.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="librdkafka `security.protocol`"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="librdkafka `sasl.mechanism`; needed with SASL"
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="Needed with SASL")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="Needed with SASL")
+    kafka_ssl_ca_location: str | None = Field(
+        default=None,
+        description="CA bundle for SSL and SASL_SSL when the system store lacks the broker's CA",
+    )
     # Hidden in error messages: it may hold credentials (sasl.oauthbearer.config ...).
-    kafka_extra: dict[str, str] = Field(default_factory=dict, json_schema_extra={"secret": True})
+    kafka_extra: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"secret": True},
+        description="Any other librdkafka property, as a JSON object; the settings above win",
+    )
 
     @model_validator(mode="after")
     def _sasl_is_complete(self) -> Self:
@@ -103,13 +116,25 @@ class KafkaClientSettings(InorderSettings):
 class RepairTimingSettings(InorderSettings):
     """How long gaps may take to repair: read by the sweeper, checked by the relay."""
 
-    # A parked entity whose oldest park is older than this is a gap to repair.
-    gap_deadline_s: float = Field(default=300.0, gt=0)
-    # Republish requests sent for one gap before it is handed to a person.
-    republish_max_attempts: int = Field(default=5, ge=1, le=50)
-    # Wait before the first repeat of a request; doubles each time, capped below.
-    republish_backoff_base_s: float = Field(default=30.0, gt=0)
-    republish_backoff_max_s: float = Field(default=3600.0, gt=0)
+    gap_deadline_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A parked entity whose oldest park is older than this is a gap to repair",
+    )
+    republish_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=50,
+        description="Republish requests sent for one gap before it is handed to a person",
+    )
+    republish_backoff_base_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Wait before the first repeat of a request; it doubles each time",
+    )
+    republish_backoff_max_s: float = Field(
+        default=3600.0, gt=0, description="The longest wait between repeats"
+    )
 
     def worst_case_repair_s(self) -> float:
         """Longest time after a park that the sweeper may still ask for a seq."""

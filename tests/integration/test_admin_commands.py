@@ -122,10 +122,15 @@ def test_republish_heals_a_projection_and_counts_the_older_events_stale(
     with sw.running(p, sweeper=False):
         wait_until(lambda: cs.view(pg_schema).get("x", (0, 0))[1] == 2)
         before = REGISTRY.get_sample_value(*stale) or 0.0
+        lost = orjson.loads(sw.admin(p, "--json", "explain", "subscription:x").stdout)
+        assert lost["verdict"] == "diverges, unexplained: row at 1/2, newest event 1/3"
+        assert (lost["applied"]["seq"], lost["outbox_rows"]) == (2, 3)
         done = sw.admin(p, "--json", "republish", "subscription:x", "--from", "1", "--to", "3")
         assert done.returncode == 0, done.stderr
         wait_until(lambda: cs.view(pg_schema)["x"][:3] == (1, 3, "enterprise"))
         wait_until(lambda: (REGISTRY.get_sample_value(*stale) or 0.0) - before == 2)
+    healed = orjson.loads(sw.admin(p, "--json", "explain", "subscription:x").stdout)
+    assert healed["verdict"] == "consistent with the outbox"
     [request] = _json_lines(done.stdout)
     assert (request["entity_type"], request["generation"]) == ("subscription", 1)
 

@@ -10,6 +10,7 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
+import orjson
 import redis
 from prometheus_client import REGISTRY
 
@@ -51,6 +52,23 @@ def test_lost_event_is_detected_republished_and_healed(
     assert attempts >= 1
     assert _escalations() - before == 1
     assert ss.applied(pg_schema) == [(1, s) for s in range(1, 6)]
+    told = sw.admin(p, "--json", "explain", "ledger:a")
+    assert told.returncode == 0, told.stderr
+    story = orjson.loads(told.stdout)
+    assert story["verdict"] == "consistent with the outbox"
+    assert [(r["seq"], r["sent"]) for r in story["outbox"]] == [(s, True) for s in range(1, 6)]
+    assert story["step_log"] == [{"generation": 1, "applied": "1..5"}]
+    [gap] = story["gaps"]
+    assert (gap["status"], gap["range"], gap["resolved_by"]) == ("healed", "1/3..3", "sweeper")
+    assert gap["republish_attempts"] >= 1
+    table = sw.admin(p, "explain", "ledger:a").stdout
+    assert table.startswith("# ledger:a (step route)\n")
+    assert "# gaps\n" in table
+    unknown = sw.admin(p, "explain", "ledger:nobody")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        1,
+        "inorder-admin: ledger:nobody: nothing known, in the outbox or in the consumer",
+    )
 
 
 def test_purged_row_makes_the_gap_unrecoverable_until_a_person_skips_it(

@@ -83,6 +83,11 @@ class ParkingLot:
         raw: Any = self.client.zrangebyscore(self.index_key(route), "-inf", cutoff, 0, limit)
         return [entity.decode() for entity in raw]
 
+    def parked_seqs(self, route: str, entity_id: str) -> list[int]:
+        """The seqs parked for one entity, lowest first."""
+        raw: Any = self.client.zrange(self.entity_key(route, entity_id), 0, -1, withscores=True)
+        return [int(score) for _, score in raw]
+
     def indexed(self, route: str, entity_ids: Sequence[str]) -> list[str]:
         """The entities among ``entity_ids`` that have (or just had) something parked."""
         if not entity_ids:
