@@ -209,6 +209,9 @@ def metrics(port: int) -> dict[str, float]:
     return out
 
 
+LOST_ENTITY = "sub-000007"
+
+
 def _lose_one_event(db: str) -> str:
     """Two more seat changes for one subscription; the relay's cursor passes the first unsent.
 
@@ -217,14 +220,24 @@ def _lose_one_event(db: str) -> str:
     """
     with psycopg.connect(db) as conn:
         with conn.transaction():
-            version = subs.add_seats(conn, "sub-000007", 3, topic=EVENTS_TOPIC)
+            version = subs.add_seats(conn, LOST_ENTITY, 3, topic=EVENTS_TOPIC)
             conn.execute(
                 "UPDATE outbox SET xid = '0' WHERE entity_type = "
-                "'seat_ledger' AND entity_id = 'sub-000007' AND generation = %s AND seq = %s",
-                (version.generation, version.seq),
+                "'seat_ledger' AND entity_id = %s AND generation = %s AND seq = %s",
+                (LOST_ENTITY, version.generation, version.seq),
             )
-        subs.add_seats(conn, "sub-000007", 2, topic=EVENTS_TOPIC)
-    return f"seat_ledger:sub-000007 seq {version.seq}"
+        subs.add_seats(conn, LOST_ENTITY, 2, topic=EVENTS_TOPIC)
+    return f"seat_ledger:{LOST_ENTITY} seq {version.seq}"
+
+
+def _explain_lost(console: Console, group: str) -> None:
+    """The lost entity's whole story, as `inorder-admin explain` tells it."""
+    ref = f"seat_ledger:{LOST_ENTITY}"
+    console.print(f"the lost event's entity, by `inorder-admin explain {ref}`:")
+    sys.stdout.flush()
+    admin = Path(sys.executable).with_name("inorder-admin")
+    command = [str(admin), "explain", ref]
+    subprocess.run(command, env=_env(group), check=False, timeout=60)  # noqa: S603 - our own script
 
 
 def _lag(group: str) -> int:
@@ -418,6 +431,7 @@ def up(args: argparse.Namespace, console: Console) -> int:
     peak = max(peak, settling_peak)
     seconds = time.monotonic() - started
     produced, audit = _report(console, db, peak, lost)
+    _explain_lost(console, group)
     if args.summary_json:
         figures = {
             "events": produced,

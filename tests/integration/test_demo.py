@@ -47,6 +47,11 @@ def test_demo_scenario_heals_the_lost_event_and_audits_clean(services: Services)
         batches = next(row for row in done.stdout.splitlines() if "batches: complete" in row)
         complete, incomplete, other = (int(n) for n in re.findall(r"(\d+) */? *", batches)[-3:])
         assert (complete + incomplete, other) == (4, 0)
+        # The lost event's entity told by `inorder-admin explain` (TSV: not a terminal).
+        story = done.stdout.split("# seat_ledger:sub-000007 (step route)\n", 1)[1]
+        assert story.splitlines()[1].endswith("\tconsistent with the outbox")
+        gaps = story.split("# gaps\n", 1)[1].splitlines()
+        assert "\thealed\t" in gaps[1]
         # Every item came back from the worker (a few fail on purpose); none was given up on
         # because its deadline passed with no result.
         with psycopg.connect(services.database_url) as conn:
