@@ -105,7 +105,7 @@ class ConsumerService:
             health_check_interval=30,
         )
         client.ping()
-        problem = durability_problem(client)
+        problem = durability_problem(client, self.settings.park_fsync)
         if problem is not None and not self.settings.park_store_trusted:
             client.close()
             raise StoreNotDurableError(problem)

@@ -59,13 +59,12 @@ class ConsumerSettings(KafkaClientSettings):
         description="Start step routes on a Redis whose persistence cannot be read (a managed "
         "store)",
     )
-    park_fsync: Literal["server", "always", "waitaof"] = Field(
+    park_fsync: Literal["server", "always"] = Field(
         default="server",
-        description="When a park counts as stored, before the batch's offsets are committed: "
-        "`server` as soon as Redis has it (with `appendfsync everysec` a machine crash loses up "
-        "to a second of parks, which the sweeper then repairs from the outbox); `always` the "
-        "same, but start-up requires `appendfsync always`; `waitaof` waits with WAITAOF until "
-        "each batch's parks are on disk (Redis 7.2 or later)",
+        description="When a park counts as stored: `server` when Redis has it in memory (with "
+        "`appendfsync everysec` a machine crash loses up to its last second of parks, which "
+        "the sweeper then finds and repairs from the outbox); `always` when it is on disk: "
+        "start-up requires Redis `appendfsync always`, so nothing parked is lost",
     )
     held_topic: str = Field(
         default=DEFAULT_TOPICS.held, description="Events refused by a full parking set go here"

@@ -39,6 +39,8 @@ from schemas.runtime.outages import DOWN, Outages
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
+# The event type recorded for a gap found by its lost parks (no parked event to name it).
+LOST_PARK = "lost_park"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class SweepReport:
     """What one sweep did."""
 
     overdue: int = 0
+    parks_lost: int = 0
     escalated: int = 0
     requested: int = 0
     healed: int = 0
@@ -203,6 +206,7 @@ class Sweeper:
         for route in self.steps:
             self._heal(route, report)
             self._overdue(route, report)
+            self._parks_lost(route, report)
         for stream in self.batches.routes:
             outcome = self.batches.expire(self.io.conn, stream, self.settings.max_overdue_per_sweep)
             outcome.count()
@@ -259,9 +263,43 @@ class Sweeper:
         if span is None:  # the next seq is parked: a drain was missed, do it now
             self.steps[route].drain(io.conn, [entity_id]).count(route)
             return
-        if gaps.open_gap(io.conn, route, entity_id, span, first.event_type):
+        self._escalate(route, entity_id, span, first.event_type, report, parked_from=first.seq)
+
+    def _parks_lost(self, route: str, report: SweepReport) -> None:
+        """Entities whose parks are ahead of progress, quiet past the deadline, nothing parked.
+
+        Their parks were lost (a Redis crash dropped its last writes): the missing range
+        runs to the newest version they parked, and is asked of the relay like any gap.
+        """
+        io = self.io
+        store = self.steps[route].store
+        ahead = store.parked_ahead(
+            io.conn, self.settings.gap_deadline_s, self.settings.max_overdue_per_sweep
+        )
+        if not ahead:
+            return
+        parked = set(io.lot.indexed(route, [entity for entity, _, _ in ahead]))
+        for entity_id, current, (generation, through) in ahead:
+            if entity_id in parked:
+                continue  # still parked: the overdue path above handles it
+            start = current.last_applied + 1 if generation == current.generation else 1
+            report.parks_lost += 1
+            self._escalate(route, entity_id, (generation, start, through), LOST_PARK, report)
+
+    def _escalate(
+        self,
+        route: str,
+        entity_id: str,
+        span: tuple[int, int, int],
+        event_type: str,
+        report: SweepReport,
+        **detail: int,
+    ) -> None:
+        """Record the gap (once), keep its range current, and ask the relay when due."""
+        io = self.io
+        if gaps.open_gap(io.conn, route, entity_id, span, event_type):
             report.escalated += 1
-            metrics.GAPS_ESCALATED.labels(first.event_type).inc()
+            metrics.GAPS_ESCALATED.labels(event_type).inc()
             log.error(
                 "gap_escalated",
                 route=route,
@@ -269,7 +307,7 @@ class Sweeper:
                 generation=span[0],
                 from_seq=span[1],
                 to_seq=span[2],
-                parked_from=first.seq,
+                **detail,
             )
         gap = gaps.find(io.conn, route, entity_id)
         if gap is None or gap.status == GapStatus.UNRECOVERABLE:

@@ -127,7 +127,7 @@ def env(p: Pipeline) -> dict[str, str]:
     out.update(
         DATABASE_URL=p.db.url,
         KAFKA_BOOTSTRAP_SERVERS=p.services.kafka_bootstrap,
-        REDIS_URL=p.services.redis_url,
+        REDIS_URL=s.redis_url.get_secret_value() if s.redis_url else p.services.redis_url,
         INORDER_ROUTES_FILE=str(s.routes_file),
         INORDER_TOPICS=f'["{s.topics[0]}"]',
         INORDER_HELD_TOPIC=s.held_topic,

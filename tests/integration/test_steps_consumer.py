@@ -162,6 +162,42 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
         redis_client.config_set("appendonly", "yes")
 
 
+def test_park_fsync_always_needs_redis_to_fsync_every_write(
+    steps_db: PgSchema,
+    services: Services,
+    routes: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    """INORDER_PARK_FSYNC=always refuses appendfsync everysec in one line; starts on always."""
+    settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
+    env = {
+        **cs.consumer_env(settings),
+        "REDIS_URL": services.redis_url,
+        "INORDER_PARK_FSYNC": "always",
+    }
+    assert redis_client.config_get("appendfsync") == {"appendfsync": "everysec"}
+    refused = _consumer(env)
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 2
+    assert err.strip().splitlines() == [
+        "inorder-consumer: INORDER_PARK_FSYNC=always needs Redis to write every park to disk "
+        "before it answers, but appendfsync is everysec; set appendfsync always in Redis, or "
+        "INORDER_PARK_FSYNC=server to accept losing its last second in a machine crash (the "
+        "sweeper repairs such losses from the outbox)"
+    ]
+    redis_client.config_set("appendfsync", "always")
+    try:
+        started = _consumer(env)
+        time.sleep(3)
+        assert started.poll() is None, "the consumer did not start on appendfsync always"
+        started.send_signal(signal.SIGTERM)
+        started.communicate(timeout=60)
+        assert started.returncode == 0
+    finally:
+        redis_client.config_set("appendfsync", "everysec")
+
+
 def test_full_parking_set_sends_events_to_the_held_topic(
     steps_db: PgSchema,
     services: Services,

@@ -139,10 +139,14 @@ class ParkingLot:
                 self.client.zadd(self.index_key(route), {entity_id: now}, nx=True)
 
 
-def durability_problem(client: redis.Redis) -> str | None:
-    """Why parked events could be lost in this Redis, or None when AOF is on."""
+def durability_problem(client: redis.Redis, fsync: str = "server") -> str | None:
+    """Why parked events could be lost in this Redis, or None when it keeps them.
+
+    ``fsync`` is INORDER_PARK_FSYNC: with ``always`` a park must be on disk before Redis
+    answers, so the server must run ``appendfsync always``.
+    """
     try:
-        config: Any = client.config_get("appendonly")
+        config: Any = client.config_get("append*")
     except redis.ResponseError as exc:
         return (
             f"cannot read Redis persistence settings ({exc}); if this is a managed store "
@@ -153,5 +157,12 @@ def durability_problem(client: redis.Redis) -> str | None:
             "Redis has AOF off (appendonly no), so parked events could be lost in a restart; "
             "turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if the store is "
             "durable some other way"
+        )
+    if fsync == "always" and config.get("appendfsync") != "always":
+        return (
+            f"INORDER_PARK_FSYNC=always needs Redis to write every park to disk before it "
+            f"answers, but appendfsync is {config.get('appendfsync')}; set appendfsync always "
+            "in Redis, or INORDER_PARK_FSYNC=server to accept losing its last second in a "
+            "machine crash (the sweeper repairs such losses from the outbox)"
         )
     return None

@@ -1,7 +1,8 @@
 """A step route in the consumer: apply what is due, park what is early, drain what became due.
 
-Order per poll batch: PostgreSQL (the applies), then Redis (parks, then removal of
-drained events), and only then may the loop commit Kafka offsets.
+Order per poll batch: PostgreSQL (the applies, then a mark of what is about to park),
+then Redis (parks, then removal of drained events), and only then may the loop commit
+Kafka offsets.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class StepApplier:
         plans = apply_steps(conn, self.store, _by_entity(events))
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
+        if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
+            with conn.transaction():
+                self.store.mark_parked(conn, [e for _, e in early])
         sizes = self.lot.park(
             self.route.stream,
             [(e.entity_id, e.seq, raw[e.event_id]) for _, e in early],

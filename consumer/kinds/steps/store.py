@@ -171,6 +171,44 @@ class StepStore:
         metrics.entity_stopped(self.route.stream)
         log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)
 
+    def mark_parked(self, conn: Conn, early: Sequence[Event]) -> None:
+        """Record in one statement the newest version each entity is about to park."""
+        newest: dict[str, tuple[int, int]] = {}
+        for event in early:
+            newest[event.entity_id] = max(newest.get(event.entity_id, (0, 0)), event.version)
+        if not newest:
+            return
+        conn.execute(
+            "UPDATE inorder_step_progress AS p SET parked_generation = m.g, "
+            "parked_through = m.s, updated_at = now() "
+            "FROM jsonb_to_recordset(%s::jsonb) AS m(e text, g bigint, s bigint) "
+            "WHERE p.route = %s AND p.entity_id = ANY(%s) AND p.entity_id = m.e "
+            "AND (coalesce(p.parked_generation, 0), coalesce(p.parked_through, 0)) < (m.g, m.s)",
+            (
+                _json([{"e": e, "g": g, "s": s} for e, (g, s) in newest.items()]),
+                self.route.stream,
+                list(newest),
+            ),
+        )
+
+    def parked_ahead(
+        self, conn: Conn, quiet_s: float, limit: int
+    ) -> list[tuple[str, Progress, tuple[int, int]]]:
+        """Entities whose parks are ahead of their progress and quiet for ``quiet_s``.
+
+        Each with its progress and the newest version it parked, oldest first; held and
+        stopped entities are left to a person.
+        """
+        rows = conn.execute(
+            "SELECT entity_id, generation, last_applied, parked_generation, parked_through "
+            "FROM inorder_step_progress WHERE route = %s "
+            "AND (parked_generation, parked_through) > (generation, last_applied) "
+            "AND updated_at < now() - make_interval(secs => %s) "
+            "AND held_at IS NULL AND stopped_at_seq IS NULL ORDER BY updated_at LIMIT %s",
+            (self.route.stream, quiet_s, limit),
+        ).fetchall()
+        return [(r[0], Progress(r[1], r[2]), (r[3], r[4])) for r in rows]
+
     def hold(self, conn: Conn, entity_id: str) -> bool:
         """Mark an entity held (parking cap reached); True if it was not held before."""
         found = conn.execute(
