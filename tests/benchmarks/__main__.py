@@ -31,6 +31,7 @@ SUITES = (
     "steps",
     "batches",
     "sweeper",
+    "parking",
     "e2e",
     "latency",
 )

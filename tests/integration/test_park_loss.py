@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import signal
-import socket
-import subprocess
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import orjson
@@ -21,71 +17,8 @@ from tests.conftest import PgSchema, TopicFactory
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
 from tests.support.kafka import wait_until
+from tests.support.redis_server import private_redis
 from tests.support.services import Services
-
-
-@dataclasses.dataclass
-class PrivateRedis:
-    """A redis-server of this test's own, so it can be killed and its disk rolled back."""
-
-    folder: Path
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.folder),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "no",  # what reached the disk is what the rolled-back folder holds
-                "--save",
-                "",
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        wait_until(lambda: _answers(client), timeout_s=20)
-        client.close()
-
-    def crash(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
-
-
-@contextmanager
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    server = PrivateRedis(folder, port)
-    server.start()
-    try:
-        yield server
-    finally:
-        if server.process is not None and server.process.poll() is None:
-            server.crash()
 
 
 def _offsets_committed(p: sw.Pipeline) -> bool:
