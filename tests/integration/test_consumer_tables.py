@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from consumer import tables
+from consumer.kinds import KINDS
 from consumer.kinds.batches.decisions import Action, BatchStatus, ItemState, OnIncomplete
 from consumer.sweeper.gaps import GapStatus
 from schemas.runtime import migrate
 from tests.conftest import PgSchema
+from tests.support.services import ROOT
 
 PREVIOUS_RELEASE = Path(__file__).parent / "data" / "consumer_tables_0.1.0.sql"
 
@@ -116,6 +118,17 @@ def test_consumers_starting_at_once_apply_each_migration_once(pg_schema: PgSchem
     for thread in threads:
         thread.join()
     assert sorted(applied) == [0, 0, 0, len(migrate.available(tables.CONSUMER))]
+
+
+def test_a_batch_route_gives_the_consumer_database_an_outbox(pg_schema: PgSchema) -> None:
+    """A consumer with a batch route makes an outbox in its own database; the README says so."""
+    with pg_schema.connect(autocommit=True) as conn:
+        tables.migrate(conn, tables.migration_sets([KINDS["batch"]]))
+        found = conn.execute("SELECT to_regclass('outbox') IS NOT NULL").fetchone()
+    assert found == (True,)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "a consumer with a batch route has an `outbox` table in its own database" in readme
+    assert "needs a relay whose `DATABASE_URL` is that database" in readme
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumer.kinds.steps.plan import Progress, plan, reorder_distance
+from consumer.metrics import REORDER_DISTANCE
 from consumer.routes import Handler, StepRoute, parse_routes
 from schemas import Event
 
@@ -107,3 +108,10 @@ def test_step_route_is_parsed_with_handlers_and_flags() -> None:
         },
         max_parked=50,
     )
+
+
+def test_reorder_distance_is_what_its_metric_help_says() -> None:
+    """8 arriving after 6 is distance 1, as event_reorder_distance's help (and README) state."""
+    assert reorder_distance(Progress(1, 6), _e(8)) == 1
+    assert reorder_distance(Progress(1, 6), _e(7)) == 0
+    assert "8 after 6 is 1" in REORDER_DISTANCE.describe()[0].documentation
