@@ -136,7 +136,7 @@ def gather(route: Route, entity_id: str, outbox: Conn, conn: Conn, lot: ParkingL
             "status": g.status,
             "range": f"{g.generation}/{g.from_seq}..{g.to_seq}",
             "first_seen": g.first_seen,
-            "republish_attempts": g.attempts,
+            "requests": g.attempts,
             "resolved_by": g.resolved_by,
             "reason": g.reason,
         }

@@ -7,7 +7,7 @@ columns, so there every value is printed in full, tab-separated under a header l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -40,5 +40,15 @@ def show(console: Console, title: str, rows: Sequence[dict[str, Any]], as_json: 
     for column in rows[0] if rows else ["(none)"]:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
+        table.add_row(*(_shown(v) for v in row.values()))
     console.print(table)
+
+
+def _shown(value: Any) -> str:
+    """A value for a person: times in UTC to the millisecond, on one line; None empty."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        utc = value.astimezone(UTC) if value.tzinfo else value
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return str(value)

@@ -60,7 +60,7 @@ def test_lost_event_is_detected_republished_and_healed(
     assert story["step_log"] == [{"generation": 1, "applied": "1..5"}]
     [gap] = story["gaps"]
     assert (gap["status"], gap["range"], gap["resolved_by"]) == ("healed", "1/3..3", "sweeper")
-    assert gap["republish_attempts"] >= 1
+    assert gap["requests"] >= 1
     table = sw.admin(p, "explain", "ledger:a").stdout
     assert table.startswith("# ledger:a (step route)\n")
     assert "# gaps\n" in table
