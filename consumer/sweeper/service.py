@@ -63,6 +63,7 @@ class SweepReport:
     escalated: int = 0
     requested: int = 0
     healed: int = 0
+    unrecoverable: int = 0
     batches_expired: int = 0
 
 
@@ -169,11 +170,16 @@ class Sweeper:
         active = io.lease.keep()
         metrics.SWEEPER_ACTIVE.set(1 if active else 0)
         now = time.monotonic()
+        changed = False
         if active and now >= due["sweep"]:
             due["sweep"] = now + self.settings.sweep_interval_s
-            self.sweep()
+            report = self.sweep()
+            changed = bool(report.escalated or report.requested or report.healed)
+            changed = changed or bool(report.unrecoverable)
         if active:
-            self.answers()
+            changed = self.answers() or changed
+        if changed:  # gaps moved: their gauge follows now, not at the next interval
+            gauges.export_gaps(io.conn)
         if active and now >= due["gauges"]:
             due["gauges"] = now + self.settings.gauge_interval_s
             self.export_gauges()
@@ -323,6 +329,7 @@ class Sweeper:
         io = self.io
         if gap.attempts >= len(self.delays):
             self._unrecoverable(gap, f"no repair after {gap.attempts} republish requests", None)
+            report.unrecoverable += 1
             return
         request = RepublishRequest(
             f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}",
@@ -362,8 +369,12 @@ class Sweeper:
 
     # ------------------------------------------------------------------ answers and gauges
 
-    def answers(self) -> None:
-        """Read the relay's answers: seqs it no longer has make their gap unrecoverable."""
+    def answers(self) -> bool:
+        """Read the relay's answers: seqs it no longer has make their gap unrecoverable.
+
+        Returns whether any gap changed.
+        """
+        changed = False
         io = self.io
         for message in io.results.consume(num_messages=100, timeout=0):
             if message.error() is not None:
@@ -381,7 +392,9 @@ class Sweeper:
                     and any(gap.from_seq <= s <= gap.to_seq for s in lost)
                 ):
                     self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
+                    changed = True
             io.results.commit(message=message, asynchronous=False)
+        return changed
 
     def export_gauges(self) -> None:
         """Parked events now, the oldest park's age, gaps by status, batches waiting or held."""

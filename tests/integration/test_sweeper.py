@@ -38,7 +38,10 @@ def test_lost_event_is_detected_republished_and_healed(
     redis_prefix: str,
 ) -> None:
     """A row the relay's cursor passes unsent: later events park, the gap heals by itself."""
-    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    # Gauges on their timer only once an hour: gaps_open must follow the gap by itself.
+    p = sw.pipeline(
+        pg_schema, services, topic_factory, tmp_path, redis_prefix, gauge_interval_s=3600
+    )
     sw.write_outbox(p, range(1, 6))
     with pg_schema.connect() as conn:  # the lost event: transaction id 0 sorts behind the cursor
         conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
@@ -47,6 +50,7 @@ def test_lost_event_is_detected_republished_and_healed(
     with sw.running(p):
         wait_until(lambda: (ss.progress(pg_schema) or (0, 0))[1] == 5, timeout_s=60)
         wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=30)
+        wait_until(lambda: REGISTRY.get_sample_value("gaps_open", {"status": "healed"}) == 1)
     [(status, first, last, attempts, by, _)] = sw.gap_rows(p)
     assert (status, first, last, by) == ("healed", 3, 3, "sweeper")
     assert attempts >= 1
