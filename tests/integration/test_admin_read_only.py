@@ -46,7 +46,7 @@ def test_reading_commands_work_with_a_select_only_role(
     redis_client,
     reader: tuple[str, str],
 ) -> None:
-    """gaps list, parked top, batches list and audit answer for a role that can only SELECT."""
+    """gaps list, parked top, batches list, audit and explain answer for a SELECT-only role."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     p.settings.routes_file.write_text(ss.routes_text() + BATCH_ROUTE)
     sw.write_outbox(p, range(1, 4))
@@ -75,6 +75,7 @@ def test_reading_commands_work_with_a_select_only_role(
             "parked": ("--json", "parked", "top"),
             "batches": ("--json", "batches", "list"),
             "audit": ("--json", "audit"),
+            "explain": ("--json", "explain", "ledger:a"),
         }.items()
     }
     for name, result in results.items():
@@ -82,6 +83,7 @@ def test_reading_commands_work_with_a_select_only_role(
     assert '"range":"1..2"' in results["gaps"].stdout
     assert '"parked":1' in results["parked"].stdout
     assert '"unexplained":0' in results["audit"].stdout
+    assert '"parked":[3]' in results["explain"].stdout
     groups = AdminClient({"bootstrap.servers": services.kafka_bootstrap}).list_consumer_groups()
     ids = {g.group_id for g in groups.result(timeout=30).valid}
     assert p.settings.sweeper_group_id not in ids
