@@ -8,7 +8,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
-from schemas.runtime.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
+from schemas.runtime.config import (
+    KafkaClientSettings,
+    PostgresUrl,
+    RepairTimingSettings,
+    ServiceSettings,
+)
 
 
 def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
@@ -29,7 +34,7 @@ RedisUrl = Annotated[
 ]
 
 
-class ConsumerSettings(KafkaClientSettings):
+class ConsumerSettings(KafkaClientSettings, ServiceSettings):
     """Everything the consumer needs; the addresses and the routes file are required."""
 
     database_url: PostgresUrl
@@ -103,14 +108,9 @@ class ConsumerSettings(KafkaClientSettings):
     create_topics: bool = Field(
         default=True, description="Create missing topics this process writes at start-up"
     )
-    topic_partitions: int = Field(
-        default=6, ge=1, description="Partitions of the topics it creates"
-    )
-    http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
     http_port: int = Field(
         default=9401, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
     )
-    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
 
 class SweeperSettings(ConsumerSettings, RepairTimingSettings):

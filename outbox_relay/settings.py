@@ -7,10 +7,15 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
-from schemas.runtime.config import KafkaClientSettings, PostgresUrl, RepairTimingSettings
+from schemas.runtime.config import (
+    KafkaClientSettings,
+    PostgresUrl,
+    RepairTimingSettings,
+    ServiceSettings,
+)
 
 
-class RelaySettings(KafkaClientSettings, RepairTimingSettings):
+class RelaySettings(KafkaClientSettings, RepairTimingSettings, ServiceSettings):
     """Everything the relay needs; every field has a default but the two addresses."""
 
     database_url: PostgresUrl
@@ -73,14 +78,9 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings):
     create_topics: bool = Field(
         default=True, description="Create the republish topics at start-up when missing"
     )
-    topic_partitions: int = Field(
-        default=6, ge=1, description="Partitions of the topics it creates"
-    )
-    http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
     http_port: int = Field(
         default=9400, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
     )
-    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
     @model_validator(mode="after")
     def _retention_outlives_repairs(self) -> Self:

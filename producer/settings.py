@@ -5,10 +5,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from schemas import DEFAULT_TOPICS
-from schemas.runtime.config import InorderSettings, PostgresUrl
+from schemas.runtime.config import LoggingSettings, PostgresUrl
 
 
-class ProducerSettings(InorderSettings):
+class ProducerSettings(LoggingSettings):
     """Where the producer's database is, and which topic its events name."""
 
     database_url: PostgresUrl
@@ -17,4 +17,3 @@ class ProducerSettings(InorderSettings):
         min_length=1,
         description="Topic written into each outbox row",
     )
-    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")

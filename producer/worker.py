@@ -24,12 +24,12 @@ from schemas import DEFAULT_TOPICS, DecodeError, decode
 from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
 from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
-from schemas.runtime.config import KafkaClientSettings, PostgresUrl
+from schemas.runtime.config import KafkaClientSettings, LoggingSettings, PostgresUrl
 
 log = structlog.get_logger(__name__)
 
 
-class WorkerSettings(KafkaClientSettings):
+class WorkerSettings(KafkaClientSettings, LoggingSettings):
     """Where the example worker reads items and writes results."""
 
     database_url: PostgresUrl
@@ -44,7 +44,6 @@ class WorkerSettings(KafkaClientSettings):
     )
     group_id: str = Field(default="inorder-worker", description="The workers' consumer group")
     batch_stream: str = Field(default=STREAM, description="entity_type of the batch manifests")
-    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,21 @@ class InorderSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
 
 
+class LoggingSettings(InorderSettings):
+    """How a process logs; every process has it."""
+
+    log_level: str = Field(default="INFO", description="structlog level (JSON lines on stderr)")
+
+
+class ServiceSettings(LoggingSettings):
+    """What every long-running service has besides its own settings: endpoints, topic size."""
+
+    topic_partitions: int = Field(
+        default=6, ge=1, description="Partitions of the topics it creates"
+    )
+    http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
+
+
 def _is_postgres_url(value: SecretStr) -> SecretStr:
     url = value.get_secret_value()
     if not url.startswith(("postgresql://", "postgres://")):
