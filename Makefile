@@ -8,13 +8,15 @@ STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-image image bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
 	@echo "make test-faults  the full fault suite: kills, restarts, fuzz; prints the report"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
+	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
+	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
 	@echo "make reference  rewrite the README's settings, CLI, metrics and event tables from the code"
@@ -60,6 +62,17 @@ test: venv up
 # restarted under load, 30,000 fuzzed messages; the report table ends the output.
 test-faults: venv up
 	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
+
+image:
+	deploy/image/build
+
+# Exit code 3 from the build: no container runtime can be had (not root, none installed);
+# that skips with one line, except in CI.
+test-image: venv up
+	@deploy/image/build; rc=$$?; \
+	if [ $$rc -eq 3 ] && [ -z "$${CI:-}" ]; then echo "test-image: skipped, no container runtime can be had here"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	$(WITH_STACK_ENV) $(BIN)/pytest -s -m image tests/image
 
 $(BIN)/.bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[test,bench]'
