@@ -206,8 +206,10 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
     secret.write_text(
         json.dumps({"database-url": base64.b64encode(pg_schema.url.encode()).decode()})
     )
+    engine.run("secret", "rm", "inorder-secrets", check=False)  # one left by a killed run
     engine.run("secret", "create", "inorder-secrets", str(secret))
     try:
+        engine.run("kube", "down", str(manifest), check=False)  # a pod left by a killed run
         engine.run("kube", "play", "--network", "host", "--configmap", str(settings), str(manifest))
         try:
             wait_until(lambda: _http(port, "/readyz") == 200, timeout_s=60)
