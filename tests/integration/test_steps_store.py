@@ -269,3 +269,20 @@ def test_review_gauge_moves_at_the_next_poll_after_a_stop(
         ss.feed(run, conn, [ss.step(s) for s in range(1, 14)])
         gauges.refresh(None, conn)
     assert REGISTRY.get_sample_value("steps_needs_review") == 1
+
+
+@pytest.mark.parametrize("extra", ["", EXTERNAL])
+def test_every_park_is_marked_in_postgres_before_it_goes_to_redis(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, extra: str
+) -> None:
+    """The newest parked version is on the progress row, whether the batch had external calls."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text(extra=extra))
+    mailed = ss.step(2, event_type="ledger.mailed") if extra else ss.step(2)
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), mailed, ss.step(5), ss.step(4)])
+        marks = conn.execute(
+            "SELECT last_applied, parked_generation, parked_through FROM inorder_step_progress "
+            "WHERE entity_id = 'a'"
+        ).fetchone()
+    assert marks == (2, 1, 5)
+    assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 2
