@@ -128,8 +128,7 @@ class Audit:
             ),
             (route.stream, self.only, self.only),
         )
-        schema, name = route.schema_and_table
-        table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+        table = route.table_sql
         columns = sql.SQL(", ").join(
             sql.SQL("to_jsonb({})").format(sql.Identifier(c)) for c in route.columns
         )

@@ -87,9 +87,9 @@ def _outbox(outbox: Conn, story: Story) -> None:
             "ORDER BY o.generation DESC, o.seq DESC, o.id DESC LIMIT %s",
             (story.stream, story.entity_id, MAX_OUTBOX_ROWS),
         ).fetchall()
-    story.outbox_rows = int(rows[0].pop("total")) if rows else 0
+    story.outbox_rows = int(rows[0]["total"]) if rows else 0
     for row in rows:
-        row.pop("total", None)
+        del row["total"]
     story.outbox = rows[::-1]
 
 

@@ -55,6 +55,12 @@ class ProjectionRoute(OneStream):
         schema, _, name = self.table.rpartition(".")
         return (schema or None), name
 
+    @property
+    def table_sql(self) -> sql.Identifier:
+        """The table as a quoted SQL name, schema-qualified when the route names a schema."""
+        schema, name = self.schema_and_table
+        return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+
 
 @dataclass(frozen=True, slots=True)
 class ProjectionTable:
@@ -176,8 +182,7 @@ def upsert_statement(route: ProjectionRoute, types: Mapping[str, str]) -> sql.Co
     conflict = (
         [route.key] if not route.entity_type_column else [route.entity_type_column, route.key]
     )
-    schema, name = route.schema_and_table
-    table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
+    table = route.table_sql
     fields = [sql.Identifier(f"f{i}") for i in range(len(columns))]
     updates = [c for c in columns if c not in conflict]
     gen, seq = sql.Identifier(route.generation_column), sql.Identifier(route.seq_column)
@@ -207,8 +212,6 @@ def upsert_statement(route: ProjectionRoute, types: Mapping[str, str]) -> sql.Co
 
 def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
     """One entity's row as the projection holds it (generation, seq, then the mapped columns)."""
-    schema, name = route.schema_and_table
-    table = sql.Identifier(schema, name) if schema else sql.Identifier(name)
     names = [route.generation_column, route.seq_column, *route.columns]
     where = sql.SQL("{}::text = %s").format(sql.Identifier(route.key))
     params: list[Any] = [entity_id]
@@ -217,7 +220,7 @@ def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, 
         params.append(route.stream)
     cur = conn.execute(
         sql.SQL("SELECT {} FROM {} WHERE {}").format(
-            sql.SQL(", ").join(map(sql.Identifier, names)), table, where
+            sql.SQL(", ").join(map(sql.Identifier, names)), route.table_sql, where
         ),
         params,
     )
@@ -253,8 +256,7 @@ def _unique_keys(conn: Conn, regclass: int) -> list[set[str]]:
 def check_table(conn: Conn, route: ProjectionRoute) -> ProjectionTable:
     """Check the route's table against the database; ``RoutesError`` lists what is missing."""
     where = f"route {route.stream}"
-    schema, name = route.schema_and_table
-    qualified = (sql.Identifier(schema, name) if schema else sql.Identifier(name)).as_string(conn)
+    qualified = route.table_sql.as_string(conn)
     found = conn.execute("SELECT to_regclass(%s)::oid", (qualified,)).fetchone()
     if found is None or found[0] is None:
         raise RoutesError([f"{where}: table {route.table} does not exist; create it first"])
