@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 import psycopg
-import redis
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
@@ -21,7 +20,8 @@ from psycopg.types.json import set_json_loads
 from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
-from consumer.kinds.steps.parking import durability_problem
+from consumer.kinds.steps.connection import RedisClient, durability_problem
+from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
@@ -55,7 +55,7 @@ class ConsumerService:
         self._migrations = tables.migration_sets(self.routing.kinds)
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
-        self._redis: redis.Redis | None = None
+        self._redis: RedisClient | None = None
         self._routes_connected = False
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -82,7 +82,14 @@ class ConsumerService:
             self._connect_postgres()
         self._connect_redis()
         if not self._routes_connected and self._conn is not None:
-            self.routing.connect(Links(self._conn, self._redis, self.settings.redis_key_prefix))
+            self.routing.connect(
+                Links(
+                    self._conn,
+                    self._redis,
+                    self.settings.redis_key_prefix,
+                    self.settings.park_buckets,
+                )
+            )
             tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
 
@@ -98,7 +105,7 @@ class ConsumerService:
             return
         if self.settings.redis_url is None:
             return  # the routes that park say so when they are connected
-        client = redis.Redis.from_url(
+        client = connect_redis(
             self.settings.redis_url.get_secret_value(),
             socket_timeout=10,
             socket_connect_timeout=5,

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
+from consumer.kinds._base import DEFAULT_BUCKETS
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.runtime.config import (
     KafkaClientSettings,
@@ -18,7 +19,10 @@ from schemas.runtime.config import (
 
 def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
     if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://")):
-        raise ValueError("must be a redis:// or rediss:// URL, e.g. redis://host:6379/0")
+        raise ValueError(
+            "must be a redis:// or rediss:// URL, e.g. redis://host:6379/0, or for a cluster "
+            "redis://host1:7000,host2:7000"
+        )
     return value
 
 
@@ -29,7 +33,8 @@ RedisUrl = Annotated[
     Field(
         default=None,
         validation_alias=AliasChoices("REDIS_URL", "INORDER_REDIS_URL"),
-        description="Where parked events live; required when the routes file has a step route",
+        description="Where parked events live: one Redis or a Redis Cluster (any node, or "
+        "several separated by commas); required when the routes file has a step route",
     ),
 ]
 
@@ -58,6 +63,13 @@ class ConsumerSettings(KafkaClientSettings, ServiceSettings):
         default="inorder",
         pattern=r"^[A-Za-z0-9_.:-]+$",
         description="Prefix of every parking key in Redis",
+    )
+    park_buckets: int = Field(
+        default=DEFAULT_BUCKETS,
+        ge=1,
+        le=4096,
+        description="Buckets each step route's parked entities are spread over (Redis Cluster "
+        "slots); fixed once events are parked: start-up refuses a change",
     )
     park_store_trusted: bool = Field(
         default=False,

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from consumer.kinds.steps.connection import RedisClient
+from consumer.kinds.steps.connection import connect as connect_redis
 from tests.support import services as svc
 
 TopicFactory = Callable[..., str]
@@ -112,15 +113,15 @@ def pg_schema(request: pytest.FixtureRequest, services: svc.Services) -> Iterato
 
 
 @pytest.fixture
-def redis_client(services: svc.Services) -> Iterator[redis.Redis]:
-    """A client for the session's Redis."""
-    client = redis.Redis.from_url(services.redis_url)
+def redis_client(services: svc.Services) -> Iterator[RedisClient]:
+    """A client for the session's Redis (a cluster client when REDIS_URL is a cluster)."""
+    client = connect_redis(services.redis_url)
     yield client
     client.close()
 
 
 @pytest.fixture
-def redis_prefix(request: pytest.FixtureRequest, redis_client: redis.Redis) -> Iterator[str]:
+def redis_prefix(request: pytest.FixtureRequest, redis_client: RedisClient) -> Iterator[str]:
     """A key prefix of this test's own; every key under it is deleted afterwards."""
     prefix = f"t:{_slug(request)}:"
     yield prefix

@@ -19,7 +19,6 @@ from typing import Any
 
 import orjson
 import psycopg
-import redis
 from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
 from rich.console import Console
@@ -33,6 +32,8 @@ from consumer.kinds import Links
 from consumer.kinds.batches.runner import BatchRunner
 from consumer.kinds.projection import ProjectionRoute, stored_row
 from consumer.kinds.steps import StepApplier, StepRoute
+from consumer.kinds.steps.connection import RedisClient
+from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
 from consumer.routes import Route, by_kind
@@ -67,11 +68,11 @@ class Admin:
         return conn
 
     @cached_property
-    def redis(self) -> redis.Redis:
+    def redis(self) -> RedisClient:
         """The parking store."""
         if self.settings.redis_url is None:
             raise AdminError("this command reads parked events: set REDIS_URL")
-        client = redis.Redis.from_url(
+        client = connect_redis(
             self.settings.redis_url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
         )
         self._opened.append(client)
@@ -80,7 +81,7 @@ class Admin:
     @cached_property
     def lot(self) -> ParkingLot:
         """Parked events, under the consumers' key prefix."""
-        return ParkingLot(self.redis, self.settings.redis_key_prefix)
+        return ParkingLot(self.redis, self.settings.redis_key_prefix, self.settings.park_buckets)
 
     @cached_property
     def producer(self) -> Producer:
@@ -361,7 +362,14 @@ class Admin:
 
     def _drain(self, applier: StepApplier, entity_id: str) -> None:
         """Apply whatever became due for the entity, and count it as the consumer would."""
-        applier.connect(Links(self.conn, self.redis, self.settings.redis_key_prefix))
+        applier.connect(
+            Links(
+                self.conn,
+                self.redis,
+                self.settings.redis_key_prefix,
+                self.settings.park_buckets,
+            )
+        )
         applier.drain(self.conn, [entity_id]).count(applier.route.stream)
 
 

@@ -12,17 +12,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-import redis
 
 from consumer import metrics
 from consumer.kinds._spec import Spec
 from schemas import Event
 from schemas.runtime.migrate import MigrationSet
 
+if TYPE_CHECKING:
+    from consumer.kinds.steps.connection import RedisClient
+
 Conn = psycopg.Connection[Any]
+
+# Buckets each step route's parked entities are spread over (INORDER_PARK_BUCKETS).
+DEFAULT_BUCKETS = 16
 
 
 class Route(Protocol):
@@ -100,8 +105,9 @@ class Links:
     """The connections a route is started with: PostgreSQL, and Redis when the kind parks."""
 
     conn: Conn
-    redis: redis.Redis | None = None
+    redis: RedisClient | None = None
     redis_key_prefix: str = "inorder"
+    park_buckets: int = DEFAULT_BUCKETS
 
 
 class Applier(Protocol):

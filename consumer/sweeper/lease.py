@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-import redis
+from consumer.kinds.steps.connection import RedisClient
 
 # Renew only a lease we still hold; a lapsed one may already be someone else's.
 _RENEW = """
@@ -26,7 +26,7 @@ return 0
 class Lease:
     """Holds ``key`` for ``ttl_ms`` at a time; ``keep`` must be called well within the TTL."""
 
-    def __init__(self, client: redis.Redis, key: str, ttl_ms: int) -> None:
+    def __init__(self, client: RedisClient, key: str, ttl_ms: int) -> None:
         self.client = client
         self.key = key
         self.ttl_ms = ttl_ms

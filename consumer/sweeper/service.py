@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 import psycopg
-import redis
 import structlog
 from confluent_kafka import Consumer, Producer
 from psycopg.types.json import set_json_loads
@@ -25,6 +24,7 @@ from consumer import metrics, tables
 from consumer.kinds import KINDS, Links
 from consumer.kinds.batches.runner import BatchRunner
 from consumer.kinds.steps import StepApplier
+from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.plan import Progress
 from consumer.routes import Route, by_kind
@@ -108,11 +108,11 @@ class Sweeper:
             raise
         if self.settings.redis_url is None:
             raise ValueError("REDIS_URL is required by the sweeper")
-        client = redis.Redis.from_url(
+        client = connect_redis(
             self.settings.redis_url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
         )
         prefix = self.settings.redis_key_prefix
-        lot = ParkingLot(client, prefix)
+        lot = ParkingLot(client, prefix, self.settings.park_buckets)
         lease = Lease(client, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000))
         config = self.settings.kafka_config()
         results = Consumer(
@@ -127,7 +127,7 @@ class Sweeper:
         results.subscribe([self.settings.republish_results_topic])
         producer = Producer({**config, "client.id": "inorder-sweeper", "acks": "all"})
         for applier in self.steps.values():
-            applier.connect(Links(conn, client, prefix))
+            applier.connect(Links(conn, client, prefix, self.settings.park_buckets))
         self._links = Connections(conn, lot, lease, producer, results)
         self.health.cleared("starting")
 
@@ -210,6 +210,8 @@ class Sweeper:
         started = time.perf_counter()
         report = SweepReport()
         for route in self.steps:
+            # Parks an older consumer wrote during a rolling upgrade.
+            self.io.lot.adopt_legacy(route)
             self._heal(route, report)
             self._overdue(route, report)
             self._parks_lost(route, report)

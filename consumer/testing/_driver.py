@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 
 from consumer import tables
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
+from consumer.kinds.steps.connection import RedisClient
 from consumer.poll import Routing
 from consumer.routes import parse_routes, read_routes
 from schemas import Event, default_event_id, encode
@@ -64,7 +64,7 @@ class RouteDriver:
         self,
         routes: str | Path | Sequence[Route],
         conn: psycopg.Connection[Any],
-        client: redis.Redis | None = None,
+        client: RedisClient | None = None,
         *,
         key_prefix: str = "inorder-test",
         kinds: Mapping[str, Kind] = KINDS,

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
 from consumer.errors import ConsumerError
 from consumer.kinds import KINDS, Kind, Route
+from consumer.kinds.steps.connection import RedisClient
 from consumer.testing._driver import RouteDriver
 from consumer.testing._scratch import scratch
 from schemas import Event
@@ -56,7 +56,7 @@ class _Run:
         database_url: str,
         routes: Sequence[Route] | str | Path,
         setup: Setup,
-        client: redis.Redis | None,
+        client: RedisClient | None,
         kinds: Mapping[str, Kind],
     ) -> None:
         self.database_url = database_url
@@ -111,7 +111,7 @@ def check_order_independence(  # noqa: PLR0913 - the options are keyword-only
     database_url: str,
     tables: Mapping[str, Sequence[str] | None],
     setup: Setup = lambda _conn: None,
-    redis_client: redis.Redis | None = None,
+    redis_client: RedisClient | None = None,
     max_examples: int = 50,
     random_seed: int = 0,
     duplicates: bool = True,

@@ -8,13 +8,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-import redis
 from psycopg import sql
+
+from consumer.kinds.steps.connection import RedisClient
 
 
 @contextmanager
 def scratch(
-    database_url: str, client: redis.Redis | None = None
+    database_url: str, client: RedisClient | None = None
 ) -> Iterator[tuple[psycopg.Connection[Any], str]]:
     """A connection to a new schema, and a Redis key prefix, both removed afterwards."""
     name = f"inorder_scratch_{uuid.uuid4().hex[:12]}"

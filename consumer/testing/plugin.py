@@ -15,9 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
-import redis
 
 from consumer.kinds import Route
+from consumer.kinds.steps.connection import RedisClient
+from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.testing._driver import RouteDriver
 from consumer.testing._scratch import scratch
 
@@ -34,20 +35,20 @@ def inorder_database_url() -> str:
 
 
 @pytest.fixture
-def inorder_redis() -> Iterator[redis.Redis | None]:
+def inorder_redis() -> Iterator[RedisClient | None]:
     """A client of ``REDIS_URL`` for step routes' parking, or None when it is not set."""
     url = os.environ.get("REDIS_URL")
     if not url:
         yield None
         return
-    client = redis.Redis.from_url(url)
+    client = connect_redis(url)
     yield client
     client.close()
 
 
 @pytest.fixture
 def inorder_driver(
-    inorder_database_url: str, inorder_redis: redis.Redis | None
+    inorder_database_url: str, inorder_redis: RedisClient | None
 ) -> Iterator[DriverFactory]:
     """Make drivers: ``inorder_driver(routes, setup=create_tables)``, each on a fresh schema."""
     with ExitStack() as stack:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,6 +33,8 @@ from rich.table import Table
 
 from consumer import examples, tables
 from consumer.admin.audit import Audit
+from consumer.kinds.steps.connection import connect as connect_redis
+from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from producer import loadgen, migrate
 from producer import subscriptions as subs
@@ -186,7 +187,7 @@ def reset(console: Console) -> str:
     for topic in {*(t.strip('[]"') for t in TOPICS.values()), OUTPUT_TOPIC}:
         if topic in present:
             admin.delete_topics([topic])[topic].result(timeout=30)
-    client = redis.Redis.from_url(redis_url)
+    client = connect_redis(redis_url)
     keys = list(client.scan_iter(match=f"{PREFIX}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -271,9 +272,11 @@ def _settled(db: str, group: str) -> bool:
             "(SELECT count(*) FROM inorder_batches WHERE status = 'waiting')"
         ).fetchone()
     _, _, redis_url = _urls()
-    client = redis.Redis.from_url(redis_url)
+    client = connect_redis(redis_url)
     try:
-        parked = client.zcard(f"{PREFIX}:parkindex:seat_ledger")  # read directly, not the gauge
+        parked = len(
+            ParkingLot(client, PREFIX).sizes("seat_ledger")
+        )  # read directly, not the gauge
     finally:
         client.close()
     return row == (0, 0) and parked == 0

@@ -21,7 +21,16 @@ from schemas.runtime.logs import first_line
 
 log = structlog.get_logger(__name__)
 
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+# Redis Cluster adds its own: a failover in progress (CLUSTERDOWN, TRYAGAIN, a slot with
+# no master yet, a write that reached a master just demoted to replica).
+REDIS_DOWN = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.SlotNotCoveredError,
+)
 # Failures that mean "try again later", never "this input is bad".
 DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
 DEPENDENCIES = ("postgres", "redis", "kafka")
@@ -31,7 +40,7 @@ def dependency(exc: BaseException) -> str:
     """``postgres``, ``redis`` or ``kafka``: the service ``exc`` came from."""
     if isinstance(exc, psycopg.Error):
         return "postgres"
-    if isinstance(exc, redis.RedisError):
+    if isinstance(exc, redis.RedisError | redis.exceptions.RedisClusterException):
         return "redis"
     return "kafka"
 

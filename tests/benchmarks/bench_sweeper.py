@@ -22,6 +22,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import SweeperSettings
@@ -82,12 +83,15 @@ def _settings(url: str, routes: Path, topics: dict[str, str], prefix: str) -> Sw
     )
 
 
-def _sweep_seconds(sweeper: Sweeper, client: redis.Redis, index: str, entities: int) -> float:
-    client.delete(index)
+def _sweep_seconds(sweeper: Sweeper, client: redis.Redis, lot: ParkingLot, entities: int) -> float:
+    client.delete(*lot.index_keys("ledger"))
     now = time.time()
     for start in range(0, entities, 10_000):
-        chunk = range(start, min(entities, start + 10_000))
-        client.zadd(index, {f"e{i}": now for i in chunk})
+        by_index: dict[str, dict[str, float]] = {}
+        for i in range(start, min(entities, start + 10_000)):
+            by_index.setdefault(lot.index_key("ledger", f"e{i}"), {})[f"e{i}"] = now
+        for index, members in by_index.items():
+            client.zadd(index, members)
     best = float("inf")
     for _ in range(7):
         started = time.perf_counter()
@@ -117,7 +121,7 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
         poll_interval_s=0.2,
     )
     routes = parse_routes(settings.routes_file.read_text())
-    index = f"{settings.redis_key_prefix}:parkindex:ledger"
+    lot = ParkingLot(client, settings.redis_key_prefix, settings.park_buckets)
     with ExitStack() as stack, psycopg.connect(url, autocommit=True) as conn:
         r, c = Relay(relay, Health()), ConsumerService(settings, routes, Health())
         stack.enter_context(serving("relay", r.run, r.stop))
@@ -127,7 +131,7 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
         stack.enter_context(serving("sweeper", sweeper.run, sweeper.stop))
         parked_at = None
         while True:
-            parked_at = parked_at or client.zscore(index, "lost")
+            parked_at = parked_at or client.zscore(lot.index_key("ledger", "lost"), "lost")
             row = conn.execute(
                 "SELECT resolved_at FROM inorder_gaps WHERE status = 'healed'"
             ).fetchone()
@@ -152,11 +156,11 @@ def run() -> list[BenchResult]:
         settings = _settings(url, routes, topics, prefix)
         sweeper = Sweeper(settings, parse_routes(ROUTES), Health())
         sweeper.connect()
-        index = f"{prefix}:parkindex:ledger"
-        small = _sweep_seconds(sweeper, client, index, 100)
-        large = _sweep_seconds(sweeper, client, index, 100_000)
-        small = min(small, _sweep_seconds(sweeper, client, index, 100))
-        client.delete(index)
+        lot = ParkingLot(client, prefix, settings.park_buckets)
+        small = _sweep_seconds(sweeper, client, lot, 100)
+        large = _sweep_seconds(sweeper, client, lot, 100_000)
+        small = min(small, _sweep_seconds(sweeper, client, lot, 100))
+        client.delete(*lot.index_keys("ledger"))
         sweeper.io.conn.close()
         sweeper.io.results.close()
         heal = _heal_seconds(settings, url, client)

@@ -29,6 +29,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer import examples, tables
+from consumer.kinds.steps.connection import connect as connect_redis
+from consumer.kinds.steps.parking import ParkingLot
 from producer import loadgen, migrate
 from producer import subscriptions as subs
 from tests.conftest import PgSchema, TopicFactory
@@ -262,9 +264,9 @@ class Pipeline:
 
     def parked(self) -> int:
         """Entities with parked events, read from Redis directly."""
-        client = redis.Redis.from_url(self.services.redis_url)
+        client = connect_redis(self.services.redis_url)
         try:
-            return int(client.zcard(f"{self.prefix}:parkindex:{STEP_STREAM}"))
+            return len(ParkingLot(client, self.prefix).sizes(STEP_STREAM))
         finally:
             client.close()
 

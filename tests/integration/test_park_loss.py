@@ -13,6 +13,7 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
+from consumer.kinds.steps.parking import ParkingLot
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
@@ -75,7 +76,7 @@ def test_parks_lost_in_a_redis_crash_are_republished_and_the_audit_ends_clean(
                 conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
                 conn.commit()
             parked = redis.Redis.from_url(server.url)
-            key = f"{p.settings.redis_key_prefix}:park:{{{ss.STREAM}:a}}"
+            key = ParkingLot(parked, p.settings.redis_key_prefix).entity_key(ss.STREAM, "a")
             wait_until(lambda: parked.zcard(key) == 2, timeout_s=30)
             parked.close()
             wait_until(lambda: _offsets_committed(p), timeout_s=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from consumer.kinds.steps.connection import RedisClient, each_node
+from consumer.kinds.steps.parking import ParkingLot
 from schemas import decode, headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -63,7 +66,7 @@ def test_seed_example_through_kafka_and_redis(
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in range(1, 7)])
         wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 6)
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(8)])
-        key = f"{settings.redis_key_prefix}:park:{{ledger:a}}"
+        key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key("ledger", "a")
         wait_until(lambda: redis_client.zcard(key) == 1)
         assert ss.progress(steps_db)[1] == 6
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(7)])
@@ -111,7 +114,7 @@ def test_redis_restart_while_parked_loses_nothing(
     """Events parked before a Redis restart (AOF) are still there and drain afterwards."""
     topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
     settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
-    key = f"{settings.redis_key_prefix}:park:{{ledger:a}}"
+    key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key("ledger", "a")
     with cs.running(settings):
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in (1, 3, 4, 5)])
         wait_until(lambda: redis_client.zcard(key) == 3)
@@ -132,6 +135,16 @@ def _consumer(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+# How the refusal names the store: "Redis", or "Redis node host:port" on a cluster.
+_WHO = r"Redis( node [0-9.]+:[0-9]+)?"
+
+
+def _config_everywhere(client: RedisClient, name: str, value: str) -> None:
+    """Set a Redis setting on every node (one Redis, or each node of a cluster)."""
+    for _, node in each_node(client):
+        node.config_set(name, value)
+
+
 def test_non_durable_redis_stops_start_up_unless_trusted(
     steps_db: PgSchema,
     services: Services,
@@ -142,16 +155,21 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
     """With AOF off the consumer refuses to start, saying how to override; the override works."""
     settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
     env = {**cs.consumer_env(settings), "REDIS_URL": services.redis_url}
-    redis_client.config_set("appendonly", "no")
+    _config_everywhere(redis_client, "appendonly", "no")
     try:
         refused = _consumer(env)
         _, err = refused.communicate(timeout=60)
         assert refused.returncode == 2
-        assert err.strip().splitlines() == [
-            "inorder-consumer: Redis has AOF off (appendonly no), so parked events could be "
-            "lost in a restart; turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if "
-            "the store is durable some other way"
-        ]
+        assert re.fullmatch(
+            "inorder-consumer: "
+            + _WHO
+            + re.escape(
+                " has AOF off (appendonly no), so parked events could be lost in a restart; "
+                "turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if the store is "
+                "durable some other way"
+            ),
+            err.strip(),
+        ), err
         trusted = _consumer({**env, "INORDER_PARK_STORE_TRUSTED": "true"})
         time.sleep(3)
         assert trusted.poll() is None, "the override did not let the consumer start"
@@ -159,7 +177,7 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
         trusted.communicate(timeout=60)
         assert trusted.returncode == 0
     finally:
-        redis_client.config_set("appendonly", "yes")
+        _config_everywhere(redis_client, "appendonly", "yes")
 
 
 def test_park_fsync_always_needs_redis_to_fsync_every_write(
@@ -176,17 +194,23 @@ def test_park_fsync_always_needs_redis_to_fsync_every_write(
         "REDIS_URL": services.redis_url,
         "INORDER_PARK_FSYNC": "always",
     }
-    assert redis_client.config_get("appendfsync") == {"appendfsync": "everysec"}
     refused = _consumer(env)
     _, err = refused.communicate(timeout=60)
     assert refused.returncode == 2
-    assert err.strip().splitlines() == [
-        "inorder-consumer: INORDER_PARK_FSYNC=always needs Redis to write every park to disk "
-        "before it answers, but appendfsync is everysec; set appendfsync always in Redis, or "
-        "INORDER_PARK_FSYNC=server to accept losing its last second in a machine crash (the "
-        "sweeper repairs such losses from the outbox)"
-    ]
-    redis_client.config_set("appendfsync", "always")
+    assert re.fullmatch(
+        re.escape(
+            "inorder-consumer: INORDER_PARK_FSYNC=always needs Redis to write every park to "
+            "disk before it answers, but "
+        )
+        + _WHO
+        + re.escape(
+            " has appendfsync everysec; set appendfsync always in Redis, or "
+            "INORDER_PARK_FSYNC=server to accept losing its last second in a machine crash "
+            "(the sweeper repairs such losses from the outbox)"
+        ),
+        err.strip(),
+    ), err
+    _config_everywhere(redis_client, "appendfsync", "always")
     try:
         started = _consumer(env)
         time.sleep(3)
@@ -195,7 +219,7 @@ def test_park_fsync_always_needs_redis_to_fsync_every_write(
         started.communicate(timeout=60)
         assert started.returncode == 0
     finally:
-        redis_client.config_set("appendfsync", "everysec")
+        _config_everywhere(redis_client, "appendfsync", "everysec")
 
 
 def test_full_parking_set_sends_events_to_the_held_topic(

@@ -45,7 +45,7 @@ def test_any_permutation_with_duplicates_applies_each_step_once_in_order(
     assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 31)]
     assert ss.progress(steps_db, entity)[:2] == (1, 30)
     assert not redis_client.exists(run.lot.entity_key(ss.STREAM, entity))
-    assert redis_client.zscore(run.lot.index_key(ss.STREAM), entity) is None
+    assert redis_client.zscore(run.lot.index_key(ss.STREAM, entity), entity) is None
 
 
 def test_early_event_is_parked_in_redis_until_its_predecessor(
@@ -58,7 +58,7 @@ def test_early_event_is_parked_in_redis_until_its_predecessor(
         ss.feed(run, conn, [ss.step(8)])
         key = run.lot.entity_key(ss.STREAM, "a")
         assert [score for _, score in redis_client.zrange(key, 0, -1, withscores=True)] == [8.0]
-        assert redis_client.zscore(run.lot.index_key(ss.STREAM), "a") is not None
+        assert redis_client.zscore(run.lot.index_key(ss.STREAM, "a"), "a") is not None
         assert ss.progress(steps_db)[:2] == (1, 6)
         ss.feed(run, conn, [ss.step(7)])
     assert ss.applied(steps_db) == [(1, s) for s in range(1, 9)]

@@ -2,7 +2,8 @@
 
 Following one poll batch down: ``route`` (settings, handlers imported), ``runner``
 (the route's applier), ``apply`` (transactions, retries, external calls), ``plan``
-(the pure decisions), ``store`` (every statement), ``parking`` (Redis).
+(the pure decisions), ``store`` (every statement), ``parking`` (the Redis keys and
+scripts), ``connection`` (one Redis or a Redis Cluster, and whether it keeps parks).
 """
 
 from consumer.kinds._base import Kind

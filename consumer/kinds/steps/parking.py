@@ -1,87 +1,228 @@
-"""Parking early events in Redis: one sorted set per entity (score = seq), one index per route.
+"""Parking early events in Redis: one sorted set per entity, indexed per route and bucket.
 
-Keys: ``<prefix>:park:{<route>:<entity>}`` (the braces are a Redis Cluster hash tag,
-so one entity's set lives in one slot) and ``<prefix>:parkindex:<route>`` (member =
-entity, score = first park time on the consumer's clock). The index entry is added
-before the event is parked and removed only after the set is seen empty, so a
-crash can leave an index entry with nothing parked (the sweeper clears it), never
-a parked event that the sweeper cannot find.
+Every entity falls in one of ``buckets`` buckets of its route (a CRC-32 of its id).
+The bucket's index and the sets of its entities share one Redis Cluster hash tag,
+``{<route>:<bucket>}``, so every script here touches keys of one slot only:
+
+- ``<prefix>:park:{<route>:<bucket>}:<entity>``: the entity's parked events
+  (member = the raw event, score = seq), with the route's park TTL;
+- ``<prefix>:parkindex:{<route>:<bucket>}``: the bucket's parked entities
+  (member = entity, score = first park time on the consumer's clock);
+- ``<prefix>:parklayout``: the bucket count the keys were written with.
+
+A park adds the index entry and the event in one script, and a removal drops the
+entry in the same script that empties the set, so the index never misses a parked
+entity. An index entry can outlive its set only when the set's TTL lapses; the
+sweeper clears those. On a single Redis the layout is the same.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
-# ZADD unless the set is at its cap (a member already there may always be re-added),
-# then renew the TTL. Returns the set's size, or -1 when the cap refused the event.
+from consumer.errors import RoutesError
+from consumer.kinds._base import DEFAULT_BUCKETS
+from consumer.kinds.steps.connection import RedisClient
+
+# KEYS: set, index. ARGV: member, seq, cap, ttl, entity, now.
+# Index the entity, then ZADD unless the set is at its cap (a member already there may
+# always be re-added), then renew the TTL. Returns the set's size, or -1 when refused.
 _PARK = """
 local size = redis.call('ZCARD', KEYS[1])
 if size >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return -1
 end
+redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return redis.call('ZCARD', KEYS[1])
 """
 
+# KEYS: set, index. ARGV: entity, members to remove... Drops the index entry when the
+# set is left empty; returns the set's size.
+_REMOVE = """
+for i = 2, #ARGV, 500 do
+  redis.call('ZREM', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+end
+local size = redis.call('ZCARD', KEYS[1])
+if size == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return size
+"""
+
+
+def bucket_of(entity_id: str, buckets: int) -> int:
+    """The bucket of an entity: stable across processes and releases."""
+    return zlib.crc32(entity_id.encode()) % buckets
+
 
 class ParkingLot:
     """Redis side of parking for every step route."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "inorder") -> None:
+    def __init__(
+        self, client: RedisClient, prefix: str = "inorder", buckets: int = DEFAULT_BUCKETS
+    ) -> None:
         self.client = client
         self.prefix = prefix
-        self._park = client.register_script(_PARK)
+        self.buckets = buckets
+        self._park = Script(client, _PARK)
+        self._remove = Script(client, _REMOVE)
+
+    def _tag(self, route: str, entity_id: str) -> str:
+        return f"{{{route}:{bucket_of(entity_id, self.buckets)}}}"
 
     def entity_key(self, route: str, entity_id: str) -> str:
         """The sorted set of one entity's parked events."""
-        return f"{self.prefix}:park:{{{route}:{entity_id}}}"
+        return f"{self.prefix}:park:{self._tag(route, entity_id)}:{entity_id}"
 
-    def index_key(self, route: str) -> str:
-        """The route's index of parked entities, scored by first park time."""
-        return f"{self.prefix}:parkindex:{route}"
+    def index_key(self, route: str, entity_id: str) -> str:
+        """The index of the entity's bucket, scored by first park time."""
+        return f"{self.prefix}:parkindex:{self._tag(route, entity_id)}"
+
+    def index_keys(self, route: str) -> list[str]:
+        """Every bucket index of a route."""
+        return [f"{self.prefix}:parkindex:{{{route}:{b}}}" for b in range(self.buckets)]
+
+    def layout_key(self) -> str:
+        """Where the bucket count the keys were written with is kept."""
+        return f"{self.prefix}:parklayout"
+
+    def check_layout(self) -> None:
+        """Record the bucket count, or refuse one that differs from the stored one.
+
+        Keys written with another count would sit in buckets nobody reads, so a change
+        needs an empty lot (``inorder-admin parked top`` shows none) and the stored key
+        deleted.
+        """
+        wanted = str(self.buckets)
+        self.client.set(self.layout_key(), wanted, nx=True)
+        raw: Any = self.client.get(self.layout_key())
+        stored = raw.decode() if raw is not None else wanted
+        if stored != wanted:
+            raise RoutesError(
+                [
+                    f"INORDER_PARK_BUCKETS is {wanted} but the parked events under prefix "
+                    f"{self.prefix!r} were written with {stored}; set it back to {stored}"
+                ]
+            )
+
+    def adopt_legacy(self, route: str) -> int:
+        """Move parks kept in the one-index layout of earlier releases; returns entities moved.
+
+        That layout had ``<prefix>:parkindex:<route>`` and ``<prefix>:park:{<route>:<entity>}``.
+        Each entity is copied (seqs, first park time, TTL) before its old keys are
+        deleted, so a crash midway leaves it in both layouts and the next call finishes it.
+        """
+        old_index = f"{self.prefix}:parkindex:{route}"
+        moved = 0
+        while True:
+            entries: Any = self.client.zrange(old_index, 0, 499, withscores=True)
+            if not entries:
+                return moved
+            for raw_entity, since in entries:
+                entity_id = raw_entity.decode()
+                old_key = f"{self.prefix}:park:{{{route}:{entity_id}}}"
+                members: Any = self.client.zrange(old_key, 0, -1, withscores=True)
+                ttl: Any = self.client.ttl(old_key)
+                if members:
+                    key = self.entity_key(route, entity_id)
+                    self.client.zadd(key, dict(members))
+                    self.client.zadd(self.index_key(route, entity_id), {entity_id: since}, nx=True)
+                    if ttl > 0:
+                        self.client.expire(key, ttl)
+                self.client.delete(old_key)
+                self.client.zrem(old_index, entity_id)
+                moved += 1
 
     def park(
         self, route: str, items: Sequence[tuple[str, int, bytes]], cap: int, ttl_s: int
     ) -> list[int]:
         """Park ``(entity_id, seq, raw event)`` items; per item the set's size, or -1 if full."""
-        if not items:
-            return []
         now = time.time()
+        calls = [
+            (
+                [self.entity_key(route, entity_id), self.index_key(route, entity_id)],
+                [raw, seq, cap, ttl_s, entity_id, now],
+            )
+            for entity_id, seq, raw in items
+        ]
+        return [int(size) for size in self._scripted(self._park, calls)]
+
+    def remove(self, route: str, members: Mapping[str, Sequence[bytes]]) -> None:
+        """Remove applied or stale members; drop emptied entities from the index."""
+        calls = [
+            (
+                [self.entity_key(route, entity_id), self.index_key(route, entity_id)],
+                [entity_id, *gone],
+            )
+            for entity_id, gone in members.items()
+            if gone
+        ]
+        self._scripted(self._remove, calls)
+
+    def unindex_empty(self, route: str, entities: Sequence[str]) -> None:
+        """Drop from the index the entities whose parked set is empty (its TTL lapsed)."""
+        calls = [([self.entity_key(route, e), self.index_key(route, e)], [e]) for e in entities]
+        self._scripted(self._remove, calls)
+
+    def _scripted(self, script: Script, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run ``script`` once per call in one pipeline, by SHA.
+
+        A restarted server or a promoted replica may not have the script: on NOSCRIPT it
+        is loaded (on every master of a cluster) and the whole pipeline run again, which
+        is safe because both scripts are idempotent. The command is sent as such because
+        redis-py's cluster pipeline has no ``evalsha`` method (it routes EVALSHA by key).
+        """
+        if not calls:
+            return []
+        for attempt in range(2):
+            with self.client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                results: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
+                self.client.script_load(script.script)
+                continue
+            break
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
+    def _index_entries(
+        self, route: str, cutoff: float | None = None, limit: int | None = None
+    ) -> list[tuple[str, float]]:
+        """(entity, first park time) over every bucket, up to ``cutoff``, oldest first."""
         with self.client.pipeline(transaction=False) as pipe:
-            for entity_id in dict.fromkeys(entity for entity, _, _ in items):
-                pipe.zadd(self.index_key(route), {entity_id: now}, nx=True)
-            pipe.execute()
-        with self.client.pipeline(transaction=False) as pipe:
-            for entity_id, seq, raw in items:
-                self._park(
-                    keys=[self.entity_key(route, entity_id)],
-                    args=[raw, seq, cap, ttl_s],
-                    client=pipe,
-                )
-            return [int(size) for size in pipe.execute()]
+            for key in self.index_keys(route):
+                if cutoff is None:
+                    pipe.zrange(key, 0, -1, withscores=True)
+                else:
+                    pipe.zrangebyscore(key, "-inf", cutoff, start=0, num=limit, withscores=True)
+            found: list[Any] = pipe.execute()
+        entries = [(entity.decode(), float(since)) for bucket in found for entity, since in bucket]
+        return sorted(entries, key=lambda entry: entry[1])
 
     def sizes(self, route: str) -> list[tuple[str, int, float]]:
         """Every parked entity of a route: (entity, events parked, first park time)."""
-        raw: Any = self.client.zrange(self.index_key(route), 0, -1, withscores=True)
-        entries: list[tuple[bytes, float]] = list(raw)
+        entries = self._index_entries(route)
         with self.client.pipeline(transaction=False) as pipe:
             for entity, _ in entries:
-                pipe.zcard(self.entity_key(route, entity.decode()))
+                pipe.zcard(self.entity_key(route, entity))
             counts = pipe.execute()
-        return [
-            (entity.decode(), int(n), since)
-            for (entity, since), n in zip(entries, counts, strict=True)
-        ]
+        return [(entity, int(n), since) for (entity, since), n in zip(entries, counts, strict=True)]
 
     def parked_before(self, route: str, cutoff: float, limit: int) -> list[str]:
         """Entities of a route whose first park is older than ``cutoff`` (oldest first)."""
-        raw: Any = self.client.zrangebyscore(self.index_key(route), "-inf", cutoff, 0, limit)
-        return [entity.decode() for entity in raw]
+        return [entity for entity, _ in self._index_entries(route, cutoff, limit)[:limit]]
 
     def parked_seqs(self, route: str, entity_id: str) -> list[int]:
         """The seqs parked for one entity, lowest first."""
@@ -92,8 +233,20 @@ class ParkingLot:
         """The entities among ``entity_ids`` that have (or just had) something parked."""
         if not entity_ids:
             return []
-        scores = self.client.zmscore(self.index_key(route), list(entity_ids))
-        return [e for e, score in zip(entity_ids, scores, strict=True) if score is not None]
+        by_index: dict[str, list[str]] = defaultdict(list)
+        for entity_id in entity_ids:
+            by_index[self.index_key(route, entity_id)].append(entity_id)
+        with self.client.pipeline(transaction=False) as pipe:
+            for key, entities in by_index.items():
+                pipe.zmscore(key, entities)
+            found = pipe.execute()
+        present = {
+            entity
+            for entities, scores in zip(by_index.values(), found, strict=True)
+            for entity, score in zip(entities, scores, strict=True)
+            if score is not None
+        }
+        return [e for e in entity_ids if e in present]
 
     def fetch(self, route: str, entity_ids: Sequence[str], limit: int) -> dict[str, list[bytes]]:
         """The lowest-seq parked events of each entity (up to ``limit`` each)."""
@@ -104,65 +257,3 @@ class ParkingLot:
                 pipe.zrange(self.entity_key(route, entity_id), 0, limit - 1)
             found = pipe.execute()
         return {e: list(members) for e, members in zip(entity_ids, found, strict=True) if members}
-
-    def remove(self, route: str, members: Mapping[str, Sequence[bytes]]) -> None:
-        """Remove applied or stale members; drop emptied entities from the index."""
-        entities = [e for e, m in members.items() if m]
-        if not entities:
-            return
-        with self.client.pipeline(transaction=False) as pipe:
-            for entity_id in entities:
-                pipe.zrem(self.entity_key(route, entity_id), *members[entity_id])
-            pipe.execute()
-        self.unindex_empty(route, entities)
-
-    def unindex_empty(self, route: str, entities: Sequence[str]) -> None:
-        """Drop from the route's index the entities whose parked set is empty."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for entity_id in entities:
-                pipe.zcard(self.entity_key(route, entity_id))
-            sizes = pipe.execute()
-        emptied = [e for e, size in zip(entities, sizes, strict=True) if size == 0]
-        if emptied:
-            self.client.zrem(self.index_key(route), *emptied)
-            self._reindex(route, emptied)
-
-    def _reindex(self, route: str, entities: Sequence[str]) -> None:
-        # Something parked between the size check and the index removal: index it again.
-        with self.client.pipeline(transaction=False) as pipe:
-            for entity_id in entities:
-                pipe.zcard(self.entity_key(route, entity_id))
-            sizes = pipe.execute()
-        now = time.time()
-        for entity_id, size in zip(entities, sizes, strict=True):
-            if size:
-                self.client.zadd(self.index_key(route), {entity_id: now}, nx=True)
-
-
-def durability_problem(client: redis.Redis, fsync: str = "server") -> str | None:
-    """Why parked events could be lost in this Redis, or None when it keeps them.
-
-    ``fsync`` is INORDER_PARK_FSYNC: with ``always`` a park must be on disk before Redis
-    answers, so the server must run ``appendfsync always``.
-    """
-    try:
-        config: Any = client.config_get("append*")
-    except redis.ResponseError as exc:
-        return (
-            f"cannot read Redis persistence settings ({exc}); if this is a managed store "
-            "with persistence on, set INORDER_PARK_STORE_TRUSTED=true"
-        )
-    if config.get("appendonly") != "yes":
-        return (
-            "Redis has AOF off (appendonly no), so parked events could be lost in a restart; "
-            "turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if the store is "
-            "durable some other way"
-        )
-    if fsync == "always" and config.get("appendfsync") != "always":
-        return (
-            f"INORDER_PARK_FSYNC=always needs Redis to write every park to disk before it "
-            f"answers, but appendfsync is {config.get('appendfsync')}; set appendfsync always "
-            "in Redis, or INORDER_PARK_FSYNC=server to accept losing its last second in a "
-            "machine crash (the sweeper repairs such losses from the outbox)"
-        )
-    return None

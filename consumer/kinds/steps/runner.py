@@ -64,7 +64,12 @@ class StepApplier:
         """Bind the parking lot (``RoutesError`` when there is no Redis)."""
         if links.redis is None:
             raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
-        self._lot = ParkingLot(links.redis, links.redis_key_prefix)
+        lot = ParkingLot(links.redis, links.redis_key_prefix, links.park_buckets)
+        lot.check_layout()
+        moved = lot.adopt_legacy(self.route.stream)
+        if moved:
+            log.info("parks_adopted", route=self.route.stream, entities=moved)
+        self._lot = lot
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
         """Apply, park and drain; events a full parking set refused come back ``held``."""

@@ -1,0 +1,99 @@
+"""Reaching the parking store: one Redis or a Redis Cluster, and whether it keeps parks.
+
+A ``redis://`` URL names either; the server says which (``INFO cluster``), so the
+same setting works for both. A cluster may be given several seed nodes,
+``redis://host1:7000,host2:7000/0``, so start-up does not depend on one node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+# A parking store: one Redis, or a Redis Cluster.
+RedisClient = redis.Redis | RedisCluster
+
+
+def _seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The URL of the first node, and every node the URL lists."""
+    parts = urlsplit(url)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for host in hosts.split(","):
+        name, _, port = host.rpartition(":") if ":" in host else (host, "", "6379")
+        nodes.append((name, int(port or 6379)))
+    first = f"{credentials}@{hosts.split(',')[0]}" if credentials else hosts.split(",")[0]
+    return urlunsplit(parts._replace(netloc=first)), nodes
+
+
+def connect(url: str, **options: Any) -> RedisClient:
+    """A client for the store at ``url``: ``RedisCluster`` when it is a cluster.
+
+    ``options`` are connection options both clients take (timeouts). Raises
+    ``redis.RedisError`` when no listed node answers.
+    """
+    first, nodes = _seeds(url)
+    if len(nodes) > 1:
+        return _cluster(first, nodes, options)
+    plain = redis.Redis.from_url(first, **options)
+    try:
+        info: Any = plain.info("cluster")
+    except BaseException:
+        plain.close()
+        raise
+    if not info.get("cluster_enabled"):
+        return plain
+    plain.close()
+    return _cluster(first, nodes, options)
+
+
+def _cluster(first: str, nodes: list[tuple[str, int]], options: dict[str, Any]) -> RedisCluster:
+    options = {k: v for k, v in options.items() if k != "health_check_interval"}
+    return RedisCluster.from_url(
+        first,
+        startup_nodes=[ClusterNode(h, p) for h, p in nodes],  # type: ignore[no-untyped-call]
+        **options,
+    )
+
+
+def each_node(client: RedisClient) -> list[tuple[str, redis.Redis]]:
+    """(name, plain client) for every node that holds parks (a cluster's masters and replicas)."""
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+        return [(node.name, client.get_redis_connection(node)) for node in nodes]
+    return [("redis", client)]
+
+
+def durability_problem(client: RedisClient, fsync: str = "server") -> str | None:
+    """Why parked events could be lost in this store, or None when every node keeps them.
+
+    ``fsync`` is INORDER_PARK_FSYNC: with ``always`` a park must be on disk before Redis
+    answers, so every node must run ``appendfsync always``.
+    """
+    for name, node in each_node(client):
+        who = "Redis" if name == "redis" else f"Redis node {name}"
+        try:
+            config: Any = node.config_get("append*")
+        except redis.ResponseError as exc:
+            return (
+                f"cannot read the persistence settings of {who} ({exc}); if this is a managed "
+                "store with persistence on, set INORDER_PARK_STORE_TRUSTED=true"
+            )
+        if config.get("appendonly") != "yes":
+            return (
+                f"{who} has AOF off (appendonly no), so parked events could be lost in a "
+                "restart; turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if the "
+                "store is durable some other way"
+            )
+        if fsync == "always" and config.get("appendfsync") != "always":
+            return (
+                f"INORDER_PARK_FSYNC=always needs Redis to write every park to disk before it "
+                f"answers, but {who} has appendfsync {config.get('appendfsync')}; set "
+                "appendfsync always in Redis, or INORDER_PARK_FSYNC=server to accept losing "
+                "its last second in a machine crash (the sweeper repairs such losses from the "
+                "outbox)"
+            )
+    return None

@@ -1,0 +1,70 @@
+"""The parking layout in a real Redis (or Redis Cluster): upgrade, bucket guard, index upkeep."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumer.errors import RoutesError
+from consumer.kinds.steps.connection import RedisClient
+from consumer.kinds.steps.parking import ParkingLot
+from schemas import encode
+from tests.conftest import PgSchema
+from tests.integration import step_support as ss
+
+
+@pytest.fixture
+def steps_db(pg_schema: PgSchema) -> PgSchema:
+    ss.prepare(pg_schema)
+    return pg_schema
+
+
+def test_parks_of_the_one_index_layout_are_adopted_and_drain(
+    steps_db: PgSchema, redis_client: RedisClient, redis_prefix: str
+) -> None:
+    """Parks an earlier release wrote (one index per route) move over at start-up and drain."""
+    prefix = redis_prefix.rstrip(":")
+    old_index, old_set = f"{prefix}:parkindex:{ss.STREAM}", f"{prefix}:park:{{{ss.STREAM}:a}}"
+    redis_client.zadd(old_index, {"a": 1_700_000_000.0})
+    redis_client.zadd(old_set, {encode(ss.step(s)): s for s in (3, 4)})
+    redis_client.expire(old_set, 600)
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    assert not redis_client.exists(old_index, old_set)
+    assert run.lot.parked_seqs(ss.STREAM, "a") == [3, 4]
+    assert run.lot.sizes(ss.STREAM) == [("a", 2, 1_700_000_000.0)]
+    assert 0 < int(redis_client.ttl(run.lot.entity_key(ss.STREAM, "a"))) <= 600
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2)])
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 5)]
+    assert run.lot.sizes(ss.STREAM) == []
+
+
+def test_a_changed_bucket_count_stops_start_up_in_one_line(
+    redis_client: RedisClient, redis_prefix: str
+) -> None:
+    """Parks written with 16 buckets are unreadable with 8: refused, naming the value to set."""
+    prefix = redis_prefix.rstrip(":")
+    ParkingLot(redis_client, prefix, 16).check_layout()
+    with pytest.raises(RoutesError) as refused:
+        ParkingLot(redis_client, prefix, 8).check_layout()
+    assert str(refused.value).endswith(
+        f"INORDER_PARK_BUCKETS is 8 but the parked events under prefix {prefix!r} were "
+        "written with 16; set it back to 16"
+    )
+
+
+def test_the_index_lists_exactly_the_entities_with_something_parked(
+    redis_client: RedisClient, redis_prefix: str
+) -> None:
+    """Parking indexes an entity with its event; removing its last event unindexes it."""
+    lot = ParkingLot(redis_client, redis_prefix.rstrip(":"))
+    entities = [f"e{i}" for i in range(40)]
+    sizes = lot.park(ss.STREAM, [(e, 2, encode(ss.step(2, e))) for e in entities], 10, 600)
+    assert sizes == [1] * 40
+    assert sorted(e for e, _, _ in lot.sizes(ss.STREAM)) == sorted(entities)
+    assert lot.indexed(ss.STREAM, ["e1", "nobody", "e39"]) == ["e1", "e39"]
+    lot.remove(ss.STREAM, {e: [encode(ss.step(2, e))] for e in entities[:30]})
+    assert sorted(e for e, _, _ in lot.sizes(ss.STREAM)) == sorted(entities[30:])
+    oldest = lot.parked_before(ss.STREAM, float("inf"), 5)
+    assert len(oldest) == 5
+    assert set(oldest) <= set(entities[30:])
+    assert lot.parked_before(ss.STREAM, 1_000_000_000.0, 5) == []
