@@ -19,6 +19,7 @@ from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
+from schemas.errors import TopicSettingsError
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
@@ -29,7 +30,7 @@ CONSUMER = "inorder-consumer"
 SWEEPER = "inorder-sweeper"
 ADMIN = "inorder-admin"
 # Start-up problems that say what to fix: one line each, no traceback.
-_NAMED = (RoutesError, StoreNotDurableError)
+_NAMED = (RoutesError, StoreNotDurableError, TopicSettingsError)
 
 
 def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
@@ -39,7 +40,7 @@ def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
         fail(program, exc.problems)
 
 
-def _problems(exc: RoutesError | StoreNotDurableError) -> list[str]:
+def _problems(exc: RoutesError | StoreNotDurableError | TopicSettingsError) -> list[str]:
     return exc.problems if isinstance(exc, RoutesError) else [str(exc)]
 
 

@@ -124,7 +124,13 @@ class ConsumerService:
         if self.settings.create_topics:
             route_topics = [t for a in self.routing.appliers for t in a.route.topics]
             topics = [self.settings.dead_letter_topic, self.settings.held_topic, *route_topics]
-            ensure_topics(config, [*self.settings.topics, *topics], self.settings.topic_partitions)
+            ensure_topics(
+                config,
+                [*self.settings.topics, *topics],
+                self.settings.topic_partitions,
+                factor=self.settings.topic_replication_factor,
+                min_insync=self.settings.topic_min_insync_replicas,
+            )
         dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
         self._producer = Producer(
             {

@@ -7,6 +7,7 @@ import gc
 from outbox_relay.errors import UnsafeClusterError
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
+from schemas.errors import TopicSettingsError
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     def run() -> None:
         try:
             relay.run()
-        except UnsafeClusterError as exc:
+        except (UnsafeClusterError, TopicSettingsError) as exc:
             fail(PROGRAM, [str(exc)])
 
     serve(PROGRAM, health, settings.http_host, settings.http_port, relay, run)

@@ -241,6 +241,8 @@ class Relay:
                     self.settings.kafka_config(),
                     [self.settings.republish_requests_topic, self.settings.republish_results_topic],
                     self.settings.topic_partitions,
+                    factor=self.settings.topic_replication_factor,
+                    min_insync=self.settings.topic_min_insync_replicas,
                 )
             self._sender = Sender(self.settings, self.health)
             self._requests = make_request_consumer(self.settings)

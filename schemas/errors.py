@@ -78,3 +78,7 @@ class DuplicateEventError(OutboxError):
 
 class MigrationError(InorderError):
     """Raised when a migration file cannot be applied."""
+
+
+class TopicSettingsError(InorderError):
+    """Raised when the topic settings cannot work on the cluster (more replicas than brokers)."""

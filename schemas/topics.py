@@ -10,6 +10,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from schemas.errors import TopicSettingsError
+
 
 @dataclass(frozen=True, slots=True)
 class Topics:
@@ -34,21 +36,63 @@ class Topics:
 DEFAULT_TOPICS = Topics()
 
 
+def replication(
+    brokers: int, factor: int | None = None, min_insync: int | None = None
+) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for a new topic on ``brokers`` brokers.
+
+    By default three replicas, or one per broker when there are fewer, and a majority
+    of them in sync for a write but one replica of slack (3 -> 2, 5 -> 3, 2 -> 1, 1 -> 1),
+    so an acks=all producer outlives the loss of one broker without losing a write.
+    Raises ``TopicSettingsError`` naming the setting when the numbers cannot work.
+    """
+    factor = min(3, brokers) if factor is None else factor
+    if factor > brokers:
+        raise TopicSettingsError(
+            f"INORDER_TOPIC_REPLICATION_FACTOR is {factor} but the cluster has {brokers} "
+            f"broker(s); set it to {brokers} or less"
+        )
+    if min_insync is None:
+        min_insync = max(1, min(factor - 1, factor // 2 + 1))
+    if min_insync > factor:
+        raise TopicSettingsError(
+            f"INORDER_TOPIC_MIN_INSYNC_REPLICAS is {min_insync} but topics get {factor} "
+            f"replica(s), so no write could succeed; set it to {factor} or less"
+        )
+    return factor, min_insync
+
+
 def ensure_topics(
-    config: dict[str, Any], names: Iterable[str], partitions: int, timeout_s: float = 30.0
+    config: dict[str, Any],
+    names: Iterable[str],
+    partitions: int,
+    timeout_s: float = 30.0,
+    *,
+    factor: int | None = None,
+    min_insync: int | None = None,
 ) -> list[str]:
     """Create the topics of ``names`` that do not exist yet; return those created.
 
-    Replication follows the broker's default. Raises ``KafkaException`` when the
-    cluster cannot be reached or refuses.
+    Replication follows ``replication`` for the number of brokers the cluster has now.
+    Raises ``KafkaException`` when the cluster cannot be reached or refuses, and
+    ``TopicSettingsError`` when the replication settings do not fit the cluster.
     """
     admin = AdminClient(config)
-    existing = admin.list_topics(timeout=timeout_s).topics
-    missing = sorted({name for name in names if name not in existing})
+    metadata = admin.list_topics(timeout=timeout_s)
+    missing = sorted({name for name in names if name not in metadata.topics})
     if not missing:
         return []
+    replicas, in_sync = replication(len(metadata.brokers), factor, min_insync)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=-1) for name in missing],
+        [
+            NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replicas,
+                config={"min.insync.replicas": str(in_sync)},
+            )
+            for name in missing
+        ],
         operation_timeout=timeout_s,
     )
     for future in futures.values():

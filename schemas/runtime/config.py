@@ -47,6 +47,18 @@ class ServiceSettings(LoggingSettings):
     topic_partitions: int = Field(
         default=6, ge=1, description="Partitions of the topics it creates"
     )
+    topic_replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replicas of the topics it creates; unset: 3, or one per broker when the "
+        "cluster has fewer",
+    )
+    topic_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="`min.insync.replicas` of the topics it creates; unset: a majority of the "
+        "replicas less one of slack (2 of 3, 3 of 5, 1 of 1 or 2)",
+    )
     http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
 
 

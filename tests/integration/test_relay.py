@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource
 
 import schemas
 from schemas import headers
@@ -334,7 +335,7 @@ def test_missing_outbox_table_pauses_instead_of_crashing(
 
 
 def test_ensure_topics_creates_only_missing_topics(services: Services, kafka_admin) -> None:
-    """ensure_topics creates what is missing, once."""
+    """ensure_topics creates what is missing, once, replicated as the broker count allows."""
     from schemas.topics import ensure_topics  # noqa: PLC0415
 
     name = f"t.ensure.{uuid.uuid4().hex[:8]}"
@@ -342,6 +343,12 @@ def test_ensure_topics_creates_only_missing_topics(services: Services, kafka_adm
     try:
         assert ensure_topics(config, [name], 2) == [name]
         assert ensure_topics(config, [name], 2) == []
-        assert len(kafka_admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+        topic = kafka_admin.list_topics(name, timeout=10).topics[name]
+        assert len(topic.partitions) == 2
+        brokers = len(kafka_admin.list_topics(timeout=10).brokers)
+        assert {len(p.replicas) for p in topic.partitions.values()} == {min(3, brokers)}
+        [config] = kafka_admin.describe_configs([ConfigResource("topic", name)]).values()
+        expected = "2" if brokers >= 3 else "1"
+        assert config.result(timeout=30)["min.insync.replicas"].value == expected
     finally:
         kafka_admin.delete_topics([name])[name].result(timeout=30)
