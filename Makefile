@@ -8,7 +8,7 @@ STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-image image bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-image test-cluster image bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
+	@echo "make test-cluster  three Kafka nodes and a Redis Cluster: broker and Redis failover under load"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
 	@echo "make reference  rewrite the README's settings, CLI, metrics and event tables from the code"
@@ -62,6 +63,22 @@ test: venv up
 # restarted under load, 30,000 fuzzed messages; the report table ends the output.
 test-faults: venv up
 	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
+
+# The cluster mode: three KRaft nodes and a Redis Cluster beside the usual stack. The
+# broker-loss and Redis-failover tests under load (their report table ends the output),
+# then the step routes' integration tests with parking on the Redis Cluster.
+# INORDER_CLUSTER_TESTS=short runs the failover tests only.
+CLUSTER_STEP_TESTS := tests/integration/test_steps_store.py tests/integration/test_steps_consumer.py \
+	tests/integration/test_parking_layout.py tests/integration/test_sweeper.py \
+	tests/integration/test_admin_commands.py tests/integration/test_admin_review.py \
+	tests/integration/test_admin_read_only.py
+WITH_CLUSTER_ENV = eval "$$($(STACK) env --cluster)" &&
+
+test-cluster: venv
+	$(STACK) up --cluster
+	$(WITH_CLUSTER_ENV) $(BIN)/pytest -m cluster tests/cluster
+	if [ "$${INORDER_CLUSTER_TESTS:-}" != short ]; then \
+	  $(WITH_CLUSTER_ENV) $(BIN)/pytest -q $(CLUSTER_STEP_TESTS); fi
 
 image:
 	deploy/image/build

@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 from consumer.kinds.steps.connection import RedisClient
 from consumer.kinds.steps.connection import connect as connect_redis
+from schemas.topics import replication
 from tests.support import services as svc
 
 TopicFactory = Callable[..., str]
@@ -60,13 +61,22 @@ def kafka_admin(services: svc.Services) -> AdminClient:
 def topic_factory(
     request: pytest.FixtureRequest, kafka_admin: AdminClient
 ) -> Iterator[TopicFactory]:
-    """Create topics with unique names; all are deleted after the test."""
+    """Create topics with unique names, replicated as the services would; deleted afterwards."""
     created: list[str] = []
 
     def create(suffix: str = "events", partitions: int = 3) -> str:
         name = f"t.{_slug(request)}.{suffix}"
+        brokers = len(kafka_admin.list_topics(timeout=10).brokers)
+        replicas, in_sync = replication(brokers)
         futures = kafka_admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)],
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=replicas,
+                    config={"min.insync.replicas": str(in_sync)},
+                )
+            ],
             operation_timeout=30,
         )
         futures[name].result(timeout=30)
