@@ -34,6 +34,7 @@ SUITES = (
     "parking",
     "e2e",
     "latency",
+    "scaleout",
 )
 
 

@@ -1,0 +1,262 @@
+"""Scale-out: one, two and three consumer processes in one group, and relays sharing the outbox.
+
+Consumers: for each count a fresh topic of 12 partitions, group and table; the
+processes start and the group settles, every member assigned, before 300,000
+full-state events (12,000 entities x 25 versions) are produced in one Kafka
+transaction, so all of them become readable at once (consumers read committed).
+Timed from the commit to the last version of every entity. CPU is read from ``/proc``: the
+consumer processes and their PostgreSQL backends (by ``application_name``).
+
+Relays: for each count a fresh outbox; the relays start and split its 16 slices
+(``outbox_slices_owned`` adds up to 16 and each holds its share) before 100,000 rows
+commit in one transaction. Timed from the first row in Kafka to the last.
+
+All of it runs on this machine's cores, shared with Kafka and PostgreSQL: the gain
+from a second process is bounded by them, so each row also gives the cores used.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
+
+from producer import emit_many, migrate
+from schemas import encode
+from tests.benchmarks.bench_consumer import ROUTES, VIEW, _event
+from tests.benchmarks.bench_relay import BACKLOG, _cpu_s, _events, _in_kafka, _topics
+from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
+from tests.benchmarks.result import BenchResult
+from tests.integration.relay_support import free_port
+
+PARTITIONS = 12
+ENTITIES = 12_000
+VERSIONS = 25
+TOTAL = ENTITIES * VERSIONS
+COUNTS = (1, 2, 3)
+SLICES = 16
+
+
+@contextmanager
+def _topic(bootstrap: str) -> Iterator[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    name = f"bench.scaleout.{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=30)
+    try:
+        yield name
+    finally:
+        admin.delete_topics([name])[name].result(timeout=30)
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    """Every event in one transaction: none readable until all are."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "transactional.id": f"bench-scaleout-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for version in range(1, VERSIONS + 1):
+        for entity in range(ENTITIES):
+            event = _event(entity, version)
+            while True:
+                try:
+                    producer.produce(topic, encode(event), event.key)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+    producer.commit_transaction(120)
+
+
+def _applied(url: str, table: str) -> int:
+    """Events applied so far: in-order versions from 1, so the sum of the rows' seqs."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT coalesce(sum(seq), 0) FROM {}").format(sql.Identifier(table))
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _settled(admin: AdminClient, group: str, members: int) -> bool:
+    [future] = admin.describe_consumer_groups([group]).values()
+    described = future.result(timeout=10)
+    assigned = [m for m in described.members if m.assignment.topic_partitions]
+    return len(described.members) == members and len(assigned) == members
+
+
+def _consumers(
+    url: str, bootstrap: str, topic: str, folder: Path, count: int
+) -> tuple[float, float]:
+    """Events/s with ``count`` consumer processes in one group, and the cores they used."""
+    table = f"scaleout_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL(VIEW).format(sql.Identifier(table)))
+    routes = folder / f"{table}.toml"
+    routes.write_text(ROUTES.format(table=table))
+    group, app = f"bench-{table}", f"bench-{table}"
+    pipe = Pipeline(url, bootstrap, topic, folder)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with ExitStack() as stack:
+        processes = []
+        for _ in range(count):
+            port = free_port()
+            env = pipeline_env(
+                pipe,
+                port,
+                PGAPPNAME=app,
+                INORDER_ROUTES_FILE=str(routes),
+                INORDER_TOPICS=f'["{topic}"]',
+                INORDER_GROUP_ID=group,
+                INORDER_CREATE_TOPICS="false",
+                INORDER_DEAD_LETTER_TOPIC=f"{topic}.dlq",
+            )
+            processes.append(stack.enter_context(service_process("consumer", env, port)))
+        deadline = time.monotonic() + 60
+        while not _settled(admin, group, count):
+            assert time.monotonic() < deadline, f"{count} consumers did not settle"
+            time.sleep(0.2)
+        _produce(bootstrap, topic)
+        with psycopg.connect(url) as conn:
+            backends = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+                )
+            }
+        pids = {p.pid for p in processes} | backends
+        cpu0, started = _cpu_s(pids), time.perf_counter()
+        while _applied(url, table) < TOTAL:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        cpu = _cpu_s(pids) - cpu0
+    return TOTAL / elapsed, cpu / elapsed
+
+
+def _slices_split(ports: list[int]) -> bool:
+    """Every relay holds its share of the 16 slices, and together all of them."""
+    owned = []
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+        owned.append(
+            sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "outbox_slices_owned"
+            )
+        )
+    return sum(owned) == SLICES and max(owned) - min(owned) <= 1
+
+
+def _relays(url: str, bootstrap: str, topic: str, count: int) -> tuple[float, float]:
+    """Rows/s publishing one committed backlog with ``count`` relays, and CPU-ms per 1,000."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate.apply(conn)
+    app = f"bench-relay-{uuid.uuid4().hex[:6]}"
+    pipe = Pipeline(url, bootstrap, topic, Path())
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": app})
+    with ExitStack() as stack:
+        processes, ports = [], []
+        for _ in range(count):
+            port = free_port()
+            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_BATCH_SIZE="1000")
+            processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
+            ports.append(port)
+        deadline = time.monotonic() + 60
+        while not _slices_split(ports):
+            assert time.monotonic() < deadline, f"{count} relays did not split the slices"
+            time.sleep(0.2)
+        with psycopg.connect(url) as conn, conn.transaction():
+            for start in range(0, BACKLOG, 5000):
+                emit_many(conn, _events(topic, start, 5000, "so"))
+        while _in_kafka(reader, topic) == 0:
+            time.sleep(0.005)
+        with psycopg.connect(url) as conn:
+            backends = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+                )
+            }
+        pids = {p.pid for p in processes} | backends
+        cpu0, started, before = _cpu_s(pids), time.perf_counter(), _in_kafka(reader, topic)
+        while _in_kafka(reader, topic) < BACKLOG:
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        cpu = _cpu_s(pids) - cpu0
+    reader.close()
+    return (BACKLOG - before) / elapsed, cpu * 1e6 / (BACKLOG - before)
+
+
+def run() -> list[BenchResult]:
+    """Events/s and cores used by 1, 2 and 3 consumers; rows/s of 1, 2 and 3 relays."""
+    url = os.environ["DATABASE_URL"]
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    results: list[BenchResult] = []
+    rates: dict[int, float] = {}
+    with (
+        temp_schema(url, "bench_scaleout") as schema_url,
+        tempfile.TemporaryDirectory() as workdir,
+    ):
+        for count in COUNTS:
+            with _topic(bootstrap) as topic:
+                rate, cores = _consumers(schema_url, bootstrap, topic, Path(workdir), count)
+            rates[count] = rate
+            how = f"{count} consumer process(es), one group, {PARTITIONS} partitions"
+            results.append(BenchResult(f"scaleout_consumers_{count}_per_s", rate, "events/s", how))
+            results.append(
+                BenchResult(
+                    f"scaleout_consumers_{count}_cores",
+                    cores,
+                    "cores",
+                    "consumers + their PostgreSQL backends, CPU s per s",
+                )
+            )
+    for count in COUNTS[1:]:
+        results.append(
+            BenchResult(
+                f"scaleout_consumers_{count}_vs_1", rates[count] / rates[1], "x", "same run"
+            )
+        )
+    relay_rates: dict[int, float] = {}
+    with _topics(bootstrap, len(COUNTS)) as topics:
+        for count, topic in zip(COUNTS, topics, strict=True):
+            with temp_schema(url, "bench_scaleout_relay") as relay_url:
+                rate, cpu_ms = _relays(relay_url, bootstrap, topic, count)
+            relay_rates[count] = rate
+            how = f"{count} relay process(es) sharing the outbox's slices, {BACKLOG:,} rows"
+            results.append(BenchResult(f"scaleout_relays_{count}_per_s", rate, "rows/s", how))
+            results.append(
+                BenchResult(
+                    f"scaleout_relays_{count}_cpu_ms_per_1000_rows",
+                    cpu_ms,
+                    "ms",
+                    "relays + their PostgreSQL backends",
+                )
+            )
+    for count in COUNTS[1:]:
+        results.append(
+            BenchResult(
+                f"scaleout_relays_{count}_vs_1",
+                relay_rates[count] / relay_rates[1],
+                "x",
+                "same run",
+            )
+        )
+    return results
