@@ -17,7 +17,7 @@ from redis.cluster import ClusterNode, RedisCluster
 RedisClient = redis.Redis | RedisCluster
 
 
-def _seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
     """The URL of the first node, and every node the URL lists."""
     parts = urlsplit(url)
     credentials, _, hosts = parts.netloc.rpartition("@")
@@ -35,7 +35,7 @@ def connect(url: str, **options: Any) -> RedisClient:
     ``options`` are connection options both clients take (timeouts). Raises
     ``redis.RedisError`` when no listed node answers.
     """
-    first, nodes = _seeds(url)
+    first, nodes = seed_nodes(url)
     if len(nodes) > 1:
         return _cluster(first, nodes, options)
     plain = redis.Redis.from_url(first, **options)
