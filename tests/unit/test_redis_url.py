@@ -1,8 +1,12 @@
-"""REDIS_URL with several cluster seed nodes: the URL of the first, and every node listed."""
+"""REDIS_URL with several cluster seed nodes: how it is read, and seeds that do not answer."""
 
 from __future__ import annotations
 
-from consumer.kinds.steps.connection import seed_nodes
+import pytest
+import redis
+
+from consumer.kinds.steps.connection import connect, seed_nodes
+from tests.integration.relay_support import free_port
 
 
 def test_one_node_is_its_own_seed() -> None:
@@ -18,3 +22,10 @@ def test_several_nodes_keep_credentials_and_database_on_the_first() -> None:
     first, nodes = seed_nodes("rediss://user:secret@a.example:7000,b.example:7001,c.example/0")
     assert first == "rediss://user:secret@a.example:7000/0"
     assert nodes == [("a.example", 7000), ("b.example", 7001), ("c.example", 6379)]
+
+
+def test_seeds_that_do_not_answer_are_an_outage_not_a_crash() -> None:
+    """No seed reachable: redis.ConnectionError, which every service waits out, unready."""
+    url = f"redis://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/0"
+    with pytest.raises(redis.ConnectionError, match="cannot be connected"):
+        connect(url, socket_timeout=1, socket_connect_timeout=1)

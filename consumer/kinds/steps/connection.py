@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 
 # A parking store: one Redis, or a Redis Cluster.
 RedisClient = redis.Redis | RedisCluster
@@ -33,7 +34,7 @@ def connect(url: str, **options: Any) -> RedisClient:
     """A client for the store at ``url``: ``RedisCluster`` when it is a cluster.
 
     ``options`` are connection options both clients take (timeouts). Raises
-    ``redis.RedisError`` when no listed node answers.
+    ``redis.ConnectionError`` when no listed node answers.
     """
     first, nodes = seed_nodes(url)
     if len(nodes) > 1:
@@ -52,11 +53,15 @@ def connect(url: str, **options: Any) -> RedisClient:
 
 def _cluster(first: str, nodes: list[tuple[str, int]], options: dict[str, Any]) -> RedisCluster:
     options = {k: v for k, v in options.items() if k != "health_check_interval"}
-    return RedisCluster.from_url(
-        first,
-        startup_nodes=[ClusterNode(h, p) for h, p in nodes],  # type: ignore[no-untyped-call]
-        **options,
-    )
+    try:
+        return RedisCluster.from_url(
+            first,
+            startup_nodes=[ClusterNode(h, p) for h, p in nodes],  # type: ignore[no-untyped-call]
+            **options,
+        )
+    except RedisClusterException as exc:
+        # No seed answered: an outage to wait out like any other, not a crash.
+        raise redis.ConnectionError(str(exc)) from exc
 
 
 def each_node(client: RedisClient) -> list[tuple[str, redis.Redis]]:
