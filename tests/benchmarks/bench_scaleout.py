@@ -36,7 +36,7 @@ from psycopg import sql
 from producer import emit_many, migrate
 from schemas import encode
 from tests.benchmarks.bench_consumer import ROUTES, VIEW, _event
-from tests.benchmarks.bench_relay import BACKLOG, _cpu_s, _events, _in_kafka, _topics
+from tests.benchmarks.bench_relay import BACKLOG, _backends, _cpu_s, _events, _in_kafka, _topics
 from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import free_port
@@ -131,14 +131,7 @@ def _consumers(
             assert time.monotonic() < deadline, f"{count} consumers did not settle"
             time.sleep(0.2)
         _produce(bootstrap, topic)
-        with psycopg.connect(url) as conn:
-            backends = {
-                row[0]
-                for row in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
-                )
-            }
-        pids = {p.pid for p in processes} | backends
+        pids = {p.pid for p in processes} | _backends(url, app)
         cpu0, started = _cpu_s(pids), time.perf_counter()
         while _applied(url, table) < TOTAL:
             time.sleep(0.05)
@@ -187,14 +180,7 @@ def _relays(url: str, bootstrap: str, topic: str, count: int) -> tuple[float, fl
                 emit_many(conn, _events(topic, start, 5000, "so"))
         while _in_kafka(reader, topic) == 0:
             time.sleep(0.005)
-        with psycopg.connect(url) as conn:
-            backends = {
-                row[0]
-                for row in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
-                )
-            }
-        pids = {p.pid for p in processes} | backends
+        pids = {p.pid for p in processes} | _backends(url, app)
         cpu0, started, before = _cpu_s(pids), time.perf_counter(), _in_kafka(reader, topic)
         while _in_kafka(reader, topic) < BACKLOG:
             time.sleep(0.01)

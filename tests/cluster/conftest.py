@@ -22,6 +22,7 @@ from tests.conftest import PgSchema, TopicFactory
 from tests.faults.conftest import SHORT, Scale
 from tests.faults.pipeline import Pipeline
 from tests.faults.verdict import Verdict
+from tests.support.report import write_table
 from tests.support.services import ROOT, Services
 
 REPORT_FILE = ROOT / "cluster-report.json"
@@ -80,7 +81,9 @@ def pipeline(
     made.close()
 
 
-def report(fault: str, verdict: Verdict, parks_lost: int, failover_s: float, repaired_s: float):
+def report(
+    fault: str, verdict: Verdict, parks_lost: int, failover_s: float, repaired_s: float
+) -> None:
     """Add one row to the report."""
     ROWS.append(
         Row(
@@ -103,12 +106,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     REPORT_FILE.write_text(json.dumps([asdict(r) for r in ROWS], indent=2) + "\n")
     headers = [name.replace("_", " ") for name in Row.__dataclass_fields__]
-    cells = [[str(v) for v in asdict(row).values()] for row in ROWS]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    terminalreporter.section("cluster report")
-    for line in (headers, *cells):
-        pairs = enumerate(zip(line, widths, strict=True))
-        terminalreporter.write_line(
-            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
-        )
+    write_table(
+        terminalreporter, "cluster report", headers, [list(asdict(r).values()) for r in ROWS]
+    )
     terminalreporter.write_line(f"written to {REPORT_FILE.name}")

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults.pipeline import Pipeline
 from tests.faults.verdict import Verdict
+from tests.support.report import write_table
 from tests.support.services import ROOT, Services
 
 REPORT_FILE = ROOT / "fault-report.json"
@@ -134,12 +135,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         "crashed",
         "seconds",
     )
-    cells = [[str(v) for v in asdict(row).values()] for row in ROWS]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    terminalreporter.section("fault report")
-    for line in (headers, *cells):
-        pairs = enumerate(zip(line, widths, strict=True))
-        terminalreporter.write_line(
-            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
-        )
+    write_table(terminalreporter, "fault report", headers, [list(asdict(r).values()) for r in ROWS])
     terminalreporter.write_line(f"written to {REPORT_FILE.name}")
