@@ -123,17 +123,25 @@ def _throughput(url: str, bootstrap: str, topic: str, relays: int) -> tuple[floa
             port = free_port()
             env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_BATCH_SIZE="1000")
             processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
-        while (start_rows := _in_kafka(reader, topic)) == 0:
-            time.sleep(0.005)
-        pids = {p.pid for p in processes} | _backends(url, app)
-        cpu0, started = _cpu_s(pids), time.perf_counter()
-        while _in_kafka(reader, topic) < BACKLOG:
-            time.sleep(0.01)
-        elapsed = time.perf_counter() - started
-        cpu = _cpu_s(pids) - cpu0
+        measured = timed_backlog(reader, topic, {p.pid for p in processes} | _backends(url, app))
     reader.close()
-    rows = BACKLOG - start_rows
-    return rows / elapsed, cpu * 1e6 / rows
+    return measured
+
+
+def timed_backlog(reader: Consumer, topic: str, pids: set[int]) -> tuple[float, float]:
+    """Rows/s from the first backlog row in Kafka to the last, and CPU-ms per 1,000 rows.
+
+    ``pids`` are the publishing processes and their PostgreSQL backends; rows already in
+    Kafka when the clock starts are not counted.
+    """
+    while _in_kafka(reader, topic) == 0:
+        time.sleep(0.005)
+    cpu0, started, before = _cpu_s(pids), time.perf_counter(), _in_kafka(reader, topic)
+    while _in_kafka(reader, topic) < BACKLOG:
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    rows = BACKLOG - before
+    return rows / elapsed, (_cpu_s(pids) - cpu0) * 1e6 / rows
 
 
 def _read_values(bootstrap: str, topic: str, count: int) -> list[bytes]:

@@ -36,7 +36,14 @@ from psycopg import sql
 from producer import emit_many, migrate
 from schemas import encode
 from tests.benchmarks.bench_consumer import ROUTES, VIEW, _event
-from tests.benchmarks.bench_relay import BACKLOG, _backends, _cpu_s, _events, _in_kafka, _topics
+from tests.benchmarks.bench_relay import (
+    BACKLOG,
+    _backends,
+    _cpu_s,
+    _events,
+    _topics,
+    timed_backlog,
+)
 from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import free_port
@@ -178,16 +185,17 @@ def _relays(url: str, bootstrap: str, topic: str, count: int) -> tuple[float, fl
         with psycopg.connect(url) as conn, conn.transaction():
             for start in range(0, BACKLOG, 5000):
                 emit_many(conn, _events(topic, start, 5000, "so"))
-        while _in_kafka(reader, topic) == 0:
-            time.sleep(0.005)
-        pids = {p.pid for p in processes} | _backends(url, app)
-        cpu0, started, before = _cpu_s(pids), time.perf_counter(), _in_kafka(reader, topic)
-        while _in_kafka(reader, topic) < BACKLOG:
-            time.sleep(0.01)
-        elapsed = time.perf_counter() - started
-        cpu = _cpu_s(pids) - cpu0
+        measured = timed_backlog(reader, topic, {p.pid for p in processes} | _backends(url, app))
     reader.close()
-    return (BACKLOG - before) / elapsed, cpu * 1e6 / (BACKLOG - before)
+    return measured
+
+
+def _versus_one(what: str, rates: dict[int, float]) -> list[BenchResult]:
+    """Each count's rate against one process's, measured in the same run."""
+    return [
+        BenchResult(f"scaleout_{what}_{count}_vs_1", rates[count] / rates[1], "x", "same run")
+        for count in COUNTS[1:]
+    ]
 
 
 def run() -> list[BenchResult]:
@@ -214,12 +222,7 @@ def run() -> list[BenchResult]:
                     "consumers + their PostgreSQL backends, CPU s per s",
                 )
             )
-    for count in COUNTS[1:]:
-        results.append(
-            BenchResult(
-                f"scaleout_consumers_{count}_vs_1", rates[count] / rates[1], "x", "same run"
-            )
-        )
+    results += _versus_one("consumers", rates)
     relay_rates: dict[int, float] = {}
     with _topics(bootstrap, len(COUNTS)) as topics:
         for count, topic in zip(COUNTS, topics, strict=True):
@@ -236,13 +239,5 @@ def run() -> list[BenchResult]:
                     "relays + their PostgreSQL backends",
                 )
             )
-    for count in COUNTS[1:]:
-        results.append(
-            BenchResult(
-                f"scaleout_relays_{count}_vs_1",
-                relay_rates[count] / relay_rates[1],
-                "x",
-                "same run",
-            )
-        )
+    results += _versus_one("relays", relay_rates)
     return results
