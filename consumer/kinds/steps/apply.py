@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 
 import psycopg
 import structlog
@@ -47,7 +48,9 @@ def _apply_together(
     in ``limits`` applies only the steps before its limit.
     """
     plans: dict[str, Plan] = {}
-    with conn.transaction():
+    # Pipelined, the whole transaction takes three round trips: BEGIN with the locks,
+    # the claim, then the functions' statements with the log and COMMIT.
+    with conn.pipeline() if pipelined else nullcontext(), conn.transaction():
         progress = store.lock(conn, _firsts(events))
         claims = []
         for entity_id in sorted(events):
@@ -71,13 +74,8 @@ def _apply_together(
             else:
                 applied += entity_plan.apply
         applies = {entity_id: plans[entity_id].apply for entity_id in claimed}
-        if pipelined:
-            with conn.pipeline():
-                store.run(conn, applies, pipelined=True, single=single)
-                store.record(conn, applied)
-        else:
-            store.run(conn, applies, single=single)
-            store.record(conn, applied)
+        store.run(conn, applies, pipelined=pipelined, single=single)
+        store.record(conn, applied)
     return plans
 
 

@@ -51,13 +51,16 @@ class StepStore:
             "ON CONFLICT DO NOTHING",
             (self.route.stream, _json([{"e": i, "g": first_events[i].generation} for i in ids])),
         )
-        # = ANY(array) is an index scan; a join with a set-returning function would be
-        # planned as a scan of every progress row of the route.
+        # One index lookup per entity whatever the statistics say: a subquery that locks
+        # is never merged into the join, so each runs as its own lookup, in entity order.
+        # (Before its first ANALYZE a table growing from empty looks tiny, and a plain
+        # ``entity_id = ANY(...)`` was planned as a scan of every row of the route.)
         rows = conn.execute(
-            "SELECT entity_id, generation, last_applied, stopped_at_seq IS NOT NULL "
-            "FROM inorder_step_progress WHERE route = %s AND entity_id = ANY(%s) "
-            "ORDER BY entity_id FOR UPDATE",
-            (self.route.stream, ids),
+            "SELECT p.* FROM (SELECT DISTINCT e FROM unnest(%s::text[]) AS e ORDER BY e) AS k "
+            "CROSS JOIN LATERAL (SELECT entity_id, generation, last_applied, "
+            " stopped_at_seq IS NOT NULL FROM inorder_step_progress "
+            " WHERE route = %s AND entity_id = k.e FOR UPDATE) AS p",
+            (ids, self.route.stream),
         ).fetchall()
         return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
 
@@ -78,20 +81,27 @@ class StepStore:
         """``claim`` for many entities in one statement; returns the entities claimed.
 
         The statement answers with the entities it could not claim (normally none),
-        so a batch does not carry every claimed id back.
+        so a batch does not carry every claimed id back. Call it in the transaction that
+        took the rows' locks (``lock``): no one else can move a row meanwhile.
         """
         if not claims:
             return set()
+        # The rows are found first, each by its own index lookup (a subquery with OFFSET
+        # is never merged into a join), then updated where they were found (``ctid``): the
+        # plan does not depend on the table's statistics, as in ``lock``.
         rows = conn.execute(
-            "WITH c AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) "
+            "WITH c AS (SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb) "
             " AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
             "u AS (UPDATE inorder_step_progress AS p SET generation = c.ng, "
-            " last_applied = c.nl, updated_at = now() FROM c WHERE p.route = %s "
-            " AND p.entity_id = ANY(%s) AND p.entity_id = c.e AND p.generation = c.sg "
+            " last_applied = c.nl, updated_at = now() FROM c "
+            " WHERE p.ctid = ANY(ARRAY(SELECT x.at FROM c CROSS JOIN LATERAL ("
+            "  SELECT ctid AS at FROM inorder_step_progress "
+            "  WHERE route = %(route)s AND entity_id = c.e OFFSET 0) AS x)) "
+            " AND p.entity_id = c.e AND p.generation = c.sg "
             " AND p.last_applied = c.sl AND p.stopped_at_seq IS NULL RETURNING p.entity_id) "
             "SELECT c.e FROM c WHERE NOT EXISTS (SELECT FROM u WHERE u.entity_id = c.e)",
-            (
-                _json(
+            {
+                "claims": _json(
                     [
                         {
                             "e": e,
@@ -103,10 +113,8 @@ class StepStore:
                         for e, s, n in claims
                     ]
                 ),
-                self.route.stream,
-                # The same ids as an array, so the progress rows are found by index.
-                [e for e, _, _ in claims],
-            ),
+                "route": self.route.stream,
+            },
         ).fetchall()
         return {e for e, _, _ in claims} - {row[0] for row in rows}
 
