@@ -6,6 +6,7 @@ thread, SIGTERM and SIGINT turned into ``stop()``, and ``run()`` until it return
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -15,6 +16,11 @@ import structlog
 
 from schemas.runtime.health import Health
 from schemas.runtime.health import serve as serve_http
+
+# Youngest-generation collections every 50,000 allocations instead of 700: a batch makes
+# thousands of short-lived objects, none in cycles, and collecting them every 700 took a
+# third of the relay's time (measured).
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
 class Service(Protocol):
@@ -71,8 +77,20 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    settle_heap()
     log.info("http_serving", host=host, port=server.server_address[1])
     try:
         (run or service.run)()
     finally:
         server.shutdown()
+
+
+def settle_heap() -> None:
+    """Keep the garbage collector off the start-up heap, and collect the young less often.
+
+    Everything alive once a service is built (modules, settings, handlers, clients) lives
+    as long as the process: frozen, a full collection no longer walks it. Unfrozen, one
+    took about 26 ms in the consumer, a pause added to every event in flight.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
