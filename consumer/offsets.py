@@ -16,6 +16,8 @@ class Offsets:
         self.revoked: set[tuple[str, int]] = set()
         # Partitions whose last asynchronous commit failed; committed again on the next poll.
         self.retry: set[tuple[str, int]] = set()
+        # Partitions with done offsets not yet handed to a commit.
+        self._unsent: set[tuple[str, int]] = set()
 
     def assigned(self, partitions: list[TopicPartition]) -> None:
         """Partitions (back) in our hands."""
@@ -26,6 +28,7 @@ class Offsets:
         for p in partitions:
             self.revoked.add((p.topic, p.partition))
             self._done.pop((p.topic, p.partition), None)
+            self._unsent.discard((p.topic, p.partition))
 
     def ours(self, message: Message) -> bool:
         """True while the message's partition is still assigned to us."""
@@ -35,6 +38,13 @@ class Offsets:
         """Record offsets whose effects are committed."""
         for tp in offsets:
             self._done[(tp.topic, tp.partition)] = tp.offset
+            self._unsent.add((tp.topic, tp.partition))
+
+    def take_unsent(self) -> list[TopicPartition]:
+        """Done offsets not yet committed (nor being committed); clears the list."""
+        unsent = [TopicPartition(t, p, self._done[(t, p)]) for t, p in sorted(self._unsent)]
+        self._unsent.clear()
+        return unsent
 
     def pending(self, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
         """Done offsets, for all partitions or the given ones."""

@@ -65,6 +65,7 @@ class ConsumerService:
         self._outages = Outages("consumption", health, lambda: self._stopping)
         self._paused = False
         self._probe_at = 0.0
+        self._next_commit = 0.0
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand, commit and leave the group."""
@@ -254,8 +255,25 @@ class ConsumerService:
         if usable:
             self._handle(usable)
             self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
-        elif time.monotonic() >= self._probe_at:
+        self._commit_offsets(idle=not usable)
+        if not usable and time.monotonic() >= self._probe_at:
             self._check_dependencies()
+
+    def _commit_offsets(self, *, idle: bool) -> None:
+        """Hand the done offsets to Kafka, at most every commit interval or once idle.
+
+        Every commit is a write to the group's offsets topic; under a steady stream one
+        per batch was most of the broker's requests. The effects are committed already,
+        so the offsets may go asynchronously and a little later: a commit lost in a crash
+        only means a redelivery, which is harmless. Stop and revoke commit synchronously.
+        """
+        now = time.monotonic()
+        if not idle and now < self._next_commit:
+            return
+        offsets = self._offsets.take_unsent()
+        if offsets:
+            commit(self._kafka_consumer, offsets, wait=False)
+            self._next_commit = now + self.settings.commit_interval_ms / 1000
 
     def _handle(self, messages: list[Message]) -> None:
         started = time.perf_counter()
@@ -303,11 +321,7 @@ class ConsumerService:
                 partition=dead.message.partition(),
                 offset=dead.message.offset(),
             )
-        # The effects are committed, so the offsets may go asynchronously: a commit that is
-        # lost only means a redelivery, which is harmless. Stop and revoke commit synchronously.
-        offsets = next_offsets(prepared.messages)
-        self._offsets.done(offsets)
-        commit(self._kafka_consumer, offsets, wait=False)
+        self._offsets.done(next_offsets(prepared.messages))  # committed by _commit_offsets
 
     @staticmethod
     def _count(prepared: Prepared, outcomes: list[tuple[Applier, Outcome]]) -> None:

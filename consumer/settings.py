@@ -100,6 +100,14 @@ class ConsumerSettings(KafkaClientSettings, ServiceSettings):
         description="How long one poll blocks while nothing has arrived; it paces only an idle "
         "consumer's dependency checks, never an event that is there",
     )
+    commit_interval_ms: int = Field(
+        default=100,
+        ge=0,
+        le=60_000,
+        description="Offsets of applied batches go to Kafka at most this often, and whenever "
+        "the consumer falls idle (0: after every batch); a commit lost in a crash only means "
+        "a redelivery, which changes nothing",
+    )
     batch_linger_ms: int = Field(
         default=0,
         ge=0,

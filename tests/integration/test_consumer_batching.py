@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from tests.conftest import PgSchema, TopicFactory
@@ -83,3 +84,26 @@ def test_a_backlog_is_taken_in_full_batches(
         batches, messages = _since(before)
     assert messages == 300
     assert batches <= 6
+
+
+def test_offsets_are_committed_when_the_consumer_falls_idle(
+    view: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path
+) -> None:
+    """With a minute between commits, the offset of the last batch is committed once idle."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq", partitions=1)
+    settings = cs.settings_for(
+        view, services.kafka_bootstrap, routes, topic, dlq, commit_interval_ms=60_000
+    )
+    probe = Consumer({"bootstrap.servers": services.kafka_bootstrap, "group.id": settings.group_id})
+    try:
+        with cs.running(settings) as service:
+            wait_until(lambda: not service.health.problems)
+            cs.send_events(services.kafka_bootstrap, topic, [cs.plan_event("idle-a", 1)])
+            wait_until(lambda: "idle-a" in cs.view(view))
+            cs.send_events(services.kafka_bootstrap, topic, [cs.plan_event("idle-b", 1)])
+            wait_until(lambda: "idle-b" in cs.view(view))
+            wait_until(
+                lambda: probe.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 2
+            )
+    finally:
+        probe.close()

@@ -39,3 +39,23 @@ def test_partitions_taken_away_are_neither_retried_nor_committed() -> None:
     assert [(t.partition, t.offset) for t in offsets.pending()] == [(1, 9)]
     offsets.assigned([_tp(0)])
     assert not offsets.revoked
+
+
+def test_done_offsets_are_handed_to_one_commit_each_the_latest_per_partition() -> None:
+    """Several batches between two commits make one commit: each partition's latest offset."""
+    offsets = Offsets()
+    offsets.done([_tp(0, 4), _tp(1, 2)])
+    offsets.done([_tp(0, 9)])
+    assert [(t.partition, t.offset) for t in offsets.take_unsent()] == [(0, 9), (1, 2)]
+    assert offsets.take_unsent() == []
+    offsets.done([_tp(1, 3)])
+    offsets.forget([_tp(0)])
+    assert [(t.partition, t.offset) for t in offsets.take_unsent()] == [(1, 3)]
+
+
+def test_a_partition_taken_away_leaves_nothing_to_commit() -> None:
+    """Offsets done on a partition that was then revoked are not committed by this consumer."""
+    offsets = Offsets()
+    offsets.done([_tp(2, 11)])
+    offsets.forget([_tp(2)])
+    assert offsets.take_unsent() == []
