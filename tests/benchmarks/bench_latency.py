@@ -1,8 +1,9 @@
 """Commit to visible at steady rates, parked-event waits, and the floor, all in one run.
 
 A relay and a consumer run as their own processes on a fresh schema and topic (the
-example routes: subscriptions to a projection, seat ledgers to a step route). A
-writer commits new subscriptions at 100, 1,000 and 10,000 events/s and as fast as it
+example routes: subscriptions to a projection, seat ledgers to a step route). After
+3 s of the example stream as a warm-up (nothing measured), a writer commits new
+subscriptions at 100, 1,000 and 10,000 events/s and as fast as it
 goes; then the example service's stream at 1,000 events/s (each new subscription is a
 projection event and a step event, as in the demo), the headline figures; then 1,000
 step events/s alone. Every time is a PostgreSQL commit timestamp
@@ -51,6 +52,8 @@ FLAT_OUT_EVENTS_PER_TX = 1000
 EARLY = 100
 EARLY_LEAD_S = 0.05
 FLOOR_SAMPLES = 300
+# Both routes at work for this long before anything is measured: steady state, not start-up.
+WARM_UP_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +443,7 @@ def run() -> list[BenchResult]:
             commits = _postgres_commits(schema_url)
             with _relay(pipe):
                 with _consumer(pipe):
+                    _measure(pipe, 1000, WARM_UP_S, "mixed")  # connections, plans, group
                     runs = [_measure(pipe, rate, seconds) for rate, seconds in RATES]
                     mixed = _measure(pipe, 1000, 15, "mixed")
                     steps = _measure(pipe, 1000, 10, "step")
