@@ -262,6 +262,8 @@ class ConsumerService:
     def _commit_offsets(self, *, idle: bool) -> None:
         """Hand the done offsets to Kafka, at most every commit interval or once idle.
 
+        A pause on an outage counts as idle too (see ``_pause``).
+
         Every commit is a write to the group's offsets topic; under a steady stream one
         per batch was most of the broker's requests. The effects are committed already,
         so the offsets may go asynchronously and a little later: a commit lost in a crash
@@ -356,6 +358,9 @@ class ConsumerService:
 
     def _pause(self) -> None:
         consumer = self._kafka_consumer
+        # A paused consumer is idle: what it applied before the outage is committed now,
+        # not left to a revoke or to the end of the outage.
+        commit(consumer, self._offsets.take_unsent(), wait=False)
         assignment = consumer.assignment()
         if assignment:
             consumer.pause(assignment)
