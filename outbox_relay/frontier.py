@@ -75,8 +75,15 @@ def advance(
             del running[xid]  # every row it wrote has been read
         elif xid == cut[0]:
             running[xid] = cut[1]
-    past = [row for row in ordered if row > cursor.position and row[0] not in cursor.running]
-    position = past[-1] if past else cursor.position
+    # The last row taken past the cursor, outside remembered transactions.
+    position = next(
+        (
+            row
+            for row in reversed(ordered)
+            if row > cursor.position and row[0] not in cursor.running
+        ),
+        cursor.position,
+    )
     for xid in snapshot.running:
         if xid < position[0]:
             running.setdefault(xid, 0)

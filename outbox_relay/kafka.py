@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
+from outbox_relay.rows import MESSAGE_ROW_ID, MESSAGE_VALUE
 from outbox_relay.rows import Message as OutMessage
 from outbox_relay.settings import RelaySettings
 from schemas.runtime.health import Health
@@ -106,18 +107,18 @@ class Sender:
 
     def produce(self, messages: Sequence[OutMessage]) -> None:
         """Hand ``messages`` to the producer; ``wait`` reports on them."""
+        produce, in_flight = self.producer.produce, self._in_flight
         for message in messages:
+            row_id, topic, key, value, headers = message
             try:
-                self.producer.produce(
-                    message.topic, message.value, message.key, headers=message.headers
-                )
+                produce(topic, value, key, headers=headers)
             except KafkaException as exc:
-                self._sent.add(message.row_id, exc.args[0])
+                self._sent.add(row_id, exc.args[0])
             except BufferError:
                 self.producer.poll(0.1)
-                self._sent.failed.append((message.row_id, "local_queue_full"))
+                self._sent.failed.append((row_id, "local_queue_full"))
             else:
-                self._in_flight.append(message)
+                in_flight.append(message)
 
     def wait(self, wait_s: float) -> Sent:
         """Wait until Kafka answered for everything produced (or ``wait_s``); what it refused."""
@@ -126,7 +127,7 @@ class Sender:
         self._sent, self._in_flight = Sent(), []
         self._errors.clear()
         if errors or left:
-            rows = {m.value: m.row_id for m in in_flight}
+            rows = {m[MESSAGE_VALUE]: m[MESSAGE_ROW_ID] for m in in_flight}
             for err, msg in errors:
                 row_id = rows.pop(msg.value() or b"", None)
                 if row_id is not None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
+from operator import itemgetter
 
 import orjson
 import structlog
@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from outbox_relay import metrics, store
 from outbox_relay.frontier import Cursor, advance
 from outbox_relay.kafka import Sender
-from outbox_relay.rows import Message, OutboxRow
+from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID, Message, Row
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
@@ -30,8 +30,7 @@ from schemas import PayloadSchemas
 
 log = structlog.get_logger(__name__)
 
-_ID = attrgetter("id")
-_OCCURRED_AT = attrgetter("occurred_at")
+_ID, _XID, _OCCURRED_AT = itemgetter(ID), itemgetter(XID), itemgetter(OCCURRED_AT)
 
 
 @dataclass(slots=True)
@@ -39,15 +38,14 @@ class Batch:
     """One read, ready to send: its rows and messages, and where it leaves each cursor."""
 
     cursors: dict[int, Cursor]
-    rows: list[OutboxRow] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # as ``store.read`` returns them
     messages: list[Message] = field(default_factory=list)
-    slices: list[int] = field(default_factory=list)  # each row's slice, as ``rows``
     oldest: float | None = None
     full: bool = False  # some slice had more rows than one read takes
 
     def slice_of(self) -> dict[int, int]:
         """Row id to slice (looked up only when a delivery failed)."""
-        return {row.id: s for row, s in zip(self.rows, self.slices, strict=True)}
+        return {row[ID]: row[SLICE] for row in self.rows}
 
 
 @dataclass(slots=True)
@@ -90,7 +88,7 @@ class Publisher:
         while batch.rows and owned:
             if len(owned) < len(batch.cursors):  # a slice was lost: send none of its rows
                 lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
-                batch.messages = [m for m in batch.messages if m.row_id not in lost]
+                batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] not in lost]
             self.sender.produce(batch.messages)
             # A batch that filled no slice took everything there was: the next rows come
             # with their NOTIFY, so reading again at once would only find nothing.
@@ -121,18 +119,15 @@ class Publisher:
         batch = Batch(dict(cursors))
         for slice_, cursor in cursors.items():
             rows = found.rows.get(slice_, [])[:limit]
-            xids = found.xids.get(slice_, [])[:limit]
-            taken = list(zip(xids, map(_ID, rows), strict=True))
+            taken = list(zip(map(_XID, rows), map(_ID, rows), strict=True))
             batch.cursors[slice_] = advance(cursor, found.snapshot, taken, limit)
             batch.full = batch.full or len(rows) >= limit
+            # Write order: an entity's rows in seq order even where transaction ids are
+            # not. All of an entity's rows are in one slice, so each slice is sorted alone.
+            rows.sort(key=_ID)
             batch.rows += rows
-            batch.slices += [slice_] * len(rows)
         if not batch.rows:
             return batch
-        # Write order: an entity's rows in seq order even where transaction ids are not.
-        order = sorted(range(len(batch.rows)), key=lambda n: batch.rows[n].id)
-        batch.rows = [batch.rows[n] for n in order]
-        batch.slices = [batch.slices[n] for n in order]
         # One session time zone renders every timestamp alike: the least text is the oldest.
         oldest = min(map(_OCCURRED_AT, batch.rows))
         batch.oldest = datetime.fromisoformat(orjson.loads(oldest)).timestamp()
@@ -142,7 +137,7 @@ class Publisher:
     def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
         if sent.rejected or sent.failed:
-            settle(self.conn, {row.id: row for row in batch.rows}, sent)
+            settle(self.conn, {row[ID]: row for row in batch.rows}, sent)
         slice_of = batch.slice_of() if sent.failed else {}
         retry = {slice_of[row_id] for row_id, _ in sent.failed}
         # Only cursors that moved are written: every write leaves a row version that a long

@@ -1,14 +1,21 @@
-"""Outbox rows and the Kafka messages made from them: pure, no I/O."""
+"""Outbox rows and the Kafka messages made from them: pure, no I/O.
+
+Rows and messages are plain tuples on the publishing path: a relay makes them by the
+hundred thousand a second, and a named tuple per row (built by a Python call, read by
+attribute) cost more than making the message itself. ``OutboxRow`` names the same
+positions where a row is looked at one at a time.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NamedTuple
 
 import orjson
 
 from outbox_relay.errors import RowProblem
-from schemas import PayloadError, PayloadSchemas, encode_rendered, headers, kafka_key
+from schemas import PayloadError, PayloadSchemas, encode_rendered, headers
+from schemas.keys import SEPARATOR
 
 # The columns every query of rows selects, in OutboxRow's order. The payload and the
 # creation time come as JSON text and go into the envelope as they are; the payload is
@@ -18,9 +25,28 @@ COLUMNS = (
     "nullif(headers, '{}'::jsonb), to_json(created_at)::text"
 )
 
+# Positions in a row (and in a cursor read's row, which adds the slice and the
+# transaction id after them).
+ID: Final = 0
+OCCURRED_AT: Final = 10
+SLICE: Final = 11
+XID: Final = 12
+
+# Every row as read: the OutboxRow fields, then possibly more columns.
+Row = tuple[Any, ...]
+
+Header = tuple[str, str | bytes | None]
+
+# What goes to Kafka for one row: (row id, topic, key, value, headers).
+Message = tuple[int, str, bytes, bytes, list[Header]]
+
+# Where the row id and the value sit in a Message.
+MESSAGE_ROW_ID: Final = 0
+MESSAGE_VALUE: Final = 3
+
 
 class OutboxRow(NamedTuple):
-    """One outbox row as the relay reads it (a tuple: rows are built by the ten thousand).
+    """One outbox row, by name (a ``Row`` holds the same values in the same places).
 
     ``payload`` is the JSON text of an object, ``occurred_at`` the JSON text of the
     creation time (a quoted timestamp), ``headers`` None when the row has none.
@@ -39,67 +65,88 @@ class OutboxRow(NamedTuple):
     occurred_at: str
 
 
-class Message(NamedTuple):
-    """What goes to Kafka for one row."""
-
-    row_id: int
-    topic: str
-    key: bytes
-    value: bytes
-    headers: list[tuple[str, str | bytes | None]]
+def named(row: Row) -> OutboxRow:
+    """``row`` with its fields named."""
+    return row if isinstance(row, OutboxRow) else OutboxRow._make(row[: OCCURRED_AT + 1])
 
 
-def _headers(row: OutboxRow, republish_request: str | None) -> list[tuple[str, str | bytes | None]]:
-    out: list[tuple[str, str | bytes | None]] = [
-        (headers.EVENT_TYPE, row.event_type),
-        (headers.ENTITY_TYPE, row.entity_type),
-    ]
-    if row.headers is not None:
-        if not isinstance(row.headers, Mapping) or not all(
-            isinstance(v, str) for v in row.headers.values()
+def _headers(
+    event_type: str, entity_type: str, row_headers: Any, republish_request: str | None
+) -> list[Header]:
+    out: list[Header] = [(headers.EVENT_TYPE, event_type), (headers.ENTITY_TYPE, entity_type)]
+    if row_headers is not None:
+        if not isinstance(row_headers, Mapping) or not all(
+            isinstance(v, str) for v in row_headers.values()
         ):
             raise RowProblem("bad_headers", "headers must be a JSON object of strings")
-        out.extend(row.headers.items())
+        out.extend(row_headers.items())
     if republish_request is not None:
         out.append((headers.REPUBLISH_REQUEST, republish_request))
     return out
 
 
-def _check_payload(row: OutboxRow, schemas: PayloadSchemas) -> None:
-    """Hold the payload to its event type's schema, when one is registered."""
-    if row.event_type not in schemas:
-        return
+def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> RowProblem:
     try:
-        schemas.validate(row.event_type, orjson.loads(row.payload))
+        schemas.validate(event_type, orjson.loads(payload))
     except PayloadError as exc:
-        raise RowProblem("payload_schema", exc.detail) from exc
+        return RowProblem("payload_schema", exc.detail)
+    return RowProblem("payload_schema", "the payload does not match its schema")
 
 
-def to_message(
-    row: OutboxRow,
+def to_messages(
+    rows: Iterable[Row],
     published_at: str,
     *,
     schemas: PayloadSchemas,
     max_bytes: int,
     republish_request: str | None = None,
-) -> Message:
-    """The Kafka message for ``row``, or ``RowProblem`` saying why it cannot be sent.
+) -> tuple[list[Message], list[tuple[Row, RowProblem]]]:
+    """The Kafka message of every sendable row, and why each other row cannot be sent.
 
     ``published_at`` is JSON text (a quoted timestamp). The table's CHECK constraints
     already hold every envelope field to the contract and the payload to a JSON object;
     a payload is checked against its event type's schema when one is registered, and
-    event types without one pass unchecked.
+    event types without one pass unchecked. Messages keep the rows' order.
     """
-    _check_payload(row, schemas)
-    value = encode_rendered(
-        row.event_id,
-        row.event_type,
-        (row.entity_type, row.entity_id, row.generation, row.seq),
-        row.occurred_at,
-        published_at,
-        row.payload,
-    )
-    if len(value) > max_bytes:
-        raise RowProblem("too_large", f"message is {len(value)} bytes, over {max_bytes}")
-    key = kafka_key(row.entity_type, row.entity_id)
-    return Message(row.id, row.topic, key, value, _headers(row, republish_request))
+    messages: list[Message] = []
+    problems: list[tuple[Row, RowProblem]] = []
+    validator = schemas.validators().get
+    loads = orjson.loads
+    # Rows without headers of their own share one header list per (event, entity) type:
+    # the producer copies headers as it takes a message.
+    shared: dict[tuple[str, str], list[Header]] = {}
+    for row in rows:
+        (
+            row_id, topic, entity_type, entity_id, generation, seq,
+            event_type, event_id, payload, row_headers, occurred_at,
+        ) = row[:OCCURRED_AT + 1]  # fmt: skip
+        check = validator(event_type)
+        if check is not None and not check.is_valid(loads(payload)):
+            problems.append((row, _schema_problem(schemas, event_type, payload)))
+            continue
+        value = encode_rendered(
+            event_id,
+            event_type,
+            (entity_type, entity_id, generation, seq),
+            occurred_at,
+            published_at,
+            payload,
+        )
+        if len(value) > max_bytes:
+            detail = f"message is {len(value)} bytes, over {max_bytes}"
+            problems.append((row, RowProblem("too_large", detail)))
+            continue
+        if row_headers is None and republish_request is None:
+            found = shared.get((event_type, entity_type))
+            if found is None:
+                found = _headers(event_type, entity_type, None, None)
+                shared[(event_type, entity_type)] = found
+        else:
+            try:
+                found = _headers(event_type, entity_type, row_headers, republish_request)
+            except RowProblem as problem:
+                problems.append((row, problem))
+                continue
+        key = f"{entity_type}{SEPARATOR}{entity_id}".encode()
+        messages.append((row_id, topic, key, value, found))
+    return messages, problems

@@ -9,9 +9,8 @@ import orjson
 import structlog
 
 from outbox_relay import metrics, store
-from outbox_relay.errors import RowProblem
 from outbox_relay.kafka import Sender, Sent
-from outbox_relay.rows import Message, OutboxRow, to_message
+from outbox_relay.rows import ID, Message, Row, named, to_messages
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
@@ -21,34 +20,28 @@ log = structlog.get_logger(__name__)
 
 def prepare(
     conn: Conn,
-    rows: Sequence[OutboxRow],
+    rows: Sequence[Row],
     settings: RelaySettings,
     schemas: PayloadSchemas,
     republish_request: str | None = None,
 ) -> tuple[list[Message], list[int]]:
     """Messages for the sendable rows; rows that can never be sent are marked failed."""
     now = orjson.dumps(datetime.now(UTC).isoformat()).decode()
-    messages: list[Message] = []
-    failed: list[int] = []
-    for row in rows:
-        try:
-            message = to_message(
-                row,
-                now,
-                schemas=schemas,
-                max_bytes=settings.max_message_bytes,
-                republish_request=republish_request,
-            )
-        except RowProblem as problem:
-            fail(conn, row, problem.reason, str(problem))
-            failed.append(row.id)
-        else:
-            messages.append(message)
-    return messages, failed
+    messages, problems = to_messages(
+        rows,
+        now,
+        schemas=schemas,
+        max_bytes=settings.max_message_bytes,
+        republish_request=republish_request,
+    )
+    for row, problem in problems:
+        fail(conn, row, problem.reason, str(problem))
+    return messages, [row[ID] for row, _ in problems]
 
 
-def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
+def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
     """Mark one row failed, count it and say so in the log."""
+    row = named(failed)
     store.mark_failed(conn, row.id, detail)
     metrics.ROWS_FAILED.labels(reason).inc()
     log.error(
@@ -62,7 +55,7 @@ def fail(conn: Conn, row: OutboxRow, reason: str, detail: str) -> None:
     )
 
 
-def settle(conn: Conn, rows: dict[int, OutboxRow], sent: Sent) -> None:
+def settle(conn: Conn, rows: dict[int, Row], sent: Sent) -> None:
     """Mark the rows Kafka refused for good as failed, and count the rest of the outcome."""
     for row_id, reason in sent.rejected:
         fail(conn, rows[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
@@ -73,7 +66,7 @@ def settle(conn: Conn, rows: dict[int, OutboxRow], sent: Sent) -> None:
 def deliver(
     conn: Conn,
     sender: Sender,
-    rows: Sequence[OutboxRow],
+    rows: Sequence[Row],
     settings: RelaySettings,
     schemas: PayloadSchemas,
     republish_request: str | None = None,
@@ -81,5 +74,5 @@ def deliver(
     """Send rows and wait for Kafka: what it reported, and every row id now marked failed."""
     messages, failed = prepare(conn, rows, settings, schemas, republish_request)
     sent = sender.send(messages, settings.delivery_timeout_ms / 1000 + 5)
-    settle(conn, {row.id: row for row in rows}, sent)
+    settle(conn, {row[ID]: row for row in rows}, sent)
     return sent, failed + [row_id for row_id, _ in sent.rejected]

@@ -15,28 +15,31 @@ import psycopg
 
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
-from outbox_relay.rows import COLUMNS, OutboxRow
+from outbox_relay.rows import COLUMNS, ID, SLICE, XID, OutboxRow, Row
 
 Conn = psycopg.Connection[Any]
 
 # One statement, so one snapshot: the rows it returns are exactly those of the
-# transactions the snapshot shows finished. The snapshot comes first, alone; then per
-# slice the rows past the cursor, then the rows of remembered transactions past their
-# positions, each part in (xid, id) order and limited.
+# transactions the snapshot shows finished. The snapshot comes first, alone (in the
+# topic's place, with a NULL id); then per slice the rows past the cursor, then the rows
+# of remembered transactions past their positions, each part in (xid, id) order and
+# limited. Each row is COLUMNS, then its slice and transaction id (a row is a ``Row``);
+# the id is named apart from the column so that ORDER BY xid still means the column.
+_AFTER_TOPIC = len(OutboxRow._fields)  # the nine columns after the topic, slice, xid
 _READ = f"""
-SELECT NULL::smallint, pg_current_snapshot()::text, {", ".join(["NULL"] * len(OutboxRow._fields))}
+SELECT NULL::bigint, pg_current_snapshot()::text, {", ".join(["NULL"] * _AFTER_TOPIC)}
 UNION ALL (
-    SELECT c.slice, o.* FROM unnest(%(slices)s::smallint[],
+    SELECT o.* FROM unnest(%(slices)s::smallint[],
             %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
     CROSS JOIN LATERAL (
-        SELECT xid::text AS xid_text, {COLUMNS} FROM outbox
+        SELECT {COLUMNS}, c.slice, xid::text::bigint AS txid FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
          ORDER BY xid, id LIMIT %(limit)s) o)
 UNION ALL (
-    SELECT w.slice, o.* FROM unnest(%(wslices)s::smallint[],
+    SELECT o.* FROM unnest(%(wslices)s::smallint[],
             %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
     CROSS JOIN LATERAL (
-        SELECT xid::text AS xid_text, {COLUMNS} FROM outbox
+        SELECT {COLUMNS}, w.slice, xid::text::bigint AS txid FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
          ORDER BY id LIMIT %(limit)s) o)
 """  # noqa: S608 - COLUMNS is a constant, values are parameters
@@ -62,12 +65,11 @@ RETURNING s.slice
 class Read:
     """What one read returned: its snapshot, and per slice its rows in ``(xid, id)`` order.
 
-    ``xids`` holds each row's transaction id, in the same order as ``rows``.
+    Each row is a ``Row`` followed by its slice and its transaction id (``SLICE``, ``XID``).
     """
 
     snapshot: Snapshot
-    rows: dict[int, list[OutboxRow]] = field(default_factory=dict)
-    xids: dict[int, list[int]] = field(default_factory=dict)
+    rows: dict[int, list[Row]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,29 +127,14 @@ def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
         "limit": limit,
     }
     records = conn.execute(_READ, params, prepare=True).fetchall()
-    snapshot = next(record for record in records if record[0] is None)
+    snapshot = next(record for record in records if record[ID] is None)
     result = Read(Snapshot.parse(snapshot[1]))
-    make = OutboxRow._make
-    data = (record for record in records if record[0] is not None)
-    for slice_, group in groupby(data, itemgetter(0)):
-        found = list(group)
-        rows = result.rows.setdefault(slice_, [])
-        xids = result.xids.setdefault(slice_, [])
-        rows.extend(map(make, map(itemgetter(slice(2, None)), found)))
-        xids.extend(map(int, map(itemgetter(1), found)))
+    data = (record for record in records if record[ID] is not None)
+    for slice_, group in groupby(data, itemgetter(SLICE)):
+        result.rows.setdefault(slice_, []).extend(group)
     for slice_ in {w[0] for w in waiting} & result.rows.keys():
-        _merge(result, slice_)  # both parts may have rows: put them in (xid, id) order
+        result.rows[slice_].sort(key=itemgetter(XID, ID))  # both parts may have rows
     return result
-
-
-def _merge(result: Read, slice_: int) -> None:
-    pairs = sorted(zip(result.xids[slice_], result.rows[slice_], strict=True), key=_order)
-    result.xids[slice_] = [x for x, _ in pairs]
-    result.rows[slice_] = [row for _, row in pairs]
-
-
-def _order(pair: tuple[int, OutboxRow]) -> tuple[int, int]:
-    return (pair[0], pair[1].id)
 
 
 def advance(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:

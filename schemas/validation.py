@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema_rs
@@ -49,6 +50,10 @@ class PayloadSchemas:
 
     def __contains__(self, event_type: object) -> bool:
         return event_type in self._validators
+
+    def validators(self) -> Mapping[str, Validator]:
+        """The compiled validators by event type, read-only (for checking many at once)."""
+        return MappingProxyType(self._validators)
 
     def validate(self, event_type: str, payload: Any) -> None:
         """Raise ``PayloadError`` naming the first problem when ``payload`` does not match."""

@@ -233,6 +233,7 @@ def test_rows_are_read_in_transaction_id_order_not_text_order(outbox: PgSchema) 
     """Ids of different lengths (99 < 100 < 1000) are ordered as numbers when a limit cuts."""
     from outbox_relay import store  # noqa: PLC0415
     from outbox_relay.frontier import Cursor  # noqa: PLC0415
+    from outbox_relay.rows import XID, named  # noqa: PLC0415
 
     with outbox.connect() as conn:
         with conn.transaction():
@@ -241,5 +242,28 @@ def test_rows_are_read_in_transaction_id_order_not_text_order(outbox: PgSchema) 
         conn.execute("UPDATE outbox SET xid = (ARRAY['1000', '100', '99'])[seq]::xid8")
         [slice_] = conn.execute("SELECT DISTINCT outbox_slice(entity_type, entity_id) FROM outbox")
         found = store.read(conn, {slice_[0]: Cursor()}, 2)
-    assert found.xids[slice_[0]] == [99, 100]
-    assert [row.seq for row in found.rows[slice_[0]]] == [3, 2]
+    assert [row[XID] for row in found.rows[slice_[0]]] == [99, 100]
+    assert [named(row).seq for row in found.rows[slice_[0]]] == [3, 2]
+
+
+def test_a_read_takes_each_slice_from_the_index_in_order(outbox: PgSchema) -> None:
+    """Reading 10 rows per slice from a 4,000-row outbox looks at about those rows only."""
+    from outbox_relay import store  # noqa: PLC0415
+    from outbox_relay.frontier import Cursor  # noqa: PLC0415
+    from outbox_relay.rows import XID  # noqa: PLC0415
+
+    with outbox.connect(autocommit=True) as conn:
+        for chunk in range(8):
+            with conn.transaction():
+                emit_many(conn, [_event("t", f"e{chunk}-{n}") for n in range(500)])
+        conn.execute("ANALYZE outbox")
+        with conn.transaction():
+            found = store.read(conn, {s: Cursor() for s in range(16)}, 10)
+            row = conn.execute(
+                "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+                "WHERE relid = 'outbox'::regclass"
+            ).fetchone()
+    assert sorted(len(rows) for rows in found.rows.values()) == [10] * 16
+    assert all(rows == sorted(rows, key=lambda r: (r[XID], r[0])) for rows in found.rows.values())
+    assert row is not None
+    assert row[0] <= 16 * 12

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -11,7 +12,7 @@ import pytest
 import schemas
 from outbox_relay.errors import RowProblem
 from outbox_relay.republisher import MAX_RANGE, Cooldown, bounded
-from outbox_relay.rows import OutboxRow, to_message
+from outbox_relay.rows import OutboxRow, to_messages
 from schemas import headers
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
 
@@ -36,10 +37,19 @@ def _row(**changes: Any) -> OutboxRow:
     return OutboxRow(**{**fields, **changes})
 
 
-def _message(row: OutboxRow, **kwargs: Any) -> Any:
-    return to_message(
-        row, NOW, schemas=schemas.default_payload_schemas(), max_bytes=10_000, **kwargs
+def _messages(rows: list[OutboxRow], **kwargs: Any) -> Any:
+    return to_messages(
+        rows, NOW, schemas=schemas.default_payload_schemas(), max_bytes=10_000, **kwargs
     )
+
+
+def _message(row: OutboxRow, **kwargs: Any) -> Any:
+    """The one message made of ``row``, or the RowProblem it raised."""
+    messages, problems = _messages([row], **kwargs)
+    if problems:
+        raise problems[0][1]
+    [(row_id, topic, key, value, sent_headers)] = messages
+    return SimpleNamespace(row_id=row_id, topic=topic, key=key, value=value, headers=sent_headers)
 
 
 def test_row_becomes_the_envelope_keyed_by_entity() -> None:
@@ -83,6 +93,33 @@ def test_rows_that_cannot_be_sent_say_why(changes: dict[str, Any], reason: str) 
     with pytest.raises(RowProblem) as caught:
         _message(_row(**changes))
     assert caught.value.reason == reason
+
+
+def test_a_batch_keeps_its_order_and_sets_aside_only_the_bad_rows() -> None:
+    """Bad rows come back with their reasons; the rest become messages in the rows' order."""
+    rows = [
+        _row(id=1, headers=None),
+        _row(id=2, headers={"n": 5}),
+        _row(id=3, headers=None, entity_id="s2", event_id="subscription:s2:2:5"),
+        _row(id=4, payload='{"plan": "gold", "price_cents": 1, "status": "active"}'),
+        _row(id=5, headers={"trace": "u"}),
+    ]
+    messages, problems = _messages(rows)
+    assert [m[0] for m in messages] == [1, 3, 5]
+    assert [(row.id, problem.reason) for row, problem in problems] == [
+        (2, "bad_headers"),
+        (4, "payload_schema"),
+    ]
+    assert [m[2] for m in messages] == [b"subscription:s1", b"subscription:s2", b"subscription:s1"]
+    assert (
+        messages[0][4]
+        == messages[1][4]
+        == [
+            (headers.EVENT_TYPE, "subscription.plan_changed"),
+            (headers.ENTITY_TYPE, "subscription"),
+        ]
+    )
+    assert messages[2][4][-1] == ("trace", "u")
 
 
 def test_large_requests_are_answered_in_bounded_parts() -> None:
