@@ -283,6 +283,13 @@ def encode(event: Event) -> bytes:
     return orjson.dumps(to_document(event))
 
 
+# The envelope with its parts in to_document's order; strings go in as JSON text.
+_RENDERED = (
+    b'{"event_id":%b,"event_type":%b,"entity_type":%b,"entity_id":%b,'
+    b'"generation":%d,"seq":%d,"occurred_at":%b,"published_at":%b,"payload":%b}'
+)
+
+
 def encode_rendered(
     event_id: str,
     event_type: str,
@@ -297,18 +304,20 @@ def encode_rendered(
     ``published_at`` and ``payload`` are JSON text (quoted timestamps, an object), as
     PostgreSQL renders an outbox row. They are spliced into the document, never parsed
     and serialised again; the result is what ``encode`` makes of the same event (a test
-    holds the two to the same fields). The relay's hot path: one dict, one dumps.
+    holds the two to the same fields). The relay's hot path: each string is escaped by
+    orjson and the parts formatted into place, several times faster than building a
+    dict for orjson to serialise.
     """
-    return orjson.dumps(
-        {
-            "event_id": event_id,
-            "event_type": event_type,
-            "entity_type": entity[0],
-            "entity_id": entity[1],
-            "generation": entity[2],
-            "seq": entity[3],
-            "occurred_at": orjson.Fragment(occurred_at),
-            "published_at": orjson.Fragment(published_at),
-            "payload": orjson.Fragment(payload),
-        }
+    entity_type, entity_id, generation, seq = entity
+    dumps = orjson.dumps
+    return _RENDERED % (
+        dumps(event_id),
+        dumps(event_type),
+        dumps(entity_type),
+        dumps(entity_id),
+        generation,
+        seq,
+        occurred_at.encode(),
+        published_at.encode(),
+        payload.encode(),
     )
