@@ -1,10 +1,10 @@
 """Publishing: read past the cursors, send, and advance the cursors once Kafka has everything.
 
 One write per batch, none per row. While one batch is in flight the next is read
-from where the first will leave the cursors, and sent only after the first was
-acknowledged and its cursors stored, so a failure never lets a later batch pass an
-earlier one. A crash re-sends at most the batch in hand: the stored cursors are
-behind it.
+from where the first will leave the cursors (PostgreSQL finds its rows while this
+thread hands the first to Kafka), and sent only after the first was acknowledged and
+its cursors stored, so a failure never lets a later batch pass an earlier one. A
+crash re-sends at most the batch in hand: the stored cursors are behind it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from confluent_kafka import KafkaException
 from outbox_relay import metrics, store
 from outbox_relay.frontier import Cursor, advance
 from outbox_relay.kafka import Sender
+from outbox_relay.reading import Reader
 from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID, Message, Row
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
-from outbox_relay.store import Conn
+from outbox_relay.store import Conn, Read
 from schemas import PayloadSchemas
 
 log = structlog.get_logger(__name__)
@@ -62,12 +63,14 @@ class Publisher:
     def __init__(
         self,
         conn: Conn,
+        reader: Reader,
         sender: Sender,
         settings: RelaySettings,
         schemas: PayloadSchemas,
         owner: str,
     ) -> None:
         self.conn = conn
+        self.reader = reader
         self.sender = sender
         self.settings = settings
         self.schemas = schemas
@@ -84,16 +87,19 @@ class Publisher:
         """
         outcome = Outcome()
         deadline = time.monotonic() + budget_s
-        batch = self._read(owned)
+        limit = self.settings.batch_size
+        batch = self._batch(owned, self.reader.read(owned, limit))
         while batch.rows and owned:
             if len(owned) < len(batch.cursors):  # a slice was lost: send none of its rows
                 lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
                 batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] not in lost]
-            self.sender.produce(batch.messages)
             # A batch that filled no slice took everything there was: the next rows come
             # with their NOTIFY, so reading again at once would only find nothing.
             more = batch.full and not stopping() and time.monotonic() < deadline
-            ahead = self._read(self._still_owned(batch, owned)) if more else None
+            still = self._still_owned(batch, owned)
+            reading = self.reader.start(still, limit) if more else None
+            self.sender.produce(batch.messages)
+            ahead = self._batch(still, reading.result()) if reading is not None else None
             self._settle(batch, owned, outcome)
             if ahead is None:
                 break
@@ -113,9 +119,9 @@ class Publisher:
     def _still_owned(batch: Batch, owned: dict[int, Cursor]) -> dict[int, Cursor]:
         return {s: c for s, c in batch.cursors.items() if s in owned}
 
-    def _read(self, cursors: dict[int, Cursor]) -> Batch:
+    def _batch(self, cursors: dict[int, Cursor], found: Read) -> Batch:
+        """The batch a read past ``cursors`` makes: its rows, messages and new cursors."""
         limit = self.settings.batch_size
-        found = store.read(self.conn, cursors, limit)
         batch = Batch(dict(cursors))
         for slice_, cursor in cursors.items():
             rows = found.rows.get(slice_, [])[:limit]

@@ -24,6 +24,7 @@ from outbox_relay.frontier import Cursor
 from outbox_relay.housekeeping import Housekeeper
 from outbox_relay.kafka import Sender, make_request_consumer
 from outbox_relay.publisher import Publisher
+from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
@@ -63,6 +64,7 @@ class Relay:
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
         self._listener: psycopg.Connection[Any] | None = None
+        self._reader: Reader | None = None
         self._sender: Sender | None = None
         self._requests: Consumer | None = None
         self._resend = True  # rows listed to send ahead of the cursors, looked for each share
@@ -145,7 +147,11 @@ class Relay:
                 return True
         if not self.owned:
             return False
-        publisher = Publisher(self._db, self._kafka, self.settings, self.schemas, self.relay_id)
+        if self._reader is None:
+            self._reader = Reader(self.settings.database_url.get_secret_value())
+        publisher = Publisher(
+            self._db, self._reader, self._kafka, self.settings, self.schemas, self.relay_id
+        )
         outcome = publisher.publish(self.owned, TICK_S, lambda: self._stopping)
         if outcome.rows:
             self.health.cleared("kafka")
@@ -254,6 +260,9 @@ class Relay:
             if conn is not None:
                 conn.close()
         self._conn = self._listener = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _close(self) -> None:
         self._housekeeper.stop()
