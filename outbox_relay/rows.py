@@ -17,22 +17,25 @@ from outbox_relay.errors import RowProblem
 from schemas import PayloadError, PayloadSchemas, encode_rendered, headers
 from schemas.keys import SEPARATOR
 
-# The columns every query of rows selects, in OutboxRow's order. The payload and the
-# creation time come as JSON text and go into the envelope as they are; the payload is
-# parsed only when a schema checks it. Empty headers (the usual case) come as NULL.
-COLUMNS = (
+# The columns every query of rows selects, in OutboxRow's order, up to the slice. The
+# payload and the creation time come as JSON text and go into the envelope as they are;
+# the payload is parsed only when a schema checks it. Empty headers (the usual case) come
+# as NULL. The transaction id is named apart from its column, so that ORDER BY xid still
+# means the column (and its index).
+FIELDS = (
     "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload::text, "
     "nullif(headers, '{}'::jsonb), to_json(created_at)::text"
 )
+TRANSACTION = "xid::text::bigint AS txid"
+COLUMNS = f"{FIELDS}, outbox_slice(entity_type, entity_id), {TRANSACTION}"
 
-# Positions in a row (and in a cursor read's row, which adds the slice and the
-# transaction id after them).
+# Positions in a row.
 ID: Final = 0
 OCCURRED_AT: Final = 10
 SLICE: Final = 11
 XID: Final = 12
 
-# Every row as read: the OutboxRow fields, then possibly more columns.
+# Every row as read: OutboxRow's fields, in its order.
 Row = tuple[Any, ...]
 
 Header = tuple[str, str | bytes | None]
@@ -49,7 +52,8 @@ class OutboxRow(NamedTuple):
     """One outbox row, by name (a ``Row`` holds the same values in the same places).
 
     ``payload`` is the JSON text of an object, ``occurred_at`` the JSON text of the
-    creation time (a quoted timestamp), ``headers`` None when the row has none.
+    creation time (a quoted timestamp), ``headers`` None when the row has none;
+    ``slice`` is the entity's slice and ``xid`` the id of the transaction that wrote it.
     """
 
     id: int
@@ -63,11 +67,13 @@ class OutboxRow(NamedTuple):
     payload: str
     headers: Any
     occurred_at: str
+    slice: int
+    xid: int
 
 
 def named(row: Row) -> OutboxRow:
     """``row`` with its fields named."""
-    return row if isinstance(row, OutboxRow) else OutboxRow._make(row[: OCCURRED_AT + 1])
+    return row if isinstance(row, OutboxRow) else OutboxRow._make(row)
 
 
 def _headers(
@@ -118,8 +124,8 @@ def to_messages(
     for row in rows:
         (
             row_id, topic, entity_type, entity_id, generation, seq,
-            event_type, event_id, payload, row_headers, occurred_at,
-        ) = row[:OCCURRED_AT + 1]  # fmt: skip
+            event_type, event_id, payload, row_headers, occurred_at, _, _,
+        ) = row  # fmt: skip
         check = validator(event_type)
         if check is not None and not check.is_valid(loads(payload)):
             problems.append((row, _schema_problem(schemas, event_type, payload)))

@@ -15,7 +15,7 @@ import psycopg
 
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
-from outbox_relay.rows import COLUMNS, ID, SLICE, XID, OutboxRow, Row
+from outbox_relay.rows import COLUMNS, FIELDS, ID, SLICE, TRANSACTION, XID, OutboxRow, Row
 
 Conn = psycopg.Connection[Any]
 
@@ -23,26 +23,25 @@ Conn = psycopg.Connection[Any]
 # transactions the snapshot shows finished. The snapshot comes first, alone (in the
 # topic's place, with a NULL id); then per slice the rows past the cursor, then the rows
 # of remembered transactions past their positions, each part in (xid, id) order and
-# limited. Each row is COLUMNS, then its slice and transaction id (a row is a ``Row``);
-# the id is named apart from the column so that ORDER BY xid still means the column.
-_AFTER_TOPIC = len(OutboxRow._fields)  # the nine columns after the topic, slice, xid
+# limited. Each row is a ``Row``; its slice comes from the cursor, not computed again.
+_AFTER_TOPIC = len(OutboxRow._fields) - 2  # the columns after id and topic
 _READ = f"""
 SELECT NULL::bigint, pg_current_snapshot()::text, {", ".join(["NULL"] * _AFTER_TOPIC)}
 UNION ALL (
     SELECT o.* FROM unnest(%(slices)s::smallint[],
             %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
     CROSS JOIN LATERAL (
-        SELECT {COLUMNS}, c.slice, xid::text::bigint AS txid FROM outbox
+        SELECT {FIELDS}, c.slice, {TRANSACTION} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
          ORDER BY xid, id LIMIT %(limit)s) o)
 UNION ALL (
     SELECT o.* FROM unnest(%(wslices)s::smallint[],
             %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
     CROSS JOIN LATERAL (
-        SELECT {COLUMNS}, w.slice, xid::text::bigint AS txid FROM outbox
+        SELECT {FIELDS}, w.slice, {TRANSACTION} FROM outbox
          WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
          ORDER BY id LIMIT %(limit)s) o)
-"""  # noqa: S608 - COLUMNS is a constant, values are parameters
+"""  # noqa: S608 - the columns are constants, values are parameters
 
 _RANGE = f"""
 SELECT {COLUMNS}, failed_at IS NOT NULL AS failed FROM outbox
@@ -65,7 +64,7 @@ RETURNING s.slice
 class Read:
     """What one read returned: its snapshot, and per slice its rows in ``(xid, id)`` order.
 
-    Each row is a ``Row`` followed by its slice and its transaction id (``SLICE``, ``XID``).
+    Each row is a ``Row``: OutboxRow's values, not yet named.
     """
 
     snapshot: Snapshot

@@ -33,6 +33,8 @@ def _row(**changes: Any) -> OutboxRow:
         "payload": orjson.dumps(PAYLOAD).decode(),
         "headers": {"trace": "t"},
         "occurred_at": '"2026-11-30T11:59:00+00:00"',
+        "slice": 3,
+        "xid": 1000,
     }
     return OutboxRow(**{**fields, **changes})
 
