@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY
 
 import schemas
@@ -267,3 +268,29 @@ def test_a_read_takes_each_slice_from_the_index_in_order(outbox: PgSchema) -> No
     assert all(rows == sorted(rows, key=lambda r: (r[XID], r[0])) for rows in found.rows.values())
     assert row is not None
     assert row[0] <= 16 * 12
+
+
+def test_the_reader_reconnects_after_its_connection_is_cut(outbox: PgSchema) -> None:
+    """A read whose connection was terminated fails; the next read opens a new one."""
+    import psycopg  # noqa: PLC0415
+    from psycopg.conninfo import make_conninfo  # noqa: PLC0415
+
+    from outbox_relay.frontier import Cursor  # noqa: PLC0415
+    from outbox_relay.reading import Reader  # noqa: PLC0415
+
+    reader = Reader(make_conninfo(outbox.conninfo, application_name="reader-under-test"))
+    try:
+        with outbox.connect(autocommit=True) as conn:
+            with conn.transaction():
+                emit(conn, _event("t", "cut"))
+            cursors = {s: Cursor() for s in range(16)}
+            assert sum(map(len, reader.read(cursors, 10).rows.values())) == 1
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'reader-under-test'"
+            )
+            with pytest.raises(psycopg.OperationalError):
+                reader.read(cursors, 10)
+            assert sum(map(len, reader.read(cursors, 10).rows.values())) == 1
+    finally:
+        reader.close()
