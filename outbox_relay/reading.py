@@ -8,6 +8,7 @@ it runs changes nothing about what it returns.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -22,30 +23,33 @@ from outbox_relay.store import Read
 
 
 class Reader:
-    """One read at a time, in the background; the connection opens with the first read."""
+    """One read at a time; the connection opens with the first read.
+
+    ``start`` reads in the background, ``read`` in the calling thread (nothing to overlap,
+    so no hand-over between threads to wait for).
+    """
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._conn: psycopg.Connection[Any] | None = None
+        self._using = threading.Lock()  # the connection, by one read at a time
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-read")
 
     def start(self, cursors: Mapping[int, Cursor], limit: int) -> Future[Read]:
         """Begin reading past ``cursors``; the future holds the read or the error it met."""
-        return self._thread.submit(self._read, dict(cursors), limit)
+        return self._thread.submit(self.read, dict(cursors), limit)
 
     def read(self, cursors: Mapping[int, Cursor], limit: int) -> Read:
-        """Read past ``cursors`` and wait for the rows."""
-        return self.start(cursors, limit).result()
-
-    def _read(self, cursors: dict[int, Cursor], limit: int) -> Read:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._url, autocommit=True)
-            set_json_loads(orjson.loads, self._conn)
-        try:
-            return store.read(self._conn, cursors, limit)
-        except psycopg.OperationalError:
-            self._drop()
-            raise
+        """Read past ``cursors`` and return the rows."""
+        with self._using:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._url, autocommit=True)
+                set_json_loads(orjson.loads, self._conn)
+            try:
+                return store.read(self._conn, cursors, limit)
+            except psycopg.OperationalError:
+                self._drop()
+                raise
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -54,5 +58,6 @@ class Reader:
 
     def close(self) -> None:
         """Wait for a read in progress, then close the connection and the thread."""
-        self._thread.submit(self._drop)
         self._thread.shutdown(wait=True)
+        with self._using:
+            self._drop()
