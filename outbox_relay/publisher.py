@@ -1,16 +1,18 @@
 """Publishing: read past the cursors, send, and advance the cursors once Kafka has everything.
 
-One write per batch, none per row. While one batch is in flight the next is read
-from where the first will leave the cursors (PostgreSQL finds its rows while this
-thread hands the first to Kafka), and sent only after the first was acknowledged and
-its cursors stored, so a failure never lets a later batch pass an earlier one. A
-crash re-sends at most the batch in hand: the stored cursors are behind it.
+One write per batch, none per row. Reads run ahead of sending, each from where the
+batch before it will leave the cursors: while one batch is in flight, the next one's
+messages are made here and PostgreSQL finds the rows of the one after. A batch is sent
+only after the one before it was acknowledged and its cursors stored, so a failure
+never lets a later batch pass an earlier one, and a crash re-sends at most the batch in
+hand: the stored cursors are behind it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
@@ -87,19 +89,29 @@ class Publisher:
         """
         outcome = Outcome()
         deadline = time.monotonic() + budget_s
-        limit = self.settings.batch_size
-        batch = self._batch(owned, self.reader.read(owned, limit))
+
+        def read_after(batch: Batch) -> Future[Read] | None:
+            # A batch that filled no slice took everything there was: the next rows come
+            # with their NOTIFY, so reading again at once would only find nothing.
+            if not batch.full or stopping() or time.monotonic() >= deadline:
+                return None
+            return self.reader.start(self._still_owned(batch, owned), self.settings.batch_size)
+
+        batch = self._batch(owned, self.reader.read(owned, self.settings.batch_size))
+        self._prepare(batch)
+        reading = read_after(batch)
         while batch.rows and owned:
             if len(owned) < len(batch.cursors):  # a slice was lost: send none of its rows
                 lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
                 batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] not in lost]
-            # A batch that filled no slice took everything there was: the next rows come
-            # with their NOTIFY, so reading again at once would only find nothing.
-            more = batch.full and not stopping() and time.monotonic() < deadline
-            still = self._still_owned(batch, owned)
-            reading = self.reader.start(still, limit) if more else None
             self.sender.produce(batch.messages)
-            ahead = self._batch(still, reading.result()) if reading is not None else None
+            ahead = None
+            if reading is not None:
+                # While Kafka takes this batch: the next one's rows, the read after it
+                # started at once (PostgreSQL works on it meanwhile), the next messages.
+                ahead = self._batch(self._still_owned(batch, owned), reading.result())
+                reading = read_after(ahead)
+                self._prepare(ahead)
             self._settle(batch, owned, outcome)
             if ahead is None:
                 break
@@ -120,7 +132,7 @@ class Publisher:
         return {s: c for s, c in batch.cursors.items() if s in owned}
 
     def _batch(self, cursors: dict[int, Cursor], found: Read) -> Batch:
-        """The batch a read past ``cursors`` makes: its rows, messages and new cursors."""
+        """The batch a read past ``cursors`` makes: its rows and new cursors."""
         limit = self.settings.batch_size
         batch = Batch(dict(cursors))
         for slice_, cursor in cursors.items():
@@ -137,8 +149,12 @@ class Publisher:
         # One session time zone renders every timestamp alike: the least text is the oldest.
         oldest = min(map(_OCCURRED_AT, batch.rows))
         batch.oldest = datetime.fromisoformat(orjson.loads(oldest)).timestamp()
-        batch.messages, _ = prepare(self.conn, batch.rows, self.settings, self.schemas)
         return batch
+
+    def _prepare(self, batch: Batch) -> None:
+        """The batch's messages; rows that can never be sent are marked failed."""
+        if batch.rows:
+            batch.messages, _ = prepare(self.conn, batch.rows, self.settings, self.schemas)
 
     def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
