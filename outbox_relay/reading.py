@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import orjson
 import psycopg
-from psycopg.types.json import set_json_loads
 
 from outbox_relay import store
 from outbox_relay.frontier import Cursor
@@ -43,8 +41,7 @@ class Reader:
         """Read past ``cursors`` and return the rows."""
         with self._using:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._url, autocommit=True)
-                set_json_loads(orjson.loads, self._conn)
+                self._conn = store.connect(self._url)
             try:
                 return store.read(self._conn, cursors, limit)
             except psycopg.OperationalError:

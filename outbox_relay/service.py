@@ -12,11 +12,9 @@ import uuid
 from contextlib import suppress
 from typing import Any
 
-import orjson
 import psycopg
 import structlog
 from confluent_kafka import Consumer, KafkaException
-from psycopg.types.json import set_json_loads
 
 from outbox_relay import leases, metrics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
@@ -222,8 +220,7 @@ class Relay:
     def _connect(self) -> None:
         url = self.settings.database_url.get_secret_value()
         if self._conn is None:
-            conn = psycopg.connect(url, autocommit=True)
-            set_json_loads(orjson.loads, conn)
+            conn = store.connect(url)
             # The relay's own writes (cursors, leases, failed marks) need not wait for the
             # WAL to reach disk: one lost in a crash only re-sends the batch it covered, which
             # the consumers drop, or re-marks a row. Producers' commits are untouched.

@@ -11,7 +11,9 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+import orjson
 import psycopg
+from psycopg.types.json import set_json_loads
 
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
@@ -58,6 +60,13 @@ UPDATE outbox_relay_slices s
  WHERE s.slice = n.slice AND s.owner = %(owner)s
 RETURNING s.slice
 """
+
+
+def connect(url: str) -> Conn:
+    """An autocommit connection that reads rows as the relay expects (JSON by orjson)."""
+    conn = psycopg.connect(url, autocommit=True)
+    set_json_loads(orjson.loads, conn)
+    return conn
 
 
 @dataclass(slots=True)
