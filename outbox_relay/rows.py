@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from outbox_relay.errors import RowProblem
-from schemas import PayloadError, PayloadSchemas, encode_rendered, headers
+from schemas import PayloadError, PayloadSchemas, encode_rendered, headers, rendered_types
 from schemas.keys import SEPARATOR
 
 # The columns every query of rows selects, in OutboxRow's order, up to the slice. The
@@ -77,9 +77,16 @@ def named(row: Row) -> OutboxRow:
 
 
 def _headers(
-    event_type: str, entity_type: str, row_headers: Any, republish_request: str | None
+    event_type: str,
+    entity_type: str,
+    row_headers: Any = None,
+    republish_request: str | None = None,
 ) -> list[Header]:
-    out: list[Header] = [(headers.EVENT_TYPE, event_type), (headers.ENTITY_TYPE, entity_type)]
+    # The two types go as bytes: a str value is encoded again on every produce call.
+    out: list[Header] = [
+        (headers.EVENT_TYPE, event_type.encode()),
+        (headers.ENTITY_TYPE, entity_type.encode()),
+    ]
     if row_headers is not None:
         if not isinstance(row_headers, Mapping) or not all(
             isinstance(v, str) for v in row_headers.values()
@@ -118,9 +125,10 @@ def to_messages(
     problems: list[tuple[Row, RowProblem]] = []
     validator = schemas.validators().get
     loads = orjson.loads
-    # Rows without headers of their own share one header list per (event, entity) type:
-    # the producer copies headers as it takes a message.
-    shared: dict[tuple[str, str], list[Header]] = {}
+    # What every row of one (event, entity) type pair shares, made once per batch: the
+    # envelope's type fields, and the header list of rows without headers of their own
+    # (the producer copies headers as it takes a message).
+    shared: dict[tuple[str, str], tuple[str, list[Header]]] = {}
     for row in rows:
         (
             row_id, topic, entity_type, entity_id, generation, seq,
@@ -130,24 +138,19 @@ def to_messages(
         if check is not None and not check.is_valid(loads(payload)):
             problems.append((row, _schema_problem(schemas, event_type, payload)))
             continue
+        pair = shared.get((event_type, entity_type))
+        if pair is None:
+            pair = rendered_types(event_type, entity_type), _headers(event_type, entity_type)
+            shared[(event_type, entity_type)] = pair
+        types, found = pair
         value = encode_rendered(
-            event_id,
-            event_type,
-            (entity_type, entity_id, generation, seq),
-            occurred_at,
-            published_at,
-            payload,
+            event_id, types, (entity_id, generation, seq), occurred_at, published_at, payload
         )
         if len(value) > max_bytes:
             detail = f"message is {len(value)} bytes, over {max_bytes}"
             problems.append((row, RowProblem("too_large", detail)))
             continue
-        if row_headers is None and republish_request is None:
-            found = shared.get((event_type, entity_type))
-            if found is None:
-                found = _headers(event_type, entity_type, None, None)
-                shared[(event_type, entity_type)] = found
-        else:
+        if row_headers is not None or republish_request is not None:
             try:
                 found = _headers(event_type, entity_type, row_headers, republish_request)
             except RowProblem as problem:

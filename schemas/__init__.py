@@ -4,7 +4,14 @@ The JSON Schema files in ``schemas/json`` are the source of truth; the codec her
 agrees with them (``tests/unit/test_codec_schema_agreement.py`` proves it).
 """
 
-from schemas.codec import MAX_MESSAGE_BYTES, decode, encode, encode_rendered, to_document
+from schemas.codec import (
+    MAX_MESSAGE_BYTES,
+    decode,
+    encode,
+    encode_rendered,
+    rendered_types,
+    to_document,
+)
 from schemas.errors import (
     ContractError,
     DecodeError,
@@ -35,5 +42,6 @@ __all__ = [
     "encode_rendered",
     "kafka_key",
     "parse_key",
+    "rendered_types",
     "to_document",
 ]

@@ -153,8 +153,8 @@ def test_rendered_parts_make_the_same_envelope_as_encode(**fields: Any) -> None:
     )
     rendered = schemas.encode_rendered(
         event.event_id,
-        event.event_type,
-        (event.entity_type, event.entity_id, event.generation, event.seq),
+        schemas.rendered_types(event.event_type, event.entity_type),
+        (event.entity_id, event.generation, event.seq),
         orjson.dumps(event.occurred_at).decode(),
         orjson.dumps(event.published_at).decode(),
         orjson.dumps(event.payload, option=orjson.OPT_INDENT_2).decode(),
@@ -162,6 +162,15 @@ def test_rendered_parts_make_the_same_envelope_as_encode(**fields: Any) -> None:
     assert orjson.loads(rendered) == schemas.to_document(event)
     assert list(orjson.loads(rendered)) == list(schemas.to_document(event))
     assert schemas.decode(rendered) == event
+
+
+@given(st.text())
+def test_rendered_strings_are_escaped_as_orjson_escapes_them(text: str) -> None:
+    """Any string the envelope splices in is the JSON text orjson writes for it, byte for byte."""
+    types = schemas.rendered_types("a.b", "a")
+    rendered = schemas.encode_rendered(text, types, (text, 1, 1), '""', '""', "{}")
+    assert rendered.startswith(b'{"event_id":' + orjson.dumps(text) + b',"event_type":"a.b",')
+    assert orjson.loads(rendered)["entity_id"] == text
 
 
 def test_remembered_valid_types_do_not_let_invalid_ones_through() -> None:

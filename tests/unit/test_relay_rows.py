@@ -63,8 +63,8 @@ def test_row_becomes_the_envelope_keyed_by_entity() -> None:
     assert event.occurred_at == "2026-11-30T11:59:00+00:00"
     assert event.published_at == "2026-11-30T12:00:00+00:00"
     assert message.headers == [
-        (headers.EVENT_TYPE, "subscription.plan_changed"),
-        (headers.ENTITY_TYPE, "subscription"),
+        (headers.EVENT_TYPE, b"subscription.plan_changed"),
+        (headers.ENTITY_TYPE, b"subscription"),
         ("trace", "t"),
     ]
 
@@ -117,8 +117,8 @@ def test_a_batch_keeps_its_order_and_sets_aside_only_the_bad_rows() -> None:
         messages[0][4]
         == messages[1][4]
         == [
-            (headers.EVENT_TYPE, "subscription.plan_changed"),
-            (headers.ENTITY_TYPE, "subscription"),
+            (headers.EVENT_TYPE, b"subscription.plan_changed"),
+            (headers.ENTITY_TYPE, b"subscription"),
         ]
     )
     assert messages[2][4][-1] == ("trace", "u")
