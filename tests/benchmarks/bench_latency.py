@@ -39,7 +39,13 @@ from consumer import examples
 from consumer.testing import event
 from producer import OutboxEvent, emit_many, migrate
 from schemas import Event, encode
-from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
+from tests.benchmarks.fixtures import (
+    Pipeline,
+    delete_topics,
+    pipeline_env,
+    service_process,
+    temp_schema,
+)
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import PAYLOAD, free_port
 from tests.support.services import ROOT
@@ -451,8 +457,7 @@ def run() -> list[BenchResult]:
                 with _consumer(pipe, INORDER_BATCH_LINGER_MS="100"):
                     fixed = _measure(pipe, 1000, 15, "mixed")
     finally:
-        for future in admin.delete_topics(names).values():
-            future.result(timeout=30)
+        delete_topics(bootstrap, topic)
     measured = Measured(runs, steps, mixed, fixed, parked, after, kafka, commits)
     _plot(measured)
     print(f"plot written to {PLOT}")

@@ -34,7 +34,13 @@ from confluent_kafka.cimpl import NewTopic
 
 from producer import OutboxEvent, emit_many, migrate
 from schemas import decode
-from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
+from tests.benchmarks.fixtures import (
+    Pipeline,
+    delete_topics,
+    pipeline_env,
+    service_process,
+    temp_schema,
+)
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import PAYLOAD, free_port
 
@@ -52,7 +58,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 @contextmanager
 def _topics(bootstrap: str, count: int) -> Iterator[list[str]]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [f"bench.relay.{uuid.uuid4().hex[:8]}.{i}" for i in range(count)]
+    prefix = f"bench.relay.{uuid.uuid4().hex[:8]}."
+    names = [f"{prefix}{i}" for i in range(count)]
     config = {"message.timestamp.type": "LogAppendTime"}
     futures = admin.create_topics([NewTopic(n, PARTITIONS, 1, config=config) for n in names])
     for future in futures.values():
@@ -60,8 +67,7 @@ def _topics(bootstrap: str, count: int) -> Iterator[list[str]]:
     try:
         yield names
     finally:
-        for future in admin.delete_topics(names).values():
-            future.result(timeout=30)
+        delete_topics(bootstrap, prefix)
 
 
 def _events(topic: str, start: int, count: int, tag: str) -> list[OutboxEvent]:

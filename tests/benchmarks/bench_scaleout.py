@@ -44,7 +44,13 @@ from tests.benchmarks.bench_relay import (
     _topics,
     timed_backlog,
 )
-from tests.benchmarks.fixtures import Pipeline, pipeline_env, service_process, temp_schema
+from tests.benchmarks.fixtures import (
+    Pipeline,
+    delete_topics,
+    pipeline_env,
+    service_process,
+    temp_schema,
+)
 from tests.benchmarks.result import BenchResult
 from tests.integration.relay_support import free_port
 
@@ -64,7 +70,7 @@ def _topic(bootstrap: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        admin.delete_topics([name])[name].result(timeout=30)
+        delete_topics(bootstrap, name)
 
 
 def _produce(bootstrap: str, topic: str) -> None:
