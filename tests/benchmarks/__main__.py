@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from tests.benchmarks.machine import CpuTimes, during
 from tests.benchmarks.result import BenchResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,9 @@ def main(argv: list[str]) -> None:
     results: list[BenchResult] = []
     for suite in chosen:
         module = importlib.import_module(f"tests.benchmarks.bench_{suite}")
+        before = CpuTimes.now()
         results.extend(module.run())
+        results.extend(during(suite, before, CpuTimes.now()))
     OUTPUT.write_bytes(orjson.dumps(_merge(results), option=orjson.OPT_INDENT_2))
     Console().print(_table(results))
     print(f"written to {OUTPUT}")
