@@ -64,10 +64,14 @@ class ProjectionRoute(OneStream):
 
 @dataclass(frozen=True, slots=True)
 class ProjectionTable:
-    """A projection route checked against its table, with its upsert statement built once."""
+    """A projection route checked against its table, with its upsert statement built once.
+
+    The statement is kept as the bytes sent to the server: composing it from its quoted
+    parts took about 150 µs, paid again on every batch while it was kept composed.
+    """
 
     route: ProjectionRoute
-    statement: sql.Composed
+    statement: bytes
 
 
 # ---------------------------------------------------------------- the routes file
@@ -274,7 +278,7 @@ def check_table(conn: Conn, route: ProjectionRoute) -> ProjectionTable:
         )
     if problems:
         raise RoutesError(problems)
-    return ProjectionTable(route, upsert_statement(route, types))
+    return ProjectionTable(route, upsert_statement(route, types).as_bytes(conn))
 
 
 # ---------------------------------------------------------------- I/O
