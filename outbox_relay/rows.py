@@ -14,8 +14,14 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from outbox_relay.errors import RowProblem
-from schemas import PayloadError, PayloadSchemas, encode_rendered, headers, rendered_types
-from schemas.keys import SEPARATOR
+from schemas import (
+    PayloadError,
+    PayloadSchemas,
+    encode_rendered,
+    headers,
+    kafka_key,
+    rendered_types,
+)
 
 # The columns every query of rows selects, in OutboxRow's order, up to the slice. The
 # payload and the creation time come as JSON text and go into the envelope as they are;
@@ -156,6 +162,5 @@ def to_messages(
             except RowProblem as problem:
                 problems.append((row, problem))
                 continue
-        key = f"{entity_type}{SEPARATOR}{entity_id}".encode()
-        messages.append((row_id, topic, key, value, found))
+        messages.append((row_id, topic, kafka_key(entity_type, entity_id), value, found))
     return messages, problems
