@@ -232,13 +232,28 @@ def test_claim_advances_only_entities_still_where_the_plan_found_them(
     assert [ss.progress(steps_db, e)[:2] for e in ("a", "b", "c")] == [(1, 7), (1, 5), (1, 5)]
 
 
-@pytest.mark.parametrize(("known", "analyzed"), [(20_000, True), (10_000, False)])
+@pytest.mark.parametrize(
+    ("known", "analyzed", "warmed"),
+    [(20_000, True, False), (10_000, False, False), (10_000, False, True)],
+)
 def test_locking_and_claiming_read_only_the_batch_progress_rows(
-    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, known: int, analyzed: bool
+    steps_db: PgSchema,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    known: int,
+    analyzed: bool,
+    warmed: bool,
 ) -> None:
-    """With 10,000s of entities known, analyzed or never yet, a batch reads only its own rows."""
+    """10,000s of entities, analyzed or not, plans cached while few: a batch reads only its rows."""
     run = ss.runner(redis_client, redis_prefix, ss.routes_text())
     with steps_db.connect(autocommit=True) as conn:
+        # Prepared (after 5 runs) and given a generic plan (after 5 more) while the table is tiny.
+        for n in range(12 if warmed else 0):
+            with conn.transaction():
+                few = {f"w{n}.{k}": ss.step(1, f"w{n}.{k}") for k in range(3)}
+                progress = run.store.lock(conn, few)
+                run.store.claim_many(conn, [(e, progress[e], Progress(1, 1)) for e in few])
+                run.store.mark_parked(conn, [ss.step(3, e) for e in few])
         conn.execute(
             "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
             "SELECT %s, 'e' || g, 1, 1 FROM generate_series(1, %s) AS g",
@@ -246,17 +261,21 @@ def test_locking_and_claiming_read_only_the_batch_progress_rows(
         )
         if analyzed:
             conn.execute("ANALYZE inorder_step_progress")
+        # Counts of earlier transactions not yet sent to the statistics would show below.
+        conn.execute("SELECT pg_stat_force_next_flush()")
         firsts = {f"e{n}": ss.step(2, f"e{n}") for n in range(7, 4000, 200)}
         with conn.transaction():
             progress = run.store.lock(conn, firsts)
             claims = [(e, progress[e], Progress(1, 2)) for e in firsts]
             assert run.store.claim_many(conn, claims) == set(firsts)
+            run.store.mark_parked(conn, [ss.step(4, e) for e in firsts])
             row = conn.execute(
                 "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
                 "WHERE relid = 'inorder_step_progress'::regclass"
             ).fetchone()
     assert row is not None
-    assert row[0] <= 3 * len(firsts)
+    # Each row is looked up five times: created if missing, locked, checked, advanced, marked.
+    assert row[0] <= 5 * len(firsts)
 
 
 def test_review_gauge_moves_at_the_next_poll_after_a_stop(
