@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -230,6 +231,24 @@ def test_claim_advances_only_entities_still_where_the_plan_found_them(
         conn.commit()
     assert claimed == {"a"}
     assert [ss.progress(steps_db, e)[:2] for e in ("a", "b", "c")] == [(1, 7), (1, 5), (1, 5)]
+
+
+def test_advance_that_would_miss_fails_the_transaction_and_changes_nothing(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """An unanswered claim from a stale start raises, naming the entity; nothing moves."""
+    store = ss.runner(redis_client, redis_prefix, ss.routes_text()).store
+    with steps_db.connect() as conn:
+        store.lock(conn, {e: ss.step(1, e) for e in ("a", "b")})
+        store.advance(conn, [(e, Progress(1, 0), Progress(1, 2)) for e in ("a", "b")])
+        conn.commit()
+        store.lock(conn, {e: ss.step(3, e) for e in ("a", "b")})
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation, match="progress of b moved"):
+            store.advance(
+                conn, [("a", Progress(1, 2), Progress(1, 3)), ("b", Progress(1, 1), Progress(1, 3))]
+            )
+        conn.rollback()
+    assert [ss.progress(steps_db, e)[:2] for e in ("a", "b")] == [(1, 2), (1, 2)]
 
 
 @pytest.mark.parametrize(

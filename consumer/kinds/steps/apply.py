@@ -48,8 +48,9 @@ def _apply_together(
     in ``limits`` applies only the steps before its limit.
     """
     plans: dict[str, Plan] = {}
-    # Pipelined, the whole transaction takes three round trips: BEGIN with the locks,
-    # the claim, then the functions' statements with the log and COMMIT.
+    # Pipelined, the whole transaction takes two round trips: BEGIN with the locks, then
+    # the claims, the functions' statements, the log and COMMIT. (Unless a function reads
+    # a result: that takes one more.)
     with conn.pipeline() if pipelined else nullcontext(), conn.transaction():
         progress = store.lock(conn, _firsts(events))
         claims = []
@@ -64,7 +65,11 @@ def _apply_together(
                 skip.add(entity_id)
                 continue
             claims.append((entity_id, progress[entity_id], entity_plan.end))
-        claimed = store.claim_many(conn, claims)
+        if pipelined:  # planned under the locks: every claim applies, or the batch fails
+            store.advance(conn, claims)
+            claimed = {entity_id for entity_id, _, _ in claims}
+        else:
+            claimed = store.claim_many(conn, claims)
         applied: list[Event] = []
         for entity_id, _, _ in claims:
             entity_plan = plans[entity_id]
