@@ -190,6 +190,7 @@ def test_leftover_of_an_applied_event_is_removed_on_drain(
     key = run.lot.entity_key(ss.STREAM, "a")
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(run, conn, [ss.step(1), ss.step(2)])
+        run.store.mark(conn, {"a": (1, 5)})  # as every park is marked first
         run.lot.park(
             ss.STREAM, [("a", 2, encode(ss.step(2))), ("a", 5, encode(ss.step(5)))], 10, 60
         )
@@ -326,3 +327,39 @@ def test_every_park_is_marked_in_postgres_before_it_goes_to_redis(
         ).fetchone()
     assert marks == (2, 1, 5)
     assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 2
+
+
+def _zmscore_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_zmscore", {})
+    return int(stats.get("calls", 0))
+
+
+def test_in_order_batches_ask_redis_nothing_until_something_parks(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Steps in order never look for parked successors; once 5 parks, 4 looks and drains it."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        before = _zmscore_calls(redis_client)
+        for seq in (1, 2, 3):
+            ss.feed(run, conn, [ss.step(seq, e) for e in ("a", "b", "c")])
+        assert _zmscore_calls(redis_client) == before
+        ss.feed(run, conn, [ss.step(5)])
+        ss.feed(run, conn, [ss.step(4)])
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 6)]
+    assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "a"))
+
+
+def test_parks_of_a_release_without_marks_are_marked_and_drained(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Seq 3 parked with no mark (an earlier release): a restarted route marks it; 2 drains it."""
+    old = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(old, conn, [ss.step(1)])
+        redis_client.delete(old.lot.marks_key(ss.STREAM))  # as before the marks existed
+        old.lot.park(ss.STREAM, [("a", 3, encode(ss.step(3)))], 10, 60)
+        restarted = ss.runner(redis_client, redis_prefix, ss.routes_text())
+        ss.feed(restarted, conn, [ss.step(2)])
+    assert ss.applied(steps_db) == [(1, 1), (1, 2), (1, 3)]
+    assert redis_client.exists(old.lot.marks_key(ss.STREAM))

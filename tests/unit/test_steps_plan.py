@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -115,3 +116,19 @@ def test_reorder_distance_is_what_its_metric_help_says() -> None:
     assert reorder_distance(Progress(1, 6), _e(8)) == 1
     assert reorder_distance(Progress(1, 6), _e(7)) == 0
     assert "8 after 6 is 1" in REORDER_DISTANCE.describe()[0].documentation
+
+
+@pytest.mark.parametrize(
+    ("progress", "ahead"),
+    [
+        (Progress(1, 4), False),
+        (Progress(1, 4, parked=(1, 4)), False),
+        (Progress(1, 4, parked=(1, 3)), False),
+        (Progress(1, 4, parked=(1, 6)), True),
+        (Progress(1, 4, parked=(2, 1)), True),
+        (Progress(2, 1, parked=(1, 9)), False),
+    ],
+)
+def test_parked_ahead_compares_generation_first_then_seq(progress: Progress, ahead: bool) -> None:
+    """A mark is ahead only when newer than what was applied; no mark is never ahead."""
+    assert progress.parked_ahead is ahead

@@ -8,7 +8,9 @@ The bucket's index and the sets of its entities share one Redis Cluster hash tag
   (member = the raw event, score = seq), with the route's park TTL;
 - ``<prefix>:parkindex:{<route>:<bucket>}``: the bucket's parked entities
   (member = entity, score = first park time on the consumer's clock);
-- ``<prefix>:parklayout``: the bucket count the keys were written with.
+- ``<prefix>:parklayout``: the bucket count the keys were written with;
+- ``<prefix>:parkmarks:<route>``: set once every park of the route has its mark in
+  PostgreSQL (parks of releases before the marks are marked on the first batch).
 
 A park adds the index entry and the event in one script, and a removal drops the
 entry in the same script that empties the set, so the index never misses a parked
@@ -94,6 +96,18 @@ class ParkingLot:
     def layout_key(self) -> str:
         """Where the bucket count the keys were written with is kept."""
         return f"{self.prefix}:parklayout"
+
+    def marks_key(self, route: str) -> str:
+        """Set once every park of ``route`` has its mark in PostgreSQL."""
+        return f"{self.prefix}:parkmarks:{route}"
+
+    def marks_complete(self, route: str) -> bool:
+        """True once ``marked`` was called for ``route``."""
+        return bool(self.client.exists(self.marks_key(route)))
+
+    def marked(self, route: str) -> None:
+        """Record that every park of ``route`` has its mark."""
+        self.client.set(self.marks_key(route), "1")
 
     def check_layout(self) -> None:
         """Record the bucket count, or refuse one that differs from the stored one.

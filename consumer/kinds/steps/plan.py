@@ -15,11 +15,20 @@ from schemas import Event
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """Where an entity stands: the generation and the last seq applied in it."""
+    """Where an entity stands: the generation and the last seq applied in it.
+
+    ``parked`` is the newest version the entity ever parked (its park mark), when known.
+    """
 
     generation: int
     last_applied: int
     stopped: bool = False
+    parked: tuple[int, int] | None = None
+
+    @property
+    def parked_ahead(self) -> bool:
+        """True when the entity parked something newer than what it has applied."""
+        return self.parked is not None and self.parked > (self.generation, self.last_applied)
 
 
 @dataclass(slots=True)

@@ -36,6 +36,11 @@ def _by_entity(events: Sequence[Event]) -> dict[str, list[Event]]:
     return dict(grouped)
 
 
+def _may_wait(entity_plan: Plan) -> bool:
+    """Whether Redis may hold parked events of the entity: a park mark ahead of its start."""
+    return entity_plan.start is None or entity_plan.start.parked_ahead
+
+
 def _add(outcome: Outcome, plans: Mapping[str, Plan]) -> None:
     for entity_plan in plans.values():
         outcome.applied += entity_plan.apply
@@ -50,6 +55,7 @@ class StepApplier:
         # Handlers are imported once; an unimportable one is a start-up error.
         self.store = StepStore(route, resolve(route))
         self._lot: ParkingLot | None = None
+        self._marks_checked = False
 
     @property
     def lot(self) -> ParkingLot:
@@ -74,6 +80,7 @@ class StepApplier:
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
         """Apply, park and drain; events a full parking set refused come back ``held``."""
         outcome = Outcome()
+        self._check_marks(conn)
         plans = apply_steps(conn, self.store, _by_entity(events))
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
@@ -100,11 +107,34 @@ class StepApplier:
             )
             for e in held
         ]
+        # Only entities that parked something ahead of where they stood can have parked
+        # successors now due (an in-order stream asks Redis nothing). A park another
+        # consumer makes meanwhile, or a leftover of a crash, is the sweeper's to drain.
         advanced = self.lot.indexed(
-            self.route.stream, sorted(e for e, p in plans.items() if p.apply)
+            self.route.stream, sorted(e for e, p in plans.items() if p.apply and _may_wait(p))
         )
         self._drain(conn, sorted(set(advanced) | {e.entity_id for _, e in early}), outcome)
         return outcome
+
+    def _check_marks(self, conn: Conn) -> None:
+        """Once: mark the parks of releases that parked without marking them first."""
+        if self._marks_checked:
+            return
+        route = self.route.stream
+        if not self.lot.marks_complete(route):
+            entities = [entity for entity, _, _ in self.lot.sizes(route)]
+            for start in range(0, len(entities), DRAIN_WINDOW):
+                fetched = self.lot.fetch(
+                    route, entities[start : start + DRAIN_WINDOW], self.route.max_parked
+                )
+                events, _, _ = _decode(fetched)
+                with conn.transaction():
+                    self.store.mark(
+                        conn, {e: max(ev.version for ev in evs) for e, evs in events.items()}
+                    )
+            self.lot.marked(route)
+            log.info("park_marks_checked", route=route, parked_entities=len(entities))
+        self._marks_checked = True
 
     def drain(self, conn: Conn, entity_ids: Sequence[str]) -> Outcome:
         """Apply whatever parked events of these entities are due now (after a person acted)."""

@@ -76,7 +76,11 @@ class StepStore:
         return entry is not None and entry[0].external
 
     def lock(self, conn: Conn, first_events: Mapping[str, Event]) -> dict[str, Progress]:
-        """Create missing progress rows, then lock all of them in entity order."""
+        """Create missing progress rows, then lock all of them in entity order.
+
+        Each entity's progress comes with its park mark, so a batch asks Redis for parked
+        successors only of entities that parked something ahead of where they stand.
+        """
         ids = sorted(first_events)
         conn.execute(
             "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
@@ -91,11 +95,14 @@ class StepStore:
         rows = conn.execute(
             "SELECT p.* FROM (SELECT DISTINCT e FROM unnest(%s::text[]) AS e ORDER BY e) AS k "
             "CROSS JOIN LATERAL (SELECT entity_id, generation, last_applied, "
-            " stopped_at_seq IS NOT NULL FROM inorder_step_progress "
-            " WHERE route = %s AND entity_id = k.e FOR UPDATE) AS p",
+            " stopped_at_seq IS NOT NULL, parked_generation, parked_through "
+            " FROM inorder_step_progress WHERE route = %s AND entity_id = k.e FOR UPDATE) AS p",
             (ids, self.route.stream),
         ).fetchall()
-        return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
+        return {
+            row[0]: Progress(row[1], row[2], row[3], None if row[4] is None else (row[4], row[5]))
+            for row in rows
+        }
 
     def read(self, conn: Conn, entity_ids: Sequence[str]) -> dict[str, Progress]:
         """Progress of the given entities, without locking them."""
@@ -220,10 +227,14 @@ class StepStore:
         newest: dict[str, tuple[int, int]] = {}
         for event in early:
             newest[event.entity_id] = max(newest.get(event.entity_id, (0, 0)), event.version)
+        self.mark(conn, newest)
+
+    def mark(self, conn: Conn, newest: Mapping[str, tuple[int, int]]) -> None:
+        """Raise each entity's park mark to ``(generation, seq)``; never lowers one."""
         if not newest:
             return
-        # Through the primary key (ON CONFLICT), like the claims: never a table scan.
-        # The rows exist (the batch made them), so nothing is inserted.
+        # Through the primary key (ON CONFLICT), like the claims: never a table scan. The
+        # rows exist (a batch made them); a missing one would be made as ``lock`` makes it.
         conn.execute(
             "INSERT INTO inorder_step_progress AS p (route, entity_id, generation, "
             "last_applied, parked_generation, parked_through) "
