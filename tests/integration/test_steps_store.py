@@ -363,3 +363,20 @@ def test_parks_of_a_release_without_marks_are_marked_and_drained(
         ss.feed(restarted, conn, [ss.step(2)])
     assert ss.applied(steps_db) == [(1, 1), (1, 2), (1, 3)]
     assert redis_client.exists(old.lot.marks_key(ss.STREAM))
+
+
+def test_batch_statements_are_planned_once_not_at_every_batch(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """After 15 batches every prepared step statement runs a generic plan (5 custom at most)."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        for n in range(15):
+            ss.feed(run, conn, [ss.step(1, f"p{n}.{k}") for k in range(n % 4 + 1)])
+            ss.feed(run, conn, [ss.step(3, f"p{n}.0")])  # parks: the mark statement too
+        plans = conn.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%inorder_step_%%'"
+        ).fetchall()
+    assert len(plans) >= 4
+    assert [(s[:60], c) for s, _, c in plans if c > 5] == []
