@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from consumer.kinds.batches.runner import BatchApplier
 from schemas import headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import batch_support as bs
@@ -339,3 +340,41 @@ def test_sweeper_abandons_pending_positions_past_the_deadline(batch: bs.BatchSet
     assert (output["complete"], output["missing_positions"]) == (False, [4, 5])
     assert "deadline passed" in output["reason"]
     assert "abandoned: 4, 5" in output["reason"]
+
+
+def test_a_batch_reads_only_its_own_rows_when_plans_were_cached_while_tables_were_small(
+    batch: bs.BatchSetup,
+) -> None:
+    """Statements prepared on near-empty tables, then 20,000 items: a batch reads its rows only."""
+    applier = BatchApplier(batch.route)
+    with batch.db.connect(autocommit=True) as conn:
+
+        def one() -> str:
+            batch_id = bs.new_id()
+            applier.apply(conn, [bs.accepted(batch_id)], {})
+            applier.apply(conn, [bs.result(batch_id, p) for p in (3, 1, 5, 2, 4)], {})
+            return batch_id
+
+        for _ in range(12):  # prepared after 5 runs, given a generic plan after 5 more
+            one()
+        conn.execute(
+            "INSERT INTO inorder_batches (route, batch_id, generation, expected_count, digest, "
+            "on_incomplete, deadline_s, deadline_at, status) SELECT 'batch', 'old-' || g, 1, 5, "
+            "'d', 'assemble_incomplete', 60, now(), 'complete' FROM generate_series(1, 4000) g"
+        )
+        conn.execute(
+            "INSERT INTO inorder_batch_items (route, batch_id, position, item_key, state) "
+            "SELECT 'batch', 'old-' || g, p, 'k', 'done' "
+            "FROM generate_series(1, 4000) g, generate_series(1, 5) p"
+        )
+        conn.execute("SELECT pg_stat_force_next_flush()")  # earlier counts out of the way
+        with conn.transaction():
+            batch_id = one()
+            read = conn.execute(
+                "SELECT relid::regclass::text, seq_tup_read + coalesce(idx_tup_fetch, 0) "
+                "FROM pg_stat_xact_user_tables WHERE relid IN "
+                "('inorder_batches'::regclass, 'inorder_batch_items'::regclass)"
+            ).fetchall()
+    assert bs.status(batch.db, batch_id) == ("complete", None, 1)
+    # Each of the five positions is read a few times (results, writes, counts, assembly).
+    assert all(rows <= 60 for _, rows in read), read

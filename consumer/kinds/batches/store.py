@@ -22,29 +22,51 @@ SELECT pg_advisory_xact_lock(k)
 FROM (SELECT DISTINCT hashtextextended(%s || ':' || b, 0) AS k FROM unnest(%s::text[]) AS b) AS s
 ORDER BY k
 """
+# Rows are found by one primary-key lookup per key, whatever the tables' statistics: a
+# lateral subquery with OFFSET is never merged into a join, and writes go through the
+# primary key (ON CONFLICT). A join or ``= ANY(...)`` is planned by cost, and a plan
+# prepared while the tables were small kept reading every row of the route as they grew:
+# 100,000 item rows read for one batch of five results at 20,000 items.
 _BATCHES = """
-SELECT batch_id, generation, expected_count, digest, on_incomplete, status, revision, deadline_s
-FROM inorder_batches WHERE route = %s AND batch_id = ANY(%s)
+SELECT r.* FROM unnest(%s::text[]) AS k(batch_id)
+CROSS JOIN LATERAL (
+    SELECT batch_id, generation, expected_count, digest, on_incomplete, status, revision,
+           deadline_s
+    FROM inorder_batches WHERE route = %s AND batch_id = k.batch_id OFFSET 0) AS r
 """
 _ALL_ITEMS = """
 SELECT position, item_key, state, result_ref, attempts, error, finished_at
 FROM inorder_batch_items WHERE route = %s AND batch_id = %s ORDER BY position
 """
 _ITEMS = """
-SELECT i.batch_id, i.position, i.item_key, i.state, i.result_ref, i.attempts, i.error,
-       i.finished_at
-FROM inorder_batch_items AS i
-JOIN unnest(%s::text[], %s::int[]) AS t(batch_id, position)
-  ON i.batch_id = t.batch_id AND i.position = t.position
-WHERE i.route = %s
+SELECT i.* FROM unnest(%s::text[], %s::int[]) AS t(batch_id, position)
+CROSS JOIN LATERAL (
+    SELECT batch_id, position, item_key, state, result_ref, attempts, error, finished_at
+    FROM inorder_batch_items
+    WHERE route = %s AND batch_id = t.batch_id AND position = t.position OFFSET 0) AS i
 """
 _WRITE_ITEMS = """
-UPDATE inorder_batch_items AS i
-SET state = t.state, result_ref = t.result_ref, attempts = t.attempts, error = t.error,
-    finished_at = t.finished_at, updated_at = now()
-FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[])
-     AS t(batch_id, position, state, result_ref, attempts, error, finished_at)
-WHERE i.route = %s AND i.batch_id = t.batch_id AND i.position = t.position
+INSERT INTO inorder_batch_items AS i (route, batch_id, position, item_key, state, result_ref,
+                                      attempts, error, finished_at)
+SELECT %s, t.batch_id, t.position, t.item_key, t.state, t.result_ref, t.attempts, t.error,
+       t.finished_at
+FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[],
+            %s::text[])
+     AS t(batch_id, position, item_key, state, result_ref, attempts, error, finished_at)
+CROSS JOIN LATERAL (
+    SELECT FROM inorder_batch_items
+    WHERE route = %s AND batch_id = t.batch_id AND position = t.position OFFSET 0) AS found
+ON CONFLICT (route, batch_id, position) DO UPDATE
+SET state = excluded.state, result_ref = excluded.result_ref, attempts = excluded.attempts,
+    error = excluded.error, finished_at = excluded.finished_at, updated_at = now()
+"""
+_COUNTS = """
+SELECT k.batch_id, i.state, count(*)
+FROM (SELECT DISTINCT batch_id FROM unnest(%s::text[]) AS batch_id) AS k
+CROSS JOIN LATERAL (
+    SELECT state FROM inorder_batch_items WHERE route = %s AND batch_id = k.batch_id
+    OFFSET 0) AS i
+GROUP BY k.batch_id, i.state
 """
 _INSERT_BATCH = """
 INSERT INTO inorder_batches (route, batch_id, generation, expected_count, digest, on_incomplete,
@@ -103,7 +125,7 @@ class BatchStore:
 
     def batches(self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]) -> dict[str, Batch]:
         """The rows of the named batches that exist."""
-        rows = conn.execute(_BATCHES, (self.route, sorted(set(batch_ids)))).fetchall()
+        rows = conn.execute(_BATCHES, (sorted(set(batch_ids)), self.route)).fetchall()
         return {row[0]: Batch(*row) for row in rows}
 
     def create(
@@ -165,14 +187,15 @@ class BatchStore:
         return {row[0]: row[1] or {} for row in rows}
 
     def write_items(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[str, Item]]) -> None:
-        """Write the new state of the given positions, in one statement."""
+        """Write the new state of the given positions (which exist), in one statement."""
         if not rows:
             return
-        columns: list[list[Any]] = [[] for _ in range(7)]
+        columns: list[list[Any]] = [[] for _ in range(8)]
         for batch_id, item in rows:
             values = (
                 batch_id,
                 item.position,
+                item.item_key,
                 item.state,
                 item.result_ref,
                 item.attempts,
@@ -181,17 +204,13 @@ class BatchStore:
             )
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
-        conn.execute(_WRITE_ITEMS, (*columns, self.route))
+        conn.execute(_WRITE_ITEMS, (self.route, *columns, self.route))
 
     def counts(
         self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]
     ) -> dict[str, dict[str, int]]:
         """How many positions of each batch are in each state."""
-        rows = conn.execute(
-            "SELECT batch_id, state, count(*) FROM inorder_batch_items "
-            "WHERE route = %s AND batch_id = ANY(%s) GROUP BY batch_id, state",
-            (self.route, sorted(set(batch_ids))),
-        ).fetchall()
+        rows = conn.execute(_COUNTS, (sorted(set(batch_ids)), self.route)).fetchall()
         out: dict[str, dict[str, int]] = defaultdict(dict)
         for batch_id, state, count in rows:
             out[batch_id][state] = count
