@@ -36,7 +36,7 @@ def _json(rows: Any) -> str:
 # An UPDATE joining the claims could be planned as a scan of the whole table, and a plan
 # prepared while the table was small kept scanning it as it grew (4 ms a batch at 8,000
 # entities). The rows exist (``lock`` made them), so nothing is inserted.
-CLAIM_MANY = (
+_CLAIM_MANY = (
     "WITH c AS (SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb) "
     "AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
     "u AS (INSERT INTO inorder_step_progress AS p (route, entity_id, generation, last_applied) "
@@ -49,7 +49,7 @@ CLAIM_MANY = (
 )
 # The same, where a claim that does not apply fails: the cast of its explanation to a
 # number raises, and with it the statement and the transaction.
-ADVANCE_ALL = (
+_ADVANCE_ALL = (
     "WITH c AS (SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb) "
     "AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)) "
     "INSERT INTO inorder_step_progress AS p (route, entity_id, generation, last_applied) "
@@ -129,7 +129,7 @@ class StepStore:
         if not claims:
             return set()
         rows = conn.execute(
-            CLAIM_MANY,
+            _CLAIM_MANY,
             self._claims(claims),
         ).fetchall()
         return {e for e, _, _ in claims} - {row[0] for row in rows}
@@ -146,7 +146,7 @@ class StepStore:
         if not claims:
             return
         conn.execute(
-            ADVANCE_ALL,
+            _ADVANCE_ALL,
             self._claims(claims),
         )
 
