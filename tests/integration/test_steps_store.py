@@ -10,6 +10,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
+from psycopg import pq
 
 from consumer import metrics
 from consumer.kinds.steps.plan import Progress
@@ -390,3 +391,33 @@ def test_batch_statements_are_planned_once_not_at_every_batch(
         ).fetchall()
     assert len(plans) >= 4
     assert [(s[:60], c) for s, _, c in plans if c > 5] == []
+
+
+def _traced(conn: psycopg.Connection[Any], path: Any, work: Any) -> list[str]:
+    """The messages libpq sent and received while ``work`` ran, one per line."""
+    with path.open("w") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            work()
+        finally:
+            conn.pgconn.untrace()
+    return path.read_text().splitlines()
+
+
+def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, tmp_path: Any
+) -> None:
+    """An in-order batch syncs with PostgreSQL once: BEGIN and COMMIT travel with its statements."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1, e) for e in ("a", "b")])  # the route's first batch
+        lines = _traced(
+            conn, tmp_path / "trace", lambda: ss.feed(run, conn, [ss.step(2, e) for e in "ab"])
+        )
+    sent = [line.split("\t")[2] for line in lines if line.split("\t")[0] == "F"]
+    queries = [line for line in lines if line.startswith("F") and "Parse" in line]
+    assert sent.count("Sync") == 1
+    assert "BEGIN" in queries[0]
+    assert "COMMIT" in queries[-1]
+    assert ss.applied(steps_db, "b") == [(1, 1), (1, 2)]

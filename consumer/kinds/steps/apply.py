@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 
 import psycopg
 import structlog
@@ -11,6 +10,7 @@ import structlog
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import Plan, Progress, plan
 from consumer.kinds.steps.store import Conn, StepStore
+from consumer.kinds.steps.transaction import pipelined_transaction
 from schemas import Event
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ def _apply_together(
     # Pipelined, the whole transaction takes two round trips: BEGIN with the locks, then
     # the claims, the functions' statements, the log and COMMIT. (Unless a function reads
     # a result: that takes one more.)
-    with conn.pipeline() if pipelined else nullcontext(), conn.transaction():
+    with pipelined_transaction(conn) if pipelined else conn.transaction():
         progress = store.lock(conn, _firsts(events))
         claims = []
         for entity_id in sorted(events):

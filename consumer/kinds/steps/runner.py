@@ -21,6 +21,7 @@ from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.plan import Plan, reorder_distance
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
+from consumer.kinds.steps.transaction import pipelined_transaction
 from schemas import DecodeError, Event, decode
 
 log = structlog.get_logger(__name__)
@@ -85,7 +86,7 @@ class StepApplier:
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
-            with conn.transaction():
+            with pipelined_transaction(conn):
                 self.store.mark_parked(conn, [e for _, e in early])
         sizes = self.lot.park(
             self.route.stream,

@@ -1,0 +1,97 @@
+"""The step route's pipelined transaction on real PostgreSQL: commit, and each way to end it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from consumer.kinds.steps.transaction import pipelined_transaction
+from tests.conftest import PgSchema
+
+
+class _BlockError(Exception):
+    pass
+
+
+@pytest.fixture
+def conn(pg_schema: PgSchema) -> Iterator[psycopg.Connection]:
+    with pg_schema.connect(autocommit=True) as c:
+        c.execute("CREATE TABLE t (n int PRIMARY KEY)")
+        yield c
+
+
+def _rows(conn: psycopg.Connection) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT n FROM t ORDER BY n").fetchall()]
+
+
+def _insert_twice(conn: psycopg.Connection) -> None:
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (2)")
+        conn.execute("INSERT INTO t VALUES (1)")
+
+
+def _raise_after_a_read(conn: psycopg.Connection) -> None:
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (2)")
+        conn.execute("SELECT 1").fetchone()
+        raise _BlockError
+
+
+def _lose_the_session(conn: psycopg.Connection, pg_schema: PgSchema) -> None:
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (2)")
+        with pg_schema.connect(autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        conn.execute("SELECT 1").fetchone()
+
+
+def test_statements_commit_together_and_results_read_inside(conn: psycopg.Connection) -> None:
+    """Rows written before and after a read in the block are committed, and the read sees them."""
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (1)")
+        seen = conn.execute("SELECT count(*) FROM t").fetchone()
+        conn.execute("INSERT INTO t VALUES (2)")
+    assert seen == (1,)
+    assert _rows(conn) == [1, 2]
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_failing_statement_rolls_back_the_statements_before_it(
+    conn: psycopg.Connection,
+) -> None:
+    """A duplicate key after a good insert raises; neither row stays; the connection is idle."""
+    conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _insert_twice(conn)
+    assert _rows(conn) == [1]
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_an_exception_in_the_block_rolls_back(conn: psycopg.Connection) -> None:
+    """An error raised by Python code in the block ends the transaction without commit."""
+    with pytest.raises(_BlockError):
+        _raise_after_a_read(conn)
+    assert _rows(conn) == []
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_inside_an_open_transaction_it_is_a_savepoint(conn: psycopg.Connection) -> None:
+    """Opened within a transaction, a failure undoes only its own statements."""
+    with conn.transaction():
+        conn.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            _insert_twice(conn)
+    assert _rows(conn) == [1]
+
+
+def test_a_lost_connection_raises_what_happened(
+    conn: psycopg.Connection, pg_schema: PgSchema
+) -> None:
+    """The server ending the session mid-block raises OperationalError; nothing is committed."""
+    with pytest.raises(psycopg.OperationalError):
+        _lose_the_session(conn, pg_schema)
+    with pg_schema.connect() as other:
+        assert other.execute("SELECT count(*) FROM t").fetchone() == (0,)
