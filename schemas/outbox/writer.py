@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id
@@ -46,6 +46,11 @@ class OutboxEvent:
 
 
 def _require_transaction(conn: psycopg.Connection[Any]) -> None:
+    if conn.pgconn.pipeline_status != PipelineStatus.OFF:
+        # In a pipeline libpq knows the transaction state only as of the last sync with
+        # the server (a BEGIN sent since then may still read as idle): sync once to learn it.
+        with conn.pipeline():
+            pass
     status = conn.info.transaction_status
     if status != TransactionStatus.INTRANS:
         raise NotInTransactionError(

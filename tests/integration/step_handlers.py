@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from producer import OutboxEvent, emit
 from schemas import Event
 
 TABLE = """
@@ -23,6 +24,18 @@ def record(conn: Any, event: Event) -> None:
         "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
         " VALUES (%s, %s, %s, %s)",
         (event.entity_id, event.generation, event.seq, event.event_type),
+    )
+
+
+def record_and_emit(conn: Any, event: Event) -> None:
+    """Record the step and write a follow-up event to the outbox, in the step's transaction."""
+    record(conn, event)
+    follow_up = {"count": 1, "seats": event.seq}
+    emit(
+        conn,
+        OutboxEvent(
+            "seat_ledger", event.entity_id, event.seq, "seat_ledger.seats_added", follow_up
+        ),
     )
 
 

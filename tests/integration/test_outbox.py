@@ -81,6 +81,25 @@ def test_emit_refuses_without_a_transaction(outbox: PgSchema) -> None:
     assert _rows(outbox) == []
 
 
+def _emit_in_pipeline(conn: Any, *, begin: bool) -> None:
+    with conn.pipeline():
+        if begin:
+            conn.execute("BEGIN")
+            conn.execute("SELECT 1").fetchall()  # libpq still reads the state as idle here
+        emit(conn, _event())
+        if begin:
+            conn.execute("COMMIT")
+
+
+def test_emit_in_pipeline_mode_knows_whether_a_transaction_is_open(outbox: PgSchema) -> None:
+    """In a pipeline, emit refuses outside a transaction and writes inside one begun unsynced."""
+    with outbox.connect(autocommit=True) as conn:
+        with pytest.raises(NotInTransactionError):
+            _emit_in_pipeline(conn, begin=False)
+        _emit_in_pipeline(conn, begin=True)
+    assert len(_rows(outbox)) == 1
+
+
 def test_duplicate_entity_version_is_a_named_error(outbox: PgSchema) -> None:
     """A second event with the same (entity, generation, seq) raises DuplicateEventError."""
     with outbox.connect() as conn:

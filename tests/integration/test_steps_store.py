@@ -15,6 +15,7 @@ from psycopg import pq
 from consumer import metrics
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
+from producer import migrate
 from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -421,3 +422,21 @@ def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
     assert "BEGIN" in queries[0]
     assert "COMMIT" in queries[-1]
     assert ss.applied(steps_db, "b") == [(1, 1), (1, 2)]
+
+
+def test_a_handler_may_write_follow_up_events_to_the_outbox(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A handler that emits, in batches with duplicates: each step applied and emitted once."""
+    with steps_db.connect(autocommit=True) as conn:
+        migrate.apply(conn)
+        run = ss.runner(redis_client, redis_prefix, ss.routes_text("record_and_emit"))
+        for batch in ([1, 2], [2, 3, 4], [4, 5]):
+            ss.feed(run, conn, [ss.step(seq) for seq in batch])
+        emitted = conn.execute(
+            "SELECT seq FROM outbox WHERE entity_type = 'seat_ledger' ORDER BY seq"
+        ).fetchall()
+        stopped = conn.execute("SELECT stop_reason FROM inorder_step_progress").fetchall()
+    assert stopped == [(None,)]
+    assert ss.applied(steps_db) == [(1, s) for s in range(1, 6)]
+    assert [row[0] for row in emitted] == [1, 2, 3, 4, 5]
