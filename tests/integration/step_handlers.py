@@ -16,6 +16,7 @@ CREATE TABLE applied_steps (
 )
 """  # no key on purpose: a step applied twice shows up twice; n is the order of writing
 CALLS: list[tuple[str, int]] = []
+TRANSACTIONS: list[str] = []  # the transaction each read_then_savepoint call ran in
 
 
 def record(conn: Any, event: Event) -> None:
@@ -37,6 +38,15 @@ def record_and_emit(conn: Any, event: Event) -> None:
             "seat_ledger", event.entity_id, event.seq, "seat_ledger.seats_added", follow_up
         ),
     )
+
+
+def read_then_savepoint(conn: Any, event: Event) -> None:
+    """Read a result, then record the step and its transaction's id in a savepoint of its own."""
+    conn.execute("SELECT 1").fetchone()
+    with conn.transaction():
+        record(conn, event)
+        row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+        TRANSACTIONS.append(row[0])
 
 
 def fail_at_13(conn: Any, event: Event) -> None:

@@ -409,7 +409,7 @@ def _traced(conn: psycopg.Connection[Any], path: Any, work: Any) -> list[str]:
 def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, tmp_path: Any
 ) -> None:
-    """An in-order batch syncs with PostgreSQL once: BEGIN and COMMIT travel with its statements."""
+    """An in-order batch syncs twice (locks, then COMMIT): BEGIN and COMMIT ride with the rest."""
     run = ss.runner(redis_client, redis_prefix, ss.routes_text())
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(run, conn, [ss.step(1, e) for e in ("a", "b")])  # the route's first batch
@@ -418,7 +418,7 @@ def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
         )
     sent = [line.split("\t")[2] for line in lines if line.split("\t")[0] == "F"]
     queries = [line for line in lines if line.startswith("F") and "Parse" in line]
-    assert sent.count("Sync") == 1
+    assert sent.count("Sync") == 2
     assert "BEGIN" in queries[0]
     assert "COMMIT" in queries[-1]
     assert ss.applied(steps_db, "b") == [(1, 1), (1, 2)]
@@ -440,3 +440,17 @@ def test_a_handler_may_write_follow_up_events_to_the_outbox(
     assert stopped == [(None,)]
     assert ss.applied(steps_db) == [(1, s) for s in range(1, 6)]
     assert [row[0] for row in emitted] == [1, 2, 3, 4, 5]
+
+
+def test_a_handler_savepoint_after_a_read_stays_inside_the_step_transaction(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """A function's own transaction() after a read is a savepoint of the step's transaction."""
+    step_handlers.TRANSACTIONS.clear()
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("read_then_savepoint"))
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, [ss.step(1), ss.step(2)])
+        logged = conn.execute("SELECT DISTINCT xmin::text FROM inorder_step_log").fetchall()
+    assert ss.applied(steps_db) == [(1, 1), (1, 2)]
+    assert set(step_handlers.TRANSACTIONS) == {row[0] for row in logged}
+    assert len(logged) == 1

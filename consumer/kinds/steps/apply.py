@@ -10,7 +10,7 @@ import structlog
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import Plan, Progress, plan
 from consumer.kinds.steps.store import Conn, StepStore
-from consumer.kinds.steps.transaction import pipelined_transaction
+from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
 
 log = structlog.get_logger(__name__)
@@ -51,8 +51,8 @@ def _apply_together(
     # Pipelined, the whole transaction takes two round trips: BEGIN with the locks, then
     # the claims, the functions' statements, the log and COMMIT. (Unless a function reads
     # a result: that takes one more.)
-    with pipelined_transaction(conn) if pipelined else conn.transaction():
-        progress = store.lock(conn, _firsts(events))
+    with pipelined_transaction(conn) if pipelined else plain_transaction(conn) as sync:
+        progress = store.lock(conn, _firsts(events), sync)
         claims = []
         for entity_id in sorted(events):
             entity_plan = plan(progress[entity_id], events[entity_id])

@@ -19,6 +19,7 @@ from consumer import metrics
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import Progress, calls
 from consumer.kinds.steps.route import Entry, StepRoute
+from consumer.kinds.steps.transaction import Sync
 from schemas import Event
 
 log = structlog.get_logger(__name__)
@@ -75,11 +76,14 @@ class StepStore:
         entry = self.functions.get(event.event_type)
         return entry is not None and entry[0].external
 
-    def lock(self, conn: Conn, first_events: Mapping[str, Event]) -> dict[str, Progress]:
+    def lock(
+        self, conn: Conn, first_events: Mapping[str, Event], sync: Sync | None = None
+    ) -> dict[str, Progress]:
         """Create missing progress rows, then lock all of them in entity order.
 
         Each entity's progress comes with its park mark, so a batch asks Redis for parked
         successors only of entities that parked something ahead of where they stand.
+        In a pipelined transaction, ``sync`` is its sync: the rows are read through it.
         """
         firsts = _json([{"e": i, "g": first_events[i].generation} for i in sorted(first_events)])
         conn.execute(
@@ -94,13 +98,16 @@ class StepStore:
         # ``entity_id = ANY(...)`` was planned as a scan of every row of the route.) The
         # ids come as JSON, not as an array: the planner sizes an array parameter exactly
         # for each call, so the statement was planned again at every batch (0.2 ms).
-        rows = conn.execute(
+        locking = conn.execute(
             "SELECT p.* FROM (SELECT e FROM jsonb_to_recordset(%s::jsonb) AS t(e text) "
             "ORDER BY e) AS k CROSS JOIN LATERAL (SELECT entity_id, generation, last_applied, "
             " stopped_at_seq IS NOT NULL, parked_generation, parked_through "
             " FROM inorder_step_progress WHERE route = %s AND entity_id = k.e FOR UPDATE) AS p",
             (firsts, self.route.stream),
-        ).fetchall()
+        )
+        if sync is not None:
+            sync()
+        rows = locking.fetchall()
         return {
             row[0]: Progress(row[1], row[2], row[3], None if row[4] is None else (row[4], row[5]))
             for row in rows
