@@ -48,7 +48,7 @@ class OutboxEvent:
 def _require_transaction(conn: psycopg.Connection[Any]) -> None:
     if conn.pgconn.pipeline_status != PipelineStatus.OFF:
         # In a pipeline libpq knows the transaction state only as of the last sync with
-        # the server (a BEGIN sent since then may still read as idle): sync once to learn it.
+        # the server (a BEGIN sent since then may still read as idle): sync to learn it.
         with conn.pipeline():
             pass
     status = conn.info.transaction_status
