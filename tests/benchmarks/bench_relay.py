@@ -12,8 +12,8 @@ ratio, and a fresh backlog is published by two relays.
 
 The plain producer sends the envelopes five times over, so that it is timed for about
 as long as the relay (a second or so): sent once, its 100,000 messages took a tenth of
-a second, a burst that measured 10-50 % faster than the same producer sustains (the
-first pass is reported too).
+a second or two, a burst that measured up to 1.5 times the rate the same producer
+sustained over five passes (the first pass is reported too).
 
 Progress is asked of Kafka every 5 ms until the first row is in and every 100 ms after:
 asking every 10 ms throughout (six offset requests each time) took about a third of a

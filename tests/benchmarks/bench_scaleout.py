@@ -9,7 +9,7 @@ consumer processes and their PostgreSQL backends (by ``application_name``).
 
 Relays: for each count a fresh outbox; the relays start and split its 16 slices
 (``outbox_slices_owned`` adds up to 16 and each holds its share) before 100,000 rows
-commit in one transaction. Timed from the first row in Kafka to the last.
+commit in one transaction. Timed by the broker, from the first row appended to the last.
 
 All of it runs on this machine's cores, shared with Kafka and PostgreSQL: the gain
 from a second process is bounded by them, so each row also gives the cores used.
