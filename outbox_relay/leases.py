@@ -32,52 +32,54 @@ class Membership:
     slices: int
 
 
-def look(conn: Conn, me: str, lease_s: float) -> Membership:
-    """Say ``me`` is alive, forget relays long gone, and see who is alive and what is free."""
-    conn.execute(
-        "INSERT INTO outbox_relays (relay_id, seen_until)"
-        " VALUES (%(me)s, now() + make_interval(secs => %(lease_s)s))"
-        " ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until",
-        {"me": me, "lease_s": lease_s},
-    )
-    conn.execute(
-        "DELETE FROM outbox_relays WHERE seen_until < now() - make_interval(secs => %s)",
-        (lease_s * 10,),
-    )
-    live = [
-        row[0]
-        for row in conn.execute(
+def heartbeat(conn: Conn, me: str, held: list[int], lease_s: float) -> tuple[set[int], Membership]:
+    """Renew leases, look at the membership: the slices of ``held`` still held, and who is who.
+
+    ``me`` says it is alive, relays long gone are forgotten, and the lease table shows who
+    holds what and what is free. All of it in one round trip (a pipeline): the relay does
+    this every third of a lease between two batches, and a row committed meanwhile waits.
+    """
+    with conn.pipeline():
+        renewed = conn.execute(
+            "UPDATE outbox_relay_slices SET lease_until = now() + make_interval(secs => %s)"
+            " WHERE owner = %s AND slice = ANY(%s) RETURNING slice",
+            (lease_s, me, held),
+        )
+        conn.execute(
+            "INSERT INTO outbox_relays (relay_id, seen_until)"
+            " VALUES (%(me)s, now() + make_interval(secs => %(lease_s)s))"
+            " ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until",
+            {"me": me, "lease_s": lease_s},
+        )
+        conn.execute(
+            "DELETE FROM outbox_relays WHERE seen_until < now() - make_interval(secs => %s)",
+            (lease_s * 10,),
+        )
+        alive = conn.execute(
             "SELECT relay_id FROM outbox_relays WHERE seen_until >= now() ORDER BY relay_id"
         )
-    ]
+        leases = conn.execute(
+            "SELECT slice, owner = %s, owner IS NULL OR lease_until < now()"
+            " FROM outbox_relay_slices",
+            (me,),
+        )
+        still = {row[0] for row in renewed.fetchall()}  # the one sync, for all five
+        live = [row[0] for row in alive.fetchall()]
+        rows = leases.fetchall()
     owned: set[int] = set()
     available: set[int] = set()
-    rows = conn.execute(
-        "SELECT slice, owner = %s, owner IS NULL OR lease_until < now() FROM outbox_relay_slices",
-        (me,),
-    ).fetchall()
     for slice_, mine, free in rows:
         if mine and not free:
             owned.add(slice_)
         elif free:
             available.add(slice_)
-    return Membership(live, owned, available, len(rows))
+    return still, Membership(live, owned, available, len(rows))
 
 
 def take(conn: Conn, me: str, slices: list[int], lease_s: float) -> dict[int, Cursor]:
     """Take these slices where still free or expired; their stored cursors."""
     found = conn.execute(_TAKE, {"me": me, "slices": slices, "lease_s": lease_s}).fetchall()
     return {s: cursor_from(x, i, running, pos) for s, x, i, running, pos in found}
-
-
-def renew(conn: Conn, me: str, slices: list[int], lease_s: float) -> set[int]:
-    """Extend the leases ``me`` still holds among ``slices``; the slices still held."""
-    found = conn.execute(
-        "UPDATE outbox_relay_slices SET lease_until = now() + make_interval(secs => %s)"
-        " WHERE owner = %s AND slice = ANY(%s) RETURNING slice",
-        (lease_s, me, slices),
-    )
-    return {row[0] for row in found}
 
 
 def release(conn: Conn, me: str, slices: list[int]) -> None:

@@ -113,11 +113,10 @@ class Relay:
         self._next_share = now + self.settings.lease_s / 3
         self._resend = self._resend or resend.pending(self._db)
         lease_s = self.settings.lease_s
-        held = leases.renew(self._db, self.relay_id, list(self.owned), lease_s)
+        held, seen = leases.heartbeat(self._db, self.relay_id, list(self.owned), lease_s)
         for slice_ in set(self.owned) - held:
             del self.owned[slice_]
             log.warning("slice_lost", slice=slice_, reason="lease expired and taken")
-        seen = leases.look(self._db, self.relay_id, lease_s)
         plan = sharing.plan(self.relay_id, seen.live, self.owned, seen.available, seen.slices)
         if plan.release:
             leases.release(self._db, self.relay_id, list(plan.release))
