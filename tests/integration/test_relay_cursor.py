@@ -17,6 +17,7 @@ import schemas
 from producer import OutboxEvent, emit, emit_many
 from tests.conftest import PgSchema
 from tests.integration import relay_support as rs
+from tests.support import libpq
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
@@ -298,28 +299,24 @@ def test_the_reader_reconnects_after_its_connection_is_cut(outbox: PgSchema) -> 
 
 def test_the_lease_heartbeat_is_one_round_trip(outbox: PgSchema, tmp_path: Path) -> None:
     """Renewing a relay's leases and looking at who holds what is one Sync, not five round trips."""
-    from psycopg import pq  # noqa: PLC0415
-
     from outbox_relay import leases  # noqa: PLC0415
 
     with outbox.connect(autocommit=True) as conn:
         leases.take(conn, "relay-a", [0, 1, 2], 10)
         leases.take(conn, "relay-b", [3], 10)
         conn.execute("UPDATE outbox_relay_slices SET owner = 'relay-b' WHERE slice = 1")
-        trace = tmp_path / "trace"
-        with trace.open("w") as out:
-            conn.pgconn.trace(out.fileno())
-            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-            try:
-                held, seen = leases.heartbeat(conn, "relay-a", [0, 1, 2], 10)
-            finally:
-                conn.pgconn.untrace()
+        found = []
+        lines = libpq.traced(
+            conn,
+            tmp_path / "trace",
+            lambda: found.append(leases.heartbeat(conn, "relay-a", [0, 1, 2], 10)),
+        )
+        [(held, seen)] = found
         lease_left = conn.execute(
             "SELECT bool_and(lease_until > now() + interval '9 s') FROM outbox_relay_slices"
             " WHERE slice IN (0, 2)"
         ).fetchone()
-    sent = [line.split("\t")[2] for line in trace.read_text().splitlines() if line[0] == "F"]
-    assert sent.count("Sync") == 1
+    assert libpq.sent(lines).count("Sync") == 1
     assert held == {0, 2}
     assert lease_left == (True,)
     assert seen.live == ["relay-a"]

@@ -10,7 +10,6 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
-from psycopg import pq
 
 from consumer import metrics
 from consumer.kinds.steps.plan import Progress
@@ -20,6 +19,7 @@ from schemas import encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
+from tests.support import libpq
 
 
 @pytest.fixture
@@ -394,18 +394,6 @@ def test_batch_statements_are_planned_once_not_at_every_batch(
     assert [(s[:60], c) for s, _, c in plans if c > 5] == []
 
 
-def _traced(conn: psycopg.Connection[Any], path: Any, work: Any) -> list[str]:
-    """The messages libpq sent and received while ``work`` ran, one per line."""
-    with path.open("w") as trace:
-        conn.pgconn.trace(trace.fileno())
-        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            work()
-        finally:
-            conn.pgconn.untrace()
-    return path.read_text().splitlines()
-
-
 def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, tmp_path: Any
 ) -> None:
@@ -413,12 +401,11 @@ def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
     run = ss.runner(redis_client, redis_prefix, ss.routes_text())
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(run, conn, [ss.step(1, e) for e in ("a", "b")])  # the route's first batch
-        lines = _traced(
+        lines = libpq.traced(
             conn, tmp_path / "trace", lambda: ss.feed(run, conn, [ss.step(2, e) for e in "ab"])
         )
-    sent = [line.split("\t")[2] for line in lines if line.split("\t")[0] == "F"]
     queries = [line for line in lines if line.startswith("F") and "Parse" in line]
-    assert sent.count("Sync") == 2
+    assert libpq.sent(lines).count("Sync") == 2
     assert "BEGIN" in queries[0]
     assert "COMMIT" in queries[-1]
     assert ss.applied(steps_db, "b") == [(1, 1), (1, 2)]
