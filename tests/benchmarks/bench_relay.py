@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -64,6 +65,8 @@ LATENCY_S = 10.0
 WARM_UP_S = 1.0
 LONG_TX_S = 5.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+_T = TypeVar("_T")
 
 
 @contextmanager
@@ -174,7 +177,18 @@ def append_span(bootstrap: str, topic: str, count: int) -> tuple[int, float]:
 
 def append_stamps(bootstrap: str, topic: str, count: int) -> list[int]:
     """The LogAppendTime stamps (ms) of the ``count`` messages in the topic, in order."""
-    stamps: list[int] = []
+    stamps = _read_all(bootstrap, topic, count, 120, lambda m: m.timestamp()[1])
+    assert len(stamps) == count, f"{topic}: {len(stamps)} of {count} messages read"
+    return sorted(stamps)
+
+
+def _read_all(
+    bootstrap: str, topic: str, count: int, wait_s: float, pick: Callable[[Message], _T | None]
+) -> list[_T]:
+    """``pick`` of the topic's messages from the start, until ``count`` picked or ``wait_s``.
+
+    Messages ``pick`` maps to None are skipped.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -183,12 +197,14 @@ def append_stamps(bootstrap: str, topic: str, count: int) -> list[int]:
         }
     )
     consumer.subscribe([topic])
-    deadline = time.monotonic() + 120
-    while len(stamps) < count and time.monotonic() < deadline:
-        stamps.extend(m.timestamp()[1] for m in consumer.consume(1000, 0.5) if m.error() is None)
+    picked: list[_T] = []
+    deadline = time.monotonic() + wait_s
+    while len(picked) < count and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None and (item := pick(message)) is not None:
+                picked.append(item)
     consumer.close()
-    assert len(stamps) == count, f"{topic}: {len(stamps)} of {count} messages read"
-    return sorted(stamps)
+    return picked
 
 
 def _span(stamps: list[int]) -> tuple[int, float]:
@@ -203,20 +219,7 @@ def _rate(stamps: list[int]) -> float:
 
 
 def _read_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 120
-    while len(values) < count and time.monotonic() < deadline:
-        values.extend(m.value() for m in consumer.consume(1000, 0.5) if m.error() is None)
-    consumer.close()
-    return values
+    return _read_all(bootstrap, topic, count, 120, lambda m: m.value())
 
 
 def _raw_produce(bootstrap: str, topic: str, values: list[bytes]) -> tuple[float, float]:
@@ -306,24 +309,12 @@ def _appended(
     bootstrap: str, topic: str, since: dict[str, float], name: Callable[[Message], str]
 ) -> list[float]:
     """Broker append time minus ``since[name(message)]`` (s) for every message named there."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([topic])
-    delays: list[float] = []
-    deadline = time.monotonic() + 60
-    while len(delays) < len(since) and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                at = since.get(name(message))
-                if at is not None:
-                    delays.append(message.timestamp()[1] / 1000 - at)
-    consumer.close()
-    return delays
+
+    def delay(message: Message) -> float | None:
+        at = since.get(name(message))
+        return None if at is None else message.timestamp()[1] / 1000 - at
+
+    return _read_all(bootstrap, topic, len(since), 60, delay)
 
 
 def _floor(bootstrap: str, topic: str) -> list[float]:

@@ -305,13 +305,9 @@ def test_the_lease_heartbeat_is_one_round_trip(outbox: PgSchema, tmp_path: Path)
         leases.take(conn, "relay-a", [0, 1, 2], 10)
         leases.take(conn, "relay-b", [3], 10)
         conn.execute("UPDATE outbox_relay_slices SET owner = 'relay-b' WHERE slice = 1")
-        found = []
-        lines = libpq.traced(
-            conn,
-            tmp_path / "trace",
-            lambda: found.append(leases.heartbeat(conn, "relay-a", [0, 1, 2], 10)),
+        lines, (held, seen) = libpq.traced(
+            conn, tmp_path / "trace", lambda: leases.heartbeat(conn, "relay-a", [0, 1, 2], 10)
         )
-        [(held, seen)] = found
         lease_left = conn.execute(
             "SELECT bool_and(lease_until > now() + interval '9 s') FROM outbox_relay_slices"
             " WHERE slice IN (0, 2)"

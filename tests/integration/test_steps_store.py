@@ -401,7 +401,7 @@ def test_a_batch_in_order_is_one_pipeline_with_begin_and_commit_inside(
     run = ss.runner(redis_client, redis_prefix, ss.routes_text())
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(run, conn, [ss.step(1, e) for e in ("a", "b")])  # the route's first batch
-        lines = libpq.traced(
+        lines, _ = libpq.traced(
             conn, tmp_path / "trace", lambda: ss.feed(run, conn, [ss.step(2, e) for e in "ab"])
         )
     queries = [line for line in lines if line.startswith("F") and "Parse" in line]
