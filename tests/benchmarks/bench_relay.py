@@ -24,12 +24,20 @@ LogAppendTime, and each row's commit time is PostgreSQL's commit timestamp of it
 transaction. The second run does the same while another session keeps a writing
 transaction open for 5 seconds at a time: only that transaction's own rows may wait.
 A plain producer sending at the same rate gives the floor: produce call to append.
+
+The third latency run puts the relay beside the leanest relay woken by NOTIFY
+(``lean_relay``: one connection that listens and reads by id, no cursor, lease or
+envelope), both publishing the same commits at the same time to topics of their own.
+What the lean relay measures, no relay woken by NOTIFY beats on this machine at that
+moment; the hypervisor's share of the CPU moves both.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -273,14 +281,23 @@ def _hold_long_transactions(url: str, topic: str, stop: threading.Event) -> None
             round_ += 1
 
 
-def _latencies(url: str, bootstrap: str, topic: str, *, long_tx: bool) -> list[float]:
-    """Commit-to-append delays (s) of the steady writer's rows, with or without a long tx."""
+def _latencies(
+    url: str, bootstrap: str, topic: str, *, long_tx: bool = False, lean_topic: str | None = None
+) -> tuple[list[float], list[float]]:
+    """Commit-to-append delays (s) of the steady writer's rows: the relay's, and the lean one's.
+
+    With ``long_tx`` a writing transaction is held open meanwhile. With ``lean_topic`` the
+    lean relay publishes the same rows there, at the same time; otherwise its list is empty.
+    """
     pipe = Pipeline(url, bootstrap, topic, Path())
     port = free_port()
     stop = threading.Event()
     with psycopg.connect(url, autocommit=True) as conn:
         migrate.apply(conn)
-    with service_process("outbox_relay", pipeline_env(pipe, port), port):
+    with ExitStack() as running:
+        running.enter_context(service_process("outbox_relay", pipeline_env(pipe, port), port))
+        if lean_topic is not None:
+            running.enter_context(_lean_relay(url, bootstrap, lean_topic))
         time.sleep(1.0)
         threads = [threading.Thread(target=_write_steadily, args=(url, topic, stop))]
         if long_tx:
@@ -302,7 +319,28 @@ def _latencies(url: str, bootstrap: str, topic: str, *, long_tx: bool) -> list[f
             }
         measured_from = min(committed.values()) + WARM_UP_S
         measured = {e: at for e, at in committed.items() if at >= measured_from}
-        return _appended(bootstrap, topic, measured, lambda m: decode(m.value()).event_id)
+    relay = _appended(bootstrap, topic, measured, lambda m: decode(m.value()).event_id)
+    if lean_topic is None:
+        return relay, []
+    return relay, _appended(bootstrap, lean_topic, measured, lambda m: (m.value() or b"").decode())
+
+
+@contextmanager
+def _lean_relay(url: str, bootstrap: str, topic: str) -> Iterator[None]:
+    """``lean_relay`` publishing the outbox's new rows to ``topic`` until the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.benchmarks.lean_relay", url, bootstrap, topic],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the lean relay did not start")
+        yield
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def _appended(
@@ -344,11 +382,12 @@ def run() -> list[BenchResult]:
     """Relay throughput, CPU, its ratio to raw produce, two relays, and latency."""
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    with _topics(bootstrap, 6) as topics:
+    with _topics(bootstrap, 8) as topics:
         # Latency first, while PostgreSQL has no backlog's worth of pages to write out.
         with temp_schema(url, "bench_relay_latency") as latency_url:
-            steady = _latencies(latency_url, bootstrap, topics[3], long_tx=False)
-            long_tx = _latencies(latency_url, bootstrap, topics[4], long_tx=True)
+            steady, _ = _latencies(latency_url, bootstrap, topics[3])
+            long_tx, _ = _latencies(latency_url, bootstrap, topics[4], long_tx=True)
+            beside, lean = _latencies(latency_url, bootstrap, topics[6], lean_topic=topics[7])
         floor = _floor(bootstrap, topics[5])
         with temp_schema(url, "bench_relay") as one_url:
             one_rate, cpu_ms = _throughput(one_url, bootstrap, topics[0], relays=1)
@@ -394,4 +433,12 @@ def run() -> list[BenchResult]:
         results.append(
             BenchResult(f"relay_latency_p99_ms{name}", _q(delays, 99), "ms", f"goal <= {goal}")
         )
+    how = "lean_relay.py: LISTEN, read by id, produce; same commits as the relay, same time"
+    results += [
+        BenchResult("relay_latency_p50_ms.lean_relay", _q(lean, 50), "ms", how),
+        BenchResult("relay_latency_p99_ms.lean_relay", _q(lean, 99), "ms", "same run"),
+        BenchResult("relay_latency_p50_ms.beside_lean", _q(beside, 50), "ms", "the relay, same"),
+        BenchResult("relay_latency_p99_ms.beside_lean", _q(beside, 99), "ms", "same commits"),
+        BenchResult("relay_p99_vs_lean_relay", _q(beside, 99) / _q(lean, 99), "x", "same commits"),
+    ]
     return results
