@@ -4,13 +4,18 @@ PostgreSQL spends about as long finding a batch's rows as the relay spends sendi
 them. Started here, the next read runs while the relay hands the current batch to
 Kafka on the main thread: each read is one statement with its own snapshot, so where
 it runs changes nothing about what it returns.
+
+A read started ahead is kept until it is taken, across the relay's rounds: it is
+used when it was started from the cursors asked for, and otherwise thrown away
+(a slice lost, taken or not advanced since).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -20,11 +25,27 @@ from outbox_relay.frontier import Cursor
 from outbox_relay.store import Read
 
 
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A read started in the background, and what it was started from."""
+
+    cursors: dict[int, Cursor]
+    limit: int
+    future: Future[Read]
+
+    def serves(self, cursors: Mapping[int, Cursor], limit: int) -> bool:
+        """Whether this read is the one past ``cursors`` (it may cover more slices)."""
+        return limit == self.limit and all(
+            self.cursors.get(slice_) == cursor for slice_, cursor in cursors.items()
+        )
+
+
 class Reader:
     """One read at a time; the connection opens with the first read.
 
-    ``start`` reads in the background, ``read`` in the calling thread (nothing to overlap,
-    so no hand-over between threads to wait for).
+    ``ahead`` starts a read in the background and ``take`` returns it; with no read
+    ahead for the cursors asked, ``take`` reads in the calling thread (nothing to
+    overlap, so no hand-over between threads to wait for).
     """
 
     def __init__(self, url: str) -> None:
@@ -32,10 +53,26 @@ class Reader:
         self._conn: psycopg.Connection[Any] | None = None
         self._using = threading.Lock()  # the connection, by one read at a time
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-read")
+        self._ahead: _Ahead | None = None
 
-    def start(self, cursors: Mapping[int, Cursor], limit: int) -> Future[Read]:
-        """Begin reading past ``cursors``; the future holds the read or the error it met."""
-        return self._thread.submit(self.read, dict(cursors), limit)
+    def ahead(self, cursors: Mapping[int, Cursor], limit: int) -> Future[Read]:
+        """Begin reading past ``cursors`` in the background, for ``take`` to return."""
+        copied = dict(cursors)
+        self._ahead = _Ahead(copied, limit, self._thread.submit(self.read, copied, limit))
+        return self._ahead.future
+
+    def take(self, cursors: Mapping[int, Cursor], limit: int) -> Read:
+        """The rows past ``cursors``: read ahead when that read is for them, else read now.
+
+        The read ahead may cover slices not asked for; their rows are the caller's to
+        ignore. A read ahead for other cursors is waited for and dropped.
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead.serves(cursors, limit):
+                return ahead.future.result()
+            wait([ahead.future])  # its error, if any, is the read below's to meet again
+        return self.read(cursors, limit)
 
     def read(self, cursors: Mapping[int, Cursor], limit: int) -> Read:
         """Read past ``cursors`` and return the rows."""
@@ -55,6 +92,7 @@ class Reader:
 
     def close(self) -> None:
         """Wait for a read in progress, then close the connection and the thread."""
+        self._ahead = None
         self._thread.shutdown(wait=True)
         with self._using:
             self._drop()

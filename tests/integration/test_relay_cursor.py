@@ -297,6 +297,37 @@ def test_the_reader_reconnects_after_its_connection_is_cut(outbox: PgSchema) -> 
         reader.close()
 
 
+def test_a_read_ahead_serves_only_the_cursors_it_was_started_from(outbox: PgSchema) -> None:
+    """``take`` returns the read started ahead from the same cursors, and reads anew otherwise."""
+    from outbox_relay.frontier import Cursor  # noqa: PLC0415
+    from outbox_relay.reading import Reader  # noqa: PLC0415
+    from outbox_relay.store import Read  # noqa: PLC0415
+
+    def rows(read: Read) -> int:
+        return sum(map(len, read.rows.values()))
+
+    reader = Reader(outbox.conninfo)
+    everything = {s: Cursor() for s in range(16)}
+    try:
+        with outbox.connect(autocommit=True) as conn:
+            with conn.transaction():
+                emit(conn, _event("t", "before"))
+            early = reader.ahead(everything, 10).result()
+            with conn.transaction():
+                emit(conn, _event("t", "after"))
+            half = {s: everything[s] for s in range(8)}
+            assert reader.take(half, 10) is early  # the read ahead covers more: still it
+            assert rows(early) == 1
+            reader.ahead(everything, 10).result()
+            moved = everything | {0: Cursor(xid=1, id=1)}
+            assert rows(reader.take(moved, 10)) == 2  # other cursors: read again
+            reader.ahead(everything, 10).result()
+            assert rows(reader.take(everything, 5)) == 2  # another limit: read again
+            assert rows(reader.take(everything, 10)) == 2  # nothing ahead: read now
+    finally:
+        reader.close()
+
+
 def test_the_lease_heartbeat_is_one_round_trip(outbox: PgSchema, tmp_path: Path) -> None:
     """Renewing a relay's leases and looking at who holds what is one Sync, not five round trips."""
     from outbox_relay import leases  # noqa: PLC0415
