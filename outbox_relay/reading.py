@@ -78,7 +78,7 @@ class Reader:
         """Read past ``cursors`` and return the rows."""
         with self._using:
             if self._conn is None or self._conn.closed:
-                self._conn = store.connect(self._url)
+                self._conn = store.connect(self._url, reading=True)
             try:
                 return store.read(self._conn, cursors, limit)
             except psycopg.OperationalError:
