@@ -2,13 +2,16 @@
 
 Relays run as their own processes (``python -m outbox_relay``), as deployed.
 
-Throughput: a backlog of rows is published by one relay, timed by the broker: every
-topic stamps LogAppendTime, and the rate is the rows appended after the first one over
-the time from the first append to the last. CPU is read from ``/proc``: the relay
-processes and the PostgreSQL backends serving them (found by ``application_name``),
-per 1,000 rows. The same envelopes are then sent by a plain confluent-kafka producer
-with the same delivery guarantees (idempotent, acks=all), timed the same way, for the
-ratio, and a fresh backlog is published by two relays.
+Throughput: the relays start on an empty outbox and split its 16 slices, then a backlog
+of rows commits in one transaction, so that every relay finds its share at once (a
+relay started on a filled outbox would publish alone until the next one came up and
+was given slices). Timed by the broker: every topic stamps LogAppendTime, and the rate
+is the rows appended after the first one over the time from the first append to the
+last. CPU is read from ``/proc``: the relay processes and the PostgreSQL backends
+serving them (found by ``application_name``), per 1,000 rows. The same envelopes are
+then sent by a plain confluent-kafka producer with the same delivery guarantees
+(idempotent, acks=all), timed the same way, for the ratio, and a fresh backlog is
+published by two relays.
 
 The plain producer sends the envelopes five times over, so that it is timed for about
 as long as the relay (a second or so): sent once, its 100,000 messages took a tenth of
@@ -40,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -50,6 +54,7 @@ import psycopg
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from producer import OutboxEvent, emit_many, migrate
 from schemas import decode
@@ -66,6 +71,7 @@ from tests.integration.relay_support import PAYLOAD, free_port
 BACKLOG = 100_000
 RAW_PASSES = 5
 PARTITIONS = 6
+SLICES = 16
 RATE_ROWS_S = 1000
 LATENCY_S = 10.0
 # Rows written in the first second are not measured: the relay's first send to a topic
@@ -106,15 +112,6 @@ def _events(topic: str, start: int, count: int, tag: str) -> list[OutboxEvent]:
     ]
 
 
-def _fill(url: str, topic: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate.apply(conn)
-        for start in range(0, BACKLOG, 5000):
-            with conn.transaction():
-                emit_many(conn, _events(topic, start, 5000, "tp"))
-        conn.execute("VACUUM ANALYZE outbox")
-
-
 def _in_kafka(reader: Consumer, topic: str) -> int:
     return sum(
         reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -144,16 +141,53 @@ def _backends(url: str, app: str) -> set[int]:
 
 def _throughput(url: str, bootstrap: str, topic: str, relays: int) -> tuple[float, float]:
     """Rows/s publishing the backlog with ``relays`` processes, and CPU-ms per 1,000 rows."""
-    _fill(url, topic)
+    return publish_backlog(url, bootstrap, topic, relays, "tp")
+
+
+def publish_backlog(
+    url: str, bootstrap: str, topic: str, relays: int, tag: str
+) -> tuple[float, float]:
+    """Rows/s of ``relays`` relays publishing one committed backlog, and CPU-ms per 1,000 rows.
+
+    The relays start on an empty outbox and split its slices first; the backlog then
+    commits in one transaction, so that every relay finds its share at the same moment.
+    """
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate.apply(conn)
     app = f"bench-relay-{uuid.uuid4().hex[:6]}"
     pipe = Pipeline(url, bootstrap, topic, Path())
     with ExitStack() as stack:
-        processes = []
+        processes, ports = [], []
         for _ in range(relays):
             port = free_port()
             env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_BATCH_SIZE="1000")
             processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
+            ports.append(port)
+        deadline = time.monotonic() + 60
+        while not _slices_split(ports):
+            assert time.monotonic() < deadline, f"{relays} relays did not split the slices"
+            time.sleep(0.2)
+        with psycopg.connect(url) as conn, conn.transaction():
+            for start in range(0, BACKLOG, 5000):
+                emit_many(conn, _events(topic, start, 5000, tag))
         return timed_backlog(bootstrap, topic, {p.pid for p in processes} | _backends(url, app))
+
+
+def _slices_split(ports: list[int]) -> bool:
+    """Every relay holds its share of the slices, and together all of them."""
+    owned = []
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+        owned.append(
+            sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "outbox_slices_owned"
+            )
+        )
+    return sum(owned) == SLICES and max(owned) - min(owned) <= 1
 
 
 def timed_backlog(bootstrap: str, topic: str, pids: set[int]) -> tuple[float, float]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,19 +29,16 @@ import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from producer import emit_many, migrate
 from schemas import encode
 from tests.benchmarks.bench_consumer import ROUTES, VIEW, _event
 from tests.benchmarks.bench_relay import (
     BACKLOG,
     _backends,
     _cpu_s,
-    _events,
     _topics,
-    timed_backlog,
+    publish_backlog,
 )
 from tests.benchmarks.fixtures import (
     Pipeline,
@@ -59,7 +55,6 @@ ENTITIES = 12_000
 VERSIONS = 25
 TOTAL = ENTITIES * VERSIONS
 COUNTS = (1, 2, 3)
-SLICES = 16
 
 
 @contextmanager
@@ -153,46 +148,6 @@ def _consumers(
     return TOTAL / elapsed, cpu / elapsed
 
 
-def _slices_split(ports: list[int]) -> bool:
-    """Every relay holds its share of the 16 slices, and together all of them."""
-    owned = []
-    for port in ports:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            text = response.read().decode()
-        owned.append(
-            sum(
-                sample.value
-                for family in text_string_to_metric_families(text)
-                for sample in family.samples
-                if sample.name == "outbox_slices_owned"
-            )
-        )
-    return sum(owned) == SLICES and max(owned) - min(owned) <= 1
-
-
-def _relays(url: str, bootstrap: str, topic: str, count: int) -> tuple[float, float]:
-    """Rows/s publishing one committed backlog with ``count`` relays, and CPU-ms per 1,000."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate.apply(conn)
-    app = f"bench-relay-{uuid.uuid4().hex[:6]}"
-    pipe = Pipeline(url, bootstrap, topic, Path())
-    with ExitStack() as stack:
-        processes, ports = [], []
-        for _ in range(count):
-            port = free_port()
-            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_BATCH_SIZE="1000")
-            processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
-            ports.append(port)
-        deadline = time.monotonic() + 60
-        while not _slices_split(ports):
-            assert time.monotonic() < deadline, f"{count} relays did not split the slices"
-            time.sleep(0.2)
-        with psycopg.connect(url) as conn, conn.transaction():
-            for start in range(0, BACKLOG, 5000):
-                emit_many(conn, _events(topic, start, 5000, "so"))
-        return timed_backlog(bootstrap, topic, {p.pid for p in processes} | _backends(url, app))
-
-
 def _versus_one(what: str, rates: dict[int, float]) -> list[BenchResult]:
     """Each count's rate against one process's, measured in the same run."""
     return [
@@ -230,7 +185,7 @@ def run() -> list[BenchResult]:
     with _topics(bootstrap, len(COUNTS)) as topics:
         for count, topic in zip(COUNTS, topics, strict=True):
             with temp_schema(url, "bench_scaleout_relay") as relay_url:
-                rate, cpu_ms = _relays(relay_url, bootstrap, topic, count)
+                rate, cpu_ms = publish_backlog(relay_url, bootstrap, topic, count, "so")
             relay_rates[count] = rate
             how = f"{count} relay process(es) sharing the outbox's slices, {BACKLOG:,} rows"
             results.append(BenchResult(f"scaleout_relays_{count}_per_s", rate, "rows/s", how))
