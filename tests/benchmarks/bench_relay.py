@@ -432,7 +432,7 @@ def run() -> list[BenchResult]:
         )
         with temp_schema(url, "bench_relay_two") as two_url:
             two_rate, two_cpu_ms = _throughput(two_url, bootstrap, topics[1], relays=2)
-    how = f"{BACKLOG:,} rows, one relay process, batch 1000, first append to last"
+    how = f"{BACKLOG:,} rows committed at once, one relay, batch 1000, first append to last"
     results = [
         BenchResult("relay_rows_per_s", one_rate, "rows/s", how),
         BenchResult(
