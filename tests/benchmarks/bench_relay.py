@@ -139,11 +139,6 @@ def _backends(url: str, app: str) -> set[int]:
     return {row[0] for row in rows}
 
 
-def _throughput(url: str, bootstrap: str, topic: str, relays: int) -> tuple[float, float]:
-    """Rows/s publishing the backlog with ``relays`` processes, and CPU-ms per 1,000 rows."""
-    return publish_backlog(url, bootstrap, topic, relays, "tp")
-
-
 def publish_backlog(
     url: str, bootstrap: str, topic: str, relays: int, tag: str
 ) -> tuple[float, float]:
@@ -424,14 +419,14 @@ def run() -> list[BenchResult]:
             beside, lean = _latencies(latency_url, bootstrap, topics[6], lean_topic=topics[7])
         floor = _floor(bootstrap, topics[5])
         with temp_schema(url, "bench_relay") as one_url:
-            one_rate, cpu_ms = _throughput(one_url, bootstrap, topics[0], relays=1)
+            one_rate, cpu_ms = publish_backlog(one_url, bootstrap, topics[0], 1, "tp")
         # The plain producer right after the relay it is compared with, so that the two
         # figures of the ratio see the machine as alike as they can.
         raw_rate, raw_first = _raw_produce(
             bootstrap, topics[2], _read_values(bootstrap, topics[0], BACKLOG)
         )
         with temp_schema(url, "bench_relay_two") as two_url:
-            two_rate, two_cpu_ms = _throughput(two_url, bootstrap, topics[1], relays=2)
+            two_rate, two_cpu_ms = publish_backlog(two_url, bootstrap, topics[1], 2, "tp")
     how = f"{BACKLOG:,} rows committed at once, one relay, batch 1000, first append to last"
     results = [
         BenchResult("relay_rows_per_s", one_rate, "rows/s", how),
