@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
 
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
@@ -63,25 +62,25 @@ RETURNING s.slice
 """
 
 
-# A read must walk each slice's index in (xid, id) order and stop at its limit. Where
-# PostgreSQL has no statistics on the slice expression yet (a new outbox, or one just
-# given the index by the upgrade, until it is analysed), it guesses a slice at a few
-# rows and plans to fetch and sort all of them instead: on a 100,000-row backlog that
-# read took 530 ms instead of 54. The reading connection rules sorts out, so the index
-# order is the only plan left; nothing else runs on that connection.
-_READING_OPTIONS = "-c enable_sort=off"
-
-
 def connect(url: str, *, reading: bool = False) -> Conn:
     """An autocommit connection that reads rows as the relay expects (JSON by orjson).
 
-    ``reading``: the connection that runs ``read`` and nothing else (see above).
+    ``reading``: the connection that runs ``read`` and nothing else. A read must walk
+    each slice's index in (xid, id) order and stop at its limit. Where PostgreSQL has no
+    statistics on the slice expression yet (a new outbox, or one just given the index by
+    the upgrade, until it is analysed), it guesses a slice at a few rows and plans to
+    fetch and sort all of them instead: on a 100,000-row backlog that read took 530 ms
+    instead of 54. This connection rules sorts out, so the index order is the only plan
+    left. It is set by a statement, not a start-up option, which poolers may refuse.
     """
-    if reading:
-        options = conninfo_to_dict(url).get("options")
-        url = make_conninfo(url, options=f"{options or ''} {_READING_OPTIONS}".strip())
     conn = psycopg.connect(url, autocommit=True)
     set_json_loads(orjson.loads, conn)
+    if reading:
+        try:
+            conn.execute("SET enable_sort TO off")
+        except BaseException:
+            conn.close()
+            raise
     return conn
 
 
