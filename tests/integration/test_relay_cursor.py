@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from prometheus_client import REGISTRY
@@ -20,6 +21,9 @@ from tests.integration import relay_support as rs
 from tests.support import libpq
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
+
+if TYPE_CHECKING:
+    from outbox_relay.store import Read
 
 REBASE = Path(schemas.__file__).parent / "outbox" / "rebase_xids.sql"
 
@@ -35,6 +39,10 @@ def _sent_ids(services: Services, topic: str, expect: int) -> Counter[str]:
         schemas.decode(m.value()).event_id
         for m in drain(services.kafka_bootstrap, topic, expect=expect)
     )
+
+
+def _rows_in(read: Read) -> int:
+    return sum(map(len, read.rows.values()))
 
 
 def _gauge(name: str) -> float:
@@ -298,14 +306,14 @@ def test_the_reader_reconnects_after_its_connection_is_cut(outbox: PgSchema) -> 
             with conn.transaction():
                 emit(conn, _event("t", "cut"))
             cursors = {s: Cursor() for s in range(16)}
-            assert sum(map(len, reader.read(cursors, 10).rows.values())) == 1
+            assert _rows_in(reader.read(cursors, 10)) == 1
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = 'reader-under-test'"
             )
             with pytest.raises(psycopg.OperationalError):
                 reader.read(cursors, 10)
-            assert sum(map(len, reader.read(cursors, 10).rows.values())) == 1
+            assert _rows_in(reader.read(cursors, 10)) == 1
     finally:
         reader.close()
 
@@ -314,10 +322,6 @@ def test_a_read_ahead_serves_only_the_cursors_it_was_started_from(outbox: PgSche
     """``take`` returns the read started ahead from the same cursors, and reads anew otherwise."""
     from outbox_relay.frontier import Cursor  # noqa: PLC0415
     from outbox_relay.reading import Reader  # noqa: PLC0415
-    from outbox_relay.store import Read  # noqa: PLC0415
-
-    def rows(read: Read) -> int:
-        return sum(map(len, read.rows.values()))
 
     reader = Reader(outbox.conninfo)
     everything = {s: Cursor() for s in range(16)}
@@ -330,13 +334,13 @@ def test_a_read_ahead_serves_only_the_cursors_it_was_started_from(outbox: PgSche
                 emit(conn, _event("t", "after"))
             half = {s: everything[s] for s in range(8)}
             assert reader.take(half, 10) is early  # the read ahead covers more: still it
-            assert rows(early) == 1
+            assert _rows_in(early) == 1
             reader.ahead(everything, 10).result()
             moved = everything | {0: Cursor(xid=1, id=1)}
-            assert rows(reader.take(moved, 10)) == 2  # other cursors: read again
+            assert _rows_in(reader.take(moved, 10)) == 2  # other cursors: read again
             reader.ahead(everything, 10).result()
-            assert rows(reader.take(everything, 5)) == 2  # another limit: read again
-            assert rows(reader.take(everything, 10)) == 2  # nothing ahead: read now
+            assert _rows_in(reader.take(everything, 5)) == 2  # another limit: read again
+            assert _rows_in(reader.take(everything, 10)) == 2  # nothing ahead: read now
     finally:
         reader.close()
 
