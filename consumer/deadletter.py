@@ -16,6 +16,7 @@ from confluent_kafka import Message, Producer
 from consumer import metrics
 from consumer.errors import DependencyDownError
 from schemas import DecodeError, decode, headers
+from schemas.limits import safe_text
 
 # Reason codes of the consumer's own (the codec's come from schemas.codec).
 UNKNOWN_STREAM = "unknown_stream"
@@ -76,7 +77,7 @@ def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None
                 event.seq,
                 event.event_id,
                 dead.reason,
-                dead.detail[:1000],
+                safe_text(dead.detail[:1000]),
                 m.topic() or "",
                 m.partition() or 0,
                 m.offset() or 0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schemas import Event
-from schemas.errors import InorderError
+from schemas.errors import InorderError, OutageError
 
 
 class ConsumerError(InorderError):
@@ -24,7 +24,7 @@ class StoreNotDurableError(ConsumerError):
     """Raised at start-up when step routes would park events in a Redis that can lose them."""
 
 
-class DependencyDownError(ConsumerError):
+class DependencyDownError(ConsumerError, OutageError):
     """Raised when PostgreSQL, Redis or Kafka cannot take the batch; the batch is retried."""
 
 
@@ -36,6 +36,10 @@ class StepFailedError(ConsumerError):
         self.entity_id = entity_id
         self.event = event
         self.error = error
+
+
+class StepsUnsettledError(ConsumerError):
+    """Raised when a batch of steps still fails after every failing step was cut."""
 
 
 class ManyFailedError(ConsumerError):

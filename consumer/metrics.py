@@ -75,6 +75,11 @@ GAP_HEAL_TIME = Histogram(
     buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 7200),
 )
 REPUBLISH_REQUESTED = Counter("republish_requests_sent_total", "Republish requests sent")
+REPUBLISH_RESULTS_INVALID = Counter(
+    "republish_results_invalid_total",
+    "Republish results the sweeper could not use, by reason (committed, never retried)",
+    ["reason"],
+)
 SWEEP_DURATION = Histogram(
     "sweep_duration_seconds",
     "One sweep over every route's overdue entities",

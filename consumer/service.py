@@ -17,7 +17,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
 
-from consumer import deadletter, metrics, tables
+from consumer import barrier, deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
 from consumer.kinds.steps.connection import RedisClient, durability_problem
@@ -304,7 +304,7 @@ class ConsumerService:
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
         outcomes = [
-            (applier, applier.apply(self._conn, events, prepared.raw))
+            (applier, barrier.apply(applier, self._conn, events, prepared.raw))
             for applier, events in prepared.shares
         ]
         refused = prepared.dead + prepared.letters([r for _, o in outcomes for r in o.refused])

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from schemas.errors import InorderError
+from schemas.errors import InorderError, OutageError
 
 
 class RelayError(InorderError):
     """Raised for any failure the relay names."""
 
 
-class SchemaNotReadyError(RelayError):
+class SchemaNotReadyError(RelayError, OutageError):
     """Raised when the outbox table is missing or older than this relay needs."""
 
 

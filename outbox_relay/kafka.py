@@ -12,6 +12,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from outbox_relay.rows import MESSAGE_ROW_ID, MESSAGE_VALUE
 from outbox_relay.rows import Message as OutMessage
 from outbox_relay.settings import RelaySettings
+from outbox_relay.topics import TopicCheck
+from schemas.runtime.causes import Cause, kafka_cause
 from schemas.runtime.health import Health
 
 log = structlog.get_logger(__name__)
@@ -20,9 +22,6 @@ Failure = tuple[KafkaError, Message]
 
 # produce()'s partition meaning "the partitioner decides" (RD_KAFKA_PARTITION_UA).
 ANY_PARTITION = -1
-
-# Kafka will never accept these for this row, however often it is sent.
-PERMANENT = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD})
 
 
 def make_producer(
@@ -86,7 +85,8 @@ class Sent:
 
     def add(self, row_id: int, err: KafkaError) -> None:
         """Count one row Kafka did not take: refused for good, or failed for now."""
-        bucket = self.rejected if err.code() in PERMANENT else self.failed
+        # What one row caused (too large, a topic refused) fails that row, however often sent.
+        bucket = self.rejected if kafka_cause(err.code()) is Cause.INPUT else self.failed
         bucket.append((row_id, err.name()))
 
     def missing(self) -> set[int]:
@@ -105,6 +105,7 @@ class Sender:
     def __init__(self, settings: RelaySettings, health: Health) -> None:
         self._errors: list[Failure] = []
         self.producer = make_producer(settings, health, self._errors.append)
+        self.topics = TopicCheck(self.producer, settings.allowed_topics)
         self._in_flight: list[OutMessage] = []
         self._sent = Sent()
 

@@ -159,7 +159,9 @@ class Publisher:
     def _prepare(self, batch: Batch) -> None:
         """The batch's messages; rows that can never be sent are marked failed."""
         if batch.rows:
-            batch.messages, _ = prepare(self.conn, batch.rows, self.settings, self.schemas)
+            batch.messages, _ = prepare(
+                self.conn, self.sender, batch.rows, self.settings, self.schemas
+            )
 
     def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)

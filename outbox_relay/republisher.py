@@ -16,6 +16,7 @@ from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
+from schemas.errors import OutageError
 from schemas.republish import RepublishRequest, RepublishResult, encode
 
 log = structlog.get_logger(__name__)
@@ -26,7 +27,7 @@ MAX_RANGE = 10_000
 RangeKey = tuple[str, str, int, int, int]
 
 
-class RepublishDeliveryError(RelayError):
+class RepublishDeliveryError(RelayError, OutageError):
     """Raised when Kafka did not take every re-sent row or the answer; the request is retried."""
 
 

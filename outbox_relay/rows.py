@@ -22,21 +22,25 @@ from schemas import (
     kafka_key,
     rendered_types,
 )
+from schemas.limits import text_problem
+from schemas.runtime.causes import Cause, cause
 
 # The columns every query of rows selects, in OutboxRow's order, up to the slice. The
 # payload and the creation time come as JSON text and go into the envelope as they are;
 # the payload is parsed only when a schema checks it. Empty headers (the usual case) come
-# as NULL. The transaction id is named apart from its column, so that ORDER BY xid still
-# means the column (and its index).
+# as NULL, the others as JSON text, parsed here one row at a time (so a row whose headers
+# no parser takes fails alone, not the read). The transaction id is named apart from its
+# column, so that ORDER BY xid still means the column (and its index).
 FIELDS = (
     "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload::text, "
-    "nullif(headers, '{}'::jsonb), to_json(created_at)::text"
+    "nullif(headers, '{}'::jsonb)::text, to_json(created_at)::text"
 )
 TRANSACTION = "xid::text::bigint AS txid"
 COLUMNS = f"{FIELDS}, outbox_slice(entity_type, entity_id), {TRANSACTION}"
 
 # Positions in a row.
 ID: Final = 0
+TOPIC: Final = 1
 OCCURRED_AT: Final = 10
 SLICE: Final = 11
 XID: Final = 12
@@ -94,14 +98,23 @@ def _headers(
         (headers.ENTITY_TYPE, entity_type.encode()),
     ]
     if row_headers is not None:
-        if not isinstance(row_headers, Mapping) or not all(
-            isinstance(v, str) for v in row_headers.values()
-        ):
+        parsed = _parsed_headers(row_headers)
+        if not isinstance(parsed, Mapping) or not all(isinstance(v, str) for v in parsed.values()):
             raise RowProblem("bad_headers", "headers must be a JSON object of strings")
-        out.extend(row_headers.items())
+        out.extend(parsed.items())
     if republish_request is not None:
         out.append((headers.REPUBLISH_REQUEST, republish_request))
     return out
+
+
+def _parsed_headers(row_headers: Any) -> Any:
+    """Headers as read (JSON text) parsed; ones no parser on the way can take are refused."""
+    if not isinstance(row_headers, str | bytes):
+        return row_headers
+    try:
+        return orjson.loads(row_headers)
+    except orjson.JSONDecodeError as exc:
+        raise RowProblem("bad_headers", f"headers cannot be parsed: {exc}") from exc
 
 
 def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> RowProblem:
@@ -112,6 +125,57 @@ def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> R
     return RowProblem("payload_schema", "the payload does not match its schema")
 
 
+class _Maker:
+    """Makes one row's message; what is shared by a batch's rows is made once and kept."""
+
+    def __init__(
+        self,
+        published_at: str,
+        schemas: PayloadSchemas,
+        max_bytes: int,
+        republish_request: str | None,
+        topic_problems: Mapping[str, RowProblem],
+    ) -> None:
+        self.published_at = published_at
+        self.schemas = schemas
+        self.validator = schemas.validators().get
+        self.max_bytes = max_bytes
+        self.republish_request = republish_request
+        self.topic_problems = topic_problems
+        # What every row of one (event, entity) type pair shares: the envelope's type
+        # fields, and the header list of rows without headers of their own (the producer
+        # copies headers as it takes a message).
+        self.shared: dict[tuple[str, str], tuple[str, list[Header]]] = {}
+
+    def make(self, row: Row) -> Message:
+        """The row's message; ``RowProblem`` saying why it can never be sent."""
+        (
+            row_id, topic, entity_type, entity_id, generation, seq,
+            event_type, event_id, payload, row_headers, occurred_at, _, _,
+        ) = row  # fmt: skip
+        if topic in self.topic_problems:
+            raise self.topic_problems[topic]
+        beyond = text_problem(payload, "payload")
+        if beyond is not None:
+            raise RowProblem(*beyond)
+        check = self.validator(event_type)
+        if check is not None and not check.is_valid(orjson.loads(payload)):
+            raise _schema_problem(self.schemas, event_type, payload)
+        pair = self.shared.get((event_type, entity_type))
+        if pair is None:
+            pair = rendered_types(event_type, entity_type), _headers(event_type, entity_type)
+            self.shared[(event_type, entity_type)] = pair
+        types, found = pair
+        value = encode_rendered(
+            event_id, types, (entity_id, generation, seq), occurred_at, self.published_at, payload
+        )
+        if len(value) > self.max_bytes:
+            raise RowProblem("too_large", f"message is {len(value)} bytes, over {self.max_bytes}")
+        if row_headers is not None or self.republish_request is not None:
+            found = _headers(event_type, entity_type, row_headers, self.republish_request)
+        return (row_id, topic, kafka_key(entity_type, entity_id), value, found)
+
+
 def to_messages(
     rows: Iterable[Row],
     published_at: str,
@@ -119,48 +183,28 @@ def to_messages(
     schemas: PayloadSchemas,
     max_bytes: int,
     republish_request: str | None = None,
+    topic_problems: Mapping[str, RowProblem] | None = None,
 ) -> tuple[list[Message], list[tuple[Row, RowProblem]]]:
     """The Kafka message of every sendable row, and why each other row cannot be sent.
 
     ``published_at`` is JSON text (a quoted timestamp). The table's CHECK constraints
     already hold every envelope field to the contract and the payload to a JSON object;
-    a payload is checked against its event type's schema when one is registered, and
-    event types without one pass unchecked. Messages keep the rows' order.
+    a payload is checked against its event type's schema when one is registered (event
+    types without one pass unchecked), and against the limits of the stores and
+    serializers downstream (``schemas.limits``). A row whose topic is in
+    ``topic_problems`` cannot be sent either. Whatever else one row raises refuses that
+    row only. Messages keep the rows' order.
     """
     messages: list[Message] = []
     problems: list[tuple[Row, RowProblem]] = []
-    validator = schemas.validators().get
-    loads = orjson.loads
-    # What every row of one (event, entity) type pair shares, made once per batch: the
-    # envelope's type fields, and the header list of rows without headers of their own
-    # (the producer copies headers as it takes a message).
-    shared: dict[tuple[str, str], tuple[str, list[Header]]] = {}
+    maker = _Maker(published_at, schemas, max_bytes, republish_request, topic_problems or {})
     for row in rows:
-        (
-            row_id, topic, entity_type, entity_id, generation, seq,
-            event_type, event_id, payload, row_headers, occurred_at, _, _,
-        ) = row  # fmt: skip
-        check = validator(event_type)
-        if check is not None and not check.is_valid(loads(payload)):
-            problems.append((row, _schema_problem(schemas, event_type, payload)))
-            continue
-        pair = shared.get((event_type, entity_type))
-        if pair is None:
-            pair = rendered_types(event_type, entity_type), _headers(event_type, entity_type)
-            shared[(event_type, entity_type)] = pair
-        types, found = pair
-        value = encode_rendered(
-            event_id, types, (entity_id, generation, seq), occurred_at, published_at, payload
-        )
-        if len(value) > max_bytes:
-            detail = f"message is {len(value)} bytes, over {max_bytes}"
-            problems.append((row, RowProblem("too_large", detail)))
-            continue
-        if row_headers is not None or republish_request is not None:
-            try:
-                found = _headers(event_type, entity_type, row_headers, republish_request)
-            except RowProblem as problem:
-                problems.append((row, problem))
-                continue
-        messages.append((row_id, topic, kafka_key(entity_type, entity_id), value, found))
+        try:
+            messages.append(maker.make(row))
+        except RowProblem as problem:
+            problems.append((row, problem))
+        except Exception as exc:  # the barrier: what one row raised refuses that row only
+            if cause(exc) is not Cause.INPUT:
+                raise
+            problems.append((row, RowProblem("unsendable", f"{type(exc).__name__}: {exc}")))
     return messages, problems

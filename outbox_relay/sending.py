@@ -10,16 +10,18 @@ import structlog
 
 from outbox_relay import metrics, store
 from outbox_relay.kafka import Sender, Sent
-from outbox_relay.rows import ID, Message, Row, named, to_messages
+from outbox_relay.rows import ID, TOPIC, Message, Row, named, to_messages
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from schemas import PayloadSchemas
+from schemas.limits import safe_text
 
 log = structlog.get_logger(__name__)
 
 
 def prepare(
     conn: Conn,
+    sender: Sender,
     rows: Sequence[Row],
     settings: RelaySettings,
     schemas: PayloadSchemas,
@@ -33,6 +35,7 @@ def prepare(
         schemas=schemas,
         max_bytes=settings.max_message_bytes,
         republish_request=republish_request,
+        topic_problems=sender.topics.problems(row[TOPIC] for row in rows),
     )
     for row, problem in problems:
         fail(conn, row, problem.reason, str(problem))
@@ -42,7 +45,7 @@ def prepare(
 def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
     """Mark one row failed, count it and say so in the log."""
     row = named(failed)
-    store.mark_failed(conn, row.id, detail)
+    store.mark_failed(conn, row.id, safe_text(detail))
     metrics.ROWS_FAILED.labels(reason).inc()
     log.error(
         "outbox_row_failed",
@@ -72,7 +75,7 @@ def deliver(
     republish_request: str | None = None,
 ) -> tuple[Sent, list[int]]:
     """Send rows and wait for Kafka: what it reported, and every row id now marked failed."""
-    messages, failed = prepare(conn, rows, settings, schemas, republish_request)
+    messages, failed = prepare(conn, sender, rows, settings, schemas, republish_request)
     sent = sender.send(messages, settings.delivery_timeout_ms / 1000 + 5)
     settle(conn, {row[ID]: row for row in rows}, sent)
     return sent, failed + [row_id for row_id, _ in sent.rejected]

@@ -26,8 +26,11 @@ from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
+from schemas.limits import safe_text
 from schemas.republish import decode_request
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
+from schemas.runtime.logs import first_line
 from schemas.runtime.outages import Outages
 from schemas.topics import ensure_topics
 
@@ -169,16 +172,32 @@ class Relay:
                 self._request_error(str(message.error()))
                 continue
             self._last_request_error = None
-            try:
-                request = decode_request(message.value())
-            except DecodeError as exc:
-                metrics.REPUBLISH_REQUESTS.labels("invalid").inc()
-                log.error(  # noqa: TRY400 - expected bad input; a traceback adds nothing
-                    "republish_request_invalid", reason=exc.detail, offset=message.offset()
-                )
-            else:
-                answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
+            self._answer(message.value(), message.offset())
             self._requests.commit(message=message, asynchronous=False)
+
+    def _answer(self, raw: bytes | None, offset: int | None) -> None:
+        """Answer one request; one that cannot be answered is counted invalid, never retried."""
+        try:
+            request = decode_request(raw)
+            answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
+        except DecodeError as exc:
+            self._invalid_request(exc.reason, exc.detail, offset)
+        except Exception as exc:  # the barrier: what one request raised refuses that request
+            if cause(exc) is not Cause.INPUT:
+                raise
+            self._invalid_request(
+                "unanswerable", f"{type(exc).__name__}: {first_line(exc)}", offset
+            )
+
+    @staticmethod
+    def _invalid_request(reason: str, detail: str, offset: int | None) -> None:
+        metrics.REPUBLISH_REQUESTS.labels("invalid").inc()
+        log.error(
+            "republish_request_invalid",
+            reason=reason,
+            detail=safe_text(detail)[:300],
+            offset=offset,
+        )
 
     def _request_error(self, error: str) -> None:
         """Log a request-topic error once, not on every poll while it lasts."""

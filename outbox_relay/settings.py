@@ -78,6 +78,11 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings, ServiceSettings):
     create_topics: bool = Field(
         default=True, description="Create the republish topics at start-up when missing"
     )
+    allowed_topics: list[str] | None = Field(
+        default=None,
+        description="Topics outbox rows may name, as a JSON list; unset: any topic that exists. "
+        "A row naming another is marked failed",
+    )
     http_port: int = Field(
         default=9400, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
     )

@@ -21,6 +21,14 @@ import orjson
 from schemas.errors import DecodeError, SchemaDefinitionError
 from schemas.event import Event
 from schemas.files import ecma_pattern, envelope_schema
+from schemas.limits import (  # the reason codes are the codec's too
+    LONE_SURROGATE,
+    MAX_DEPTH,
+    NUL_IN_TEXT,  # noqa: F401
+    TOO_DEEP,
+    suspect,
+    value_problem,
+)
 
 # Larger messages are refused before parsing (1 MiB).
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -35,7 +43,6 @@ _escape: Callable[[str], str] = encode_basestring
 EMPTY = "empty"
 TOO_LARGE = "too_large"
 INVALID_UTF8 = "invalid_utf8"
-TOO_DEEP = "too_deep"
 NOT_JSON = "not_json"
 NOT_OBJECT = "not_object"
 MISSING_FIELD = "missing_field"
@@ -229,7 +236,10 @@ def _parse(raw: bytes) -> Any:
         if "UTF-8" in message:
             raise DecodeError(INVALID_UTF8, "value is not valid UTF-8", raw) from exc
         if "depth limit" in message or "recursion" in message.lower():
-            raise DecodeError(TOO_DEEP, "JSON nests deeper than 1024 levels", raw) from exc
+            raise DecodeError(TOO_DEEP, f"JSON nests deeper than {MAX_DEPTH} levels", raw) from exc
+        if "surrogate" in message:
+            detail = "value holds a lone surrogate, which is not Unicode text"
+            raise DecodeError(LONE_SURROGATE, detail, raw) from exc
         raise DecodeError(NOT_JSON, f"value is not JSON ({message})", raw) from exc
 
 
@@ -254,6 +264,10 @@ def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:
     doc = _parse(raw)
     if type(doc) is not dict:
         raise DecodeError(NOT_OBJECT, f"value is a JSON {_json_type(doc)}, not an object", raw)
+    if suspect(raw):  # a NUL escape or many brackets: refused here, not by a store later
+        problem = value_problem(doc, where="value")
+        if problem is not None:
+            raise DecodeError(problem[0], problem[1], raw)
     event = _FAST(doc)
     if event is not None:
         return event

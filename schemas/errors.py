@@ -7,6 +7,10 @@ class InorderError(Exception):
     """Raised for any failure inorder names; the root of every package's errors."""
 
 
+class OutageError(InorderError):
+    """Raised when a dependency cannot take the work now; the same input is tried again later."""
+
+
 class ContractError(InorderError):
     """Raised when something does not meet the event contract."""
 

@@ -16,6 +16,7 @@ import orjson
 from schemas.errors import DecodeError
 from schemas.files import json_schema
 from schemas.keys import kafka_key
+from schemas.limits import value_problem
 from schemas.validation import Validator, first_error, validator_for
 
 
@@ -73,6 +74,9 @@ def _decode(raw: bytes | None, name: str, cls: type) -> dict[str, Any]:
         doc = orjson.loads(raw or b"")
     except orjson.JSONDecodeError as exc:
         raise DecodeError("not_json", f"{name} is not JSON", raw) from exc
+    beyond = value_problem(doc, where=name)
+    if beyond is not None:  # what no text column or serializer on the way could take
+        raise DecodeError(beyond[0], beyond[1], raw)
     problem = first_error(_validator(name), doc)
     if problem is not None:
         raise DecodeError("invalid", f"{name} {problem}", raw)

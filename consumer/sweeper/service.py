@@ -33,8 +33,11 @@ from consumer.sweeper import gaps, gauges
 from consumer.sweeper.gaps import GapStatus
 from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
+from schemas.limits import safe_text
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
+from schemas.runtime.logs import first_line
 from schemas.runtime.outages import DOWN, Outages
 
 log = structlog.get_logger(__name__)
@@ -374,7 +377,8 @@ class Sweeper:
     def answers(self) -> bool:
         """Read the relay's answers: seqs it no longer has make their gap unrecoverable.
 
-        Returns whether any gap changed.
+        Returns whether any gap changed. A result that cannot be used is counted invalid
+        and committed; only an outage leaves it to be read again.
         """
         changed = False
         io = self.io
@@ -382,21 +386,37 @@ class Sweeper:
             if message.error() is not None:
                 continue
             try:
-                result = decode_result(message.value())
-            except DecodeError:
-                log.warning("republish_result_unreadable", offset=message.offset())
-            else:
-                gap = gaps.find(io.conn, result.entity_type, result.entity_id)
-                lost = sorted(set(result.missing) | set(result.failed))
-                if (
-                    gap is not None
-                    and gap.status != GapStatus.UNRECOVERABLE
-                    and any(gap.from_seq <= s <= gap.to_seq for s in lost)
-                ):
-                    self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
-                    changed = True
+                changed = self._answer(message.value()) or changed
+            except DecodeError as exc:
+                self._invalid_result(exc.reason, exc.detail, message.offset())
+            except Exception as exc:  # the barrier: what one result raised refuses that result
+                if cause(exc) is not Cause.INPUT:
+                    raise
+                detail = f"{type(exc).__name__}: {first_line(exc)}"
+                self._invalid_result("unusable", detail, message.offset())
             io.results.commit(message=message, asynchronous=False)
         return changed
+
+    def _answer(self, raw: bytes | None) -> bool:
+        """Act on one result; whether its gap changed."""
+        result = decode_result(raw)
+        gap = gaps.find(self.io.conn, result.entity_type, result.entity_id)
+        lost = sorted(set(result.missing) | set(result.failed))
+        if (
+            gap is None
+            or gap.status == GapStatus.UNRECOVERABLE
+            or not any(gap.from_seq <= s <= gap.to_seq for s in lost)
+        ):
+            return False
+        self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
+        return True
+
+    @staticmethod
+    def _invalid_result(reason: str, detail: str, offset: int | None) -> None:
+        metrics.REPUBLISH_RESULTS_INVALID.labels(reason).inc()
+        log.warning(
+            "republish_result_invalid", reason=reason, detail=safe_text(detail)[:300], offset=offset
+        )
 
     def export_gauges(self) -> None:
         """Parked events now, the oldest park's age, gaps by status, batches waiting or held."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import psycopg
 import structlog
 
-from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
+from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
 from consumer.kinds.steps.plan import Plan, Progress, plan
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
@@ -15,8 +15,9 @@ from schemas import Event
 
 log = structlog.get_logger(__name__)
 
-# A batch whose functions keep failing gives up after stopping this many entities.
-MAX_FAILURES_PER_BATCH = 50
+# Tries beyond one per event: each failed step cuts its entity short, and the two
+# changes of mode (unpipelined, one step per call) happen at most once each.
+EXTRA_TRIES = 3
 Events = Mapping[str, Sequence[Event]]
 
 
@@ -147,7 +148,7 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
     limits: dict[str, tuple[int, int]] = {}
     reasons: dict[str, str] = {}
     pipelined, single = True, False
-    for _ in range(MAX_FAILURES_PER_BATCH):
+    for _ in range(sum(map(len, events.values())) + EXTRA_TRIES):
         try:
             plans = _apply_together(
                 conn, store, events, skip, limits, pipelined=pipelined, single=single
@@ -165,7 +166,8 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
             limits[failed.entity_id] = failed.event.version
             reasons[failed.entity_id] = f"step failed: {failed.error!r}"
     else:
-        raise RuntimeError(f"more than {MAX_FAILURES_PER_BATCH} step functions failed in one batch")
+        # Cannot happen (every try cuts a step or changes mode); the barrier bisects it.
+        raise StepsUnsettledError("step functions kept failing after every step was cut")
     for entity_id, limit in limits.items():
         with conn.transaction():
             store.stop(conn, entity_id, limit[1], reasons[entity_id])

@@ -1,0 +1,102 @@
+"""What every store and serializer on an event's path can take, checked at the door.
+
+One JSON document travels through orjson (which refuses to write past 254 levels of
+nesting and to read past 1,024), PostgreSQL (``text`` and ``jsonb`` hold no NUL, and
+``jsonb`` no lone surrogate), the standard ``json`` module (Python's recursion limit)
+and typed columns (``bigint``, ``integer``). A value any of them would refuse is
+refused where it enters, with its own reason, instead of failing a write later for
+every input of the batch it came with.
+
+``text_problem`` looks at JSON text without parsing it when it cannot hold a problem
+(no ``\\u0000`` escape, fewer brackets than the depth limit): the usual case costs three
+byte searches. ``value_problem`` walks a parsed value, without recursion.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import orjson
+
+# Levels of objects and arrays in one JSON document, the envelope's own included: far
+# below orjson's 254 when writing, so anything read can be written again.
+MAX_DEPTH: Final = 128
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+INT32_MAX: Final = 2**31 - 1
+
+# Reason codes (dead-letter headers, failed rows, metric labels).
+NUL_IN_TEXT: Final = "nul_in_text"
+LONE_SURROGATE: Final = "lone_surrogate"
+TOO_DEEP: Final = "too_deep"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+Problem = tuple[str, str]
+
+
+def string_problem(value: str, where: str = "a string") -> Problem | None:
+    """Why ``value`` cannot be stored as text: a NUL, or a lone surrogate."""
+    if "\x00" in value:
+        return NUL_IN_TEXT, f"{where} holds a NUL character, which PostgreSQL text cannot store"
+    if _SURROGATE.search(value) is not None:
+        return LONE_SURROGATE, f"{where} holds a lone surrogate, which is not Unicode text"
+    return None
+
+
+def safe_text(value: str) -> str:
+    """``value`` with NULs and lone surrogates escaped, so any store or log can hold it."""
+    if "\x00" not in value and _SURROGATE.search(value) is None:
+        return value
+    escaped = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escaped.replace("\x00", "\\x00")
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 100 else f"{path[:60]}...{path[-30:]}"
+
+
+def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Problem | None:
+    """Why a parsed JSON value cannot pass every store and serializer, or None."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, where or "(document)")]
+    while stack:
+        item, depth, path = stack.pop()
+        kind = type(item)
+        if kind is str:
+            problem = string_problem(item, _short(path))
+            if problem is not None:
+                return problem
+        elif kind is dict or kind is list:
+            if depth > max_depth:
+                return TOO_DEEP, f"{_short(path)} nests deeper than {max_depth} levels"
+            if kind is dict:
+                for key, child in item.items():
+                    problem = string_problem(key, f"a key of {_short(path)}")
+                    if problem is not None:
+                        return problem
+                    stack.append((child, depth + 1, f"{path}/{safe_text(key[:40])}"))
+            else:
+                stack.extend((child, depth + 1, f"{path}/{i}") for i, child in enumerate(item))
+    return None
+
+
+def suspect(text: bytes | str) -> bool:
+    """Whether JSON ``text`` may hold an escaped NUL or nest past the limit (cheap)."""
+    if isinstance(text, str):
+        return "\\u0000" in text or text.count("[") + text.count("{") > MAX_DEPTH
+    return b"\\u0000" in text or text.count(b"[") + text.count(b"{") > MAX_DEPTH
+
+
+def text_problem(text: bytes | str, what: str = "the document") -> Problem | None:
+    """Why JSON ``text`` cannot pass every store and serializer; parsed only when suspect."""
+    if not suspect(text):
+        return None
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc) or "recursion" in str(exc).lower():
+            return TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH} levels"
+        raise
+    return value_problem(parsed, where=what)
