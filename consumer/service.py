@@ -17,9 +17,9 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from psycopg.types.json import set_json_loads
 
-from consumer import barrier, deadletter, metrics, tables
+from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
-from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
+from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route, apply_guarded
 from consumer.kinds.steps.connection import RedisClient, durability_problem
 from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
@@ -304,7 +304,7 @@ class ConsumerService:
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
         outcomes = [
-            (applier, barrier.apply(applier, self._conn, events, prepared.raw))
+            (applier, apply_guarded(applier, self._conn, events, prepared.raw))
             for applier, events in prepared.shares
         ]
         refused = prepared.dead + prepared.letters([r for _, o in outcomes for r in o.refused])

@@ -26,6 +26,7 @@ from schemas.limits import (  # the reason codes are the codec's too
     MAX_DEPTH,
     NUL_IN_TEXT,  # noqa: F401
     TOO_DEEP,
+    string_problem,
     suspect,
     value_problem,
 )
@@ -252,7 +253,7 @@ def field_problem(name: str, value: Any) -> tuple[str, str] | None:
         _CHECKS[name](value)
     except _Invalid as bad:
         return bad.reason, f"{name} {bad.detail}"
-    return None
+    return string_problem(value, name) if type(value) is str else None
 
 
 def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:

@@ -170,7 +170,7 @@ class Admin:
         if not story.known:
             raise AdminError(f"{ref}: nothing known, in the outbox or in the consumer")
         if self.as_json:
-            self.console.file.write(orjson.dumps(story.as_dict(), default=str).decode() + "\n")
+            self.console.file.write(output.json_line(story.as_dict()))
             return
         shown = story.outbox_rows - len(story.outbox)
         self.show(

@@ -23,11 +23,16 @@ def _cell(value: Any) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON: any key becomes a string, any other value its text."""
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode() + "\n"
+
+
 def show(console: Console, title: str, rows: Sequence[dict[str, Any]], as_json: bool) -> None:
     """Print ``rows`` under ``title`` in the form that fits where the output goes."""
     if as_json:
         for row in rows:  # one compact object per line
-            console.file.write(orjson.dumps(row, default=str).decode() + "\n")
+            console.file.write(json_line(row))
         return
     if not console.is_terminal:
         lines = [f"# {title}"]

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id
 from schemas.codec import field_problem
 from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
+from schemas.limits import value_problem
 from schemas.validation import default_payload_schemas
 
 _INSERT = """
@@ -66,6 +67,12 @@ def _check(event: OutboxEvent, schemas: PayloadSchemas) -> None:
             raise InvalidEventError(problem[1])
     if field_problem("event_id", event.resolved_event_id) is not None:
         raise InvalidEventError(f"event_id {event.resolved_event_id!r} must be 1..256 characters")
+    for where, value in (("payload", event.payload), ("headers", event.headers)):
+        beyond = value_problem(value, where=where)
+        if beyond is not None:
+            raise InvalidEventError(f"{beyond[1]} ({beyond[0]})")
+    if not all(isinstance(v, str) for v in event.headers.values()):
+        raise InvalidEventError("headers must map names to strings")
     try:
         schemas.validate(event.event_type, event.payload)
     except PayloadError as exc:

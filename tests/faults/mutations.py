@@ -17,6 +17,7 @@ import orjson
 
 from consumer import deadletter
 from schemas import Event, codec, to_document
+from schemas.limits import MAX_DEPTH
 
 APPLIED = "applied"
 PLANS = ("free", "basic", "pro", "enterprise")
@@ -91,6 +92,17 @@ def _nested_raw(fid: int, depth: int) -> bytes:
     return doc.replace(b'"@"', b'{"d":' * depth + b"0" + b"}" * depth)
 
 
+def _escaped(field: str, escape: str) -> Callable[[int], bytes]:
+    """The field's text with a JSON escape put in front, as raw JSON (orjson writes none)."""
+
+    def make(fid: int) -> bytes:
+        text = orjson.dumps(_doc(fid))
+        value = orjson.dumps(_doc(fid)[field])
+        return text.replace(value, b'"' + escape.encode() + value[1:], 1)
+
+    return make
+
+
 def _bad_utf8(sequence: bytes) -> Callable[[int], bytes]:
     def make(fid: int) -> bytes:
         return orjson.dumps(_doc(fid)).replace(b'"fz-', b'"' + sequence + b"fz-", 1)
@@ -126,6 +138,18 @@ def kinds(rng: random.Random) -> dict[str, tuple[Callable[[int], bytes | None], 
         "lone surrogate": (_bad_utf8(b"\xed\xa0\x80"), r.INVALID_UTF8),
         "overlong UTF-8": (_bad_utf8(b"\xc0\xaf"), r.INVALID_UTF8),
         "nested too deep": (lambda fid: _nested_raw(fid, 1100), r.TOO_DEEP),
+        **{
+            f"payload nested {depth} deep": (lambda fid, d=depth: _nested_raw(fid, d), r.TOO_DEEP)
+            for depth in (MAX_DEPTH, 200, 253, 254, 1023, 1025)
+        },
+        "entity_id with NUL": (_with("entity_id", "fz-\x00"), r.NUL_IN_TEXT),
+        "event_id with NUL": (_with("event_id", "\x00"), r.NUL_IN_TEXT),
+        "payload value with NUL": (_payload(plan="pro\x00"), r.NUL_IN_TEXT),
+        "payload key with NUL": (_payload(**{"k\x00": 1}), r.NUL_IN_TEXT),
+        "escaped lone surrogate": (_escaped("entity_id", "\\ud800"), r.LONE_SURROGATE),
+        "escaped lone low surrogate": (_escaped("event_id", "\\udc00"), r.LONE_SURROGATE),
+        "generation 2^63": (_with("generation", 2**63), r.OUT_OF_RANGE),
+        "entity_id one past the longest": (_with("entity_id", "x" * 257), r.BAD_LENGTH),
         "array": (lambda fid: orjson.dumps([_doc(fid)]), r.NOT_OBJECT),
         "number": (lambda fid: str(fid).encode(), r.NOT_OBJECT),
         "null": (lambda _: b"null", r.NOT_OBJECT),
@@ -179,9 +203,11 @@ def kinds(rng: random.Random) -> dict[str, tuple[Callable[[int], bytes | None], 
 VALID: dict[str, Callable[[int], bytes]] = {
     "valid": lambda fid: orjson.dumps(_doc(fid)),
     "valid, unicode ids": _unicode,
-    "valid, payload nested 200 deep": lambda fid: orjson.dumps(
-        {**_doc(fid), "payload": {**_doc(fid)["payload"], "deep": _nested(200)}}
+    # The envelope and the payload are two levels: the deepest a document may nest.
+    "valid, payload nested to the limit": lambda fid: orjson.dumps(
+        {**_doc(fid), "payload": {**_doc(fid)["payload"], "deep": _nested(MAX_DEPTH - 2)}}
     ),
+    "valid, control characters": _payload(plan="pro", note="\x01\x1f\x7f tab\t"),
     "valid, unknown extra fields": lambda fid: orjson.dumps({**_doc(fid), "extra": {"x": [1]}}),
 }
 # Kinds that are costly to send: kept to a handful per run.

@@ -21,6 +21,7 @@ from consumer.kinds.steps.plan import Progress, calls
 from consumer.kinds.steps.route import Entry, StepRoute
 from consumer.kinds.steps.transaction import Sync
 from schemas import Event
+from schemas.limits import safe_text
 
 log = structlog.get_logger(__name__)
 Conn = psycopg.Connection[Any]
@@ -230,7 +231,7 @@ class StepStore:
         conn.execute(
             "UPDATE inorder_step_progress SET stopped_at_seq = %s, stop_reason = %s, "
             "updated_at = now() WHERE route = %s AND entity_id = %s",
-            (seq, reason[:1000], self.route.stream, entity_id),
+            (seq, safe_text(reason[:1000]), self.route.stream, entity_id),
         )
         metrics.entity_stopped(self.route.stream)
         log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)

@@ -18,8 +18,7 @@ import psycopg
 import structlog
 from psycopg.pq import TransactionStatus
 
-from consumer.kinds import Applier, Outcome, Refusal
-from consumer.kinds._base import Conn
+from consumer.kinds._base import Applier, Conn, Outcome, Refusal
 from schemas import Event
 from schemas.limits import safe_text
 from schemas.runtime.causes import Cause, cause
@@ -31,7 +30,7 @@ log = structlog.get_logger(__name__)
 APPLY_FAILED = "apply_failed"
 
 
-def apply(
+def apply_guarded(
     applier: Applier, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]
 ) -> Outcome:
     """``applier.apply``, with the events that fail it on their own refused instead."""
@@ -44,8 +43,8 @@ def apply(
         if len(events) == 1:
             return _refuse(applier, events[0], exc)
         half = len(events) // 2
-        first = apply(applier, conn, events[:half], raw)
-        return merge(first, apply(applier, conn, events[half:], raw))
+        first = apply_guarded(applier, conn, events[:half], raw)
+        return merge(first, apply_guarded(applier, conn, events[half:], raw))
 
 
 def merge(first: Outcome, second: Outcome) -> Outcome:
