@@ -35,7 +35,7 @@ class Cause(StrEnum):
     OPERATOR = "operator"
 
 
-# SQLSTATE classes (the first two characters).
+# Every SQLSTATE class (the first two characters), by what it means here.
 _PG_CLASSES: dict[str, Cause] = {
     "08": Cause.OUTAGE,  # connection exception
     "40": Cause.OUTAGE,  # transaction rollback: serialization failure, deadlock
@@ -43,24 +43,47 @@ _PG_CLASSES: dict[str, Cause] = {
     "55": Cause.OUTAGE,  # object not in prerequisite state: lock not available
     "57": Cause.OUTAGE,  # operator intervention: admin shutdown, crash shutdown, cannot connect now
     "58": Cause.OUTAGE,  # system error: I/O error
+    "72": Cause.OUTAGE,  # snapshot too old: the same read later works
     "XX": Cause.OUTAGE,  # internal error: the server's, not the input's
     "HV": Cause.OUTAGE,  # foreign data wrapper: a remote server behind a table
     "22": Cause.INPUT,  # data exception: NUL in text, value out of range, bad JSON
     "23": Cause.INPUT,  # integrity constraint violation
     "42": Cause.INPUT,  # syntax error or access rule violation
     "54": Cause.INPUT,  # program limit exceeded: too complex, too many columns, row too big
+    "21": Cause.INPUT,  # cardinality violation: one row's values hit one key twice
+    "44": Cause.INPUT,  # WITH CHECK OPTION violation
     "25": Cause.INPUT,  # invalid transaction state: a transaction an earlier input aborted
-    "2B": Cause.INPUT,  # dependent privilege descriptors still exist
+    "09": Cause.INPUT,  # triggered action exception
+    "2F": Cause.INPUT,  # SQL routine exception (a function the input ran)
+    "38": Cause.INPUT,  # external routine exception
+    "39": Cause.INPUT,  # external routine invocation exception
     "P0": Cause.INPUT,  # PL/pgSQL raise (a trigger refusing the row)
+    "20": Cause.INPUT,  # case not found (in a function the input ran)
+    "02": Cause.INPUT,  # no data
+    "03": Cause.INPUT,  # SQL statement not yet complete
+    "0B": Cause.INPUT,  # invalid transaction initiation
+    "0F": Cause.INPUT,  # locator exception
+    "0Z": Cause.INPUT,  # diagnostics exception
+    "10": Cause.INPUT,  # XQuery error
+    "24": Cause.INPUT,  # invalid cursor state
+    "26": Cause.INPUT,  # invalid SQL statement name
+    "27": Cause.INPUT,  # triggered data change violation
+    "2B": Cause.INPUT,  # dependent privilege descriptors still exist
+    "2D": Cause.INPUT,  # invalid transaction termination
+    "34": Cause.INPUT,  # invalid cursor name
+    "3B": Cause.INPUT,  # savepoint exception
     "28": Cause.OPERATOR,  # invalid authorization: the password or user is refused
     "3D": Cause.OPERATOR,  # invalid catalog name: the database does not exist
+    "3F": Cause.OPERATOR,  # invalid schema name: the configured schema is gone
     "0A": Cause.OPERATOR,  # feature not supported by this server
+    "0L": Cause.OPERATOR,  # invalid grantor
+    "0P": Cause.OPERATOR,  # invalid role specification
+    "F0": Cause.OPERATOR,  # configuration file error
 }
 # Codes whose meaning differs from their class.
 _PG_CODES: dict[str, Cause] = {
     "57014": Cause.INPUT,  # query_canceled: a statement timeout spent on one input
     "42501": Cause.OPERATOR,  # insufficient_privilege: a grant is missing
-    "3F000": Cause.OPERATOR,  # invalid_schema_name: the configured schema is gone
     "53100": Cause.OUTAGE,  # disk_full
 }
 
@@ -96,13 +119,38 @@ _KAFKA_OPERATOR = frozenset(
     }
 )
 
+# Redis errors that mean the server or the cluster cannot serve now.
+REDIS_OUTAGES = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.SlotNotCoveredError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.MasterDownError,
+)
 # Redis replies that mean the server cannot take writes now, not that the command is bad.
-_REDIS_OUTAGE_REPLIES = ("MISCONF", "OOM", "LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN")
+_REDIS_OUTAGE_REPLIES = (
+    "MISCONF",
+    "OOM",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+)
 _REDIS_OPERATOR_REPLIES = ("NOPERM", "NOAUTH", "WRONGPASS")
 
 
 def postgres_cause(sqlstate: str | None) -> Cause:
-    """The cause a PostgreSQL error code names; no code at all is a lost connection."""
+    """The cause a PostgreSQL error code names; no code at all is a lost connection.
+
+    A class PostgreSQL adds later is taken as the input's: refused and seen, never waited
+    on forever.
+    """
     if not sqlstate:
         return Cause.OUTAGE
     return _PG_CODES.get(sqlstate) or _PG_CLASSES.get(sqlstate[:2], Cause.INPUT)
@@ -121,11 +169,13 @@ def redis_cause(exc: redis.RedisError | redis.exceptions.RedisClusterException) 
     """The cause of a Redis error: by class, then by the first word of the server's reply."""
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError):
         return Cause.OPERATOR
+    if isinstance(exc, REDIS_OUTAGES):
+        return Cause.OUTAGE
     if isinstance(exc, redis.ResponseError | redis.exceptions.DataError):
         word = str(exc).split(" ", 1)[0].upper()
         if word in _REDIS_OPERATOR_REPLIES:
             return Cause.OPERATOR
-        if isinstance(exc, redis.exceptions.ReadOnlyError) or word in _REDIS_OUTAGE_REPLIES:
+        if word in _REDIS_OUTAGE_REPLIES:
             return Cause.OUTAGE
         return Cause.INPUT
     return Cause.OUTAGE  # connection, timeout, cluster reshaping, a failover under way

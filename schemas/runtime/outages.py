@@ -16,6 +16,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 from schemas.runtime.backoff import Backoff
+from schemas.runtime.causes import REDIS_OUTAGES
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 
@@ -23,14 +24,7 @@ log = structlog.get_logger(__name__)
 
 # Redis Cluster adds its own: a failover in progress (CLUSTERDOWN, TRYAGAIN, a slot with
 # no master yet, a write that reached a master just demoted to replica).
-REDIS_DOWN = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ClusterError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.SlotNotCoveredError,
-)
+REDIS_DOWN = REDIS_OUTAGES
 # Failures that mean "try again later", never "this input is bad".
 DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
 DEPENDENCIES = ("postgres", "redis", "kafka")
