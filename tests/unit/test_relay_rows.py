@@ -13,6 +13,7 @@ import schemas
 from outbox_relay.errors import RowProblem
 from outbox_relay.republisher import MAX_RANGE, Cooldown, bounded
 from outbox_relay.rows import OutboxRow, to_messages
+from outbox_relay.topics import name_problem
 from schemas import headers
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
 
@@ -87,6 +88,12 @@ def test_event_types_without_a_schema_pass_unchecked() -> None:
         ({"payload": '{"plan": "gold", "price_cents": 1, "status": "active"}'}, "payload_schema"),
         ({"headers": {"n": 5}}, "bad_headers"),
         ({"headers": ["x"]}, "bad_headers"),
+        ({"headers": '{"n": 5}'}, "bad_headers"),
+        ({"headers": "[" * 1100 + "]" * 1100}, "bad_headers"),
+        ({"headers": '{"a": ' * 300 + '"x"' + "}" * 300}, "bad_headers"),
+        ({"event_type": "x.y", "payload": '{"d":' * 200 + "0" + "}" * 200}, "too_deep"),
+        ({"event_type": "x.y", "payload": '{"d":' * 1100 + "0" + "}" * 1100}, "too_deep"),
+        ({"event_type": "x.y", "payload": '{"d": "a\\u0000"}'}, "nul_in_text"),
         ({"event_type": "x.y", "payload": '{"blob": "%s"}' % ("z" * 20_000)}, "too_large"),
     ],
 )
@@ -95,6 +102,31 @@ def test_rows_that_cannot_be_sent_say_why(changes: dict[str, Any], reason: str) 
     with pytest.raises(RowProblem) as caught:
         _message(_row(**changes))
     assert caught.value.reason == reason
+
+
+def test_headers_read_as_json_text_become_kafka_headers() -> None:
+    """Headers come from the read as JSON text and go out as the same pairs."""
+    message = _message(_row(headers='{"traceparent": "00-ab-cd-01"}'))
+    assert message.headers[-1] == ("traceparent", "00-ab-cd-01")
+
+
+def test_a_row_naming_a_topic_that_cannot_be_written_is_refused() -> None:
+    """The topic check's verdict fails the rows naming that topic, and only those."""
+    refused = RowProblem("unknown_topic", "topic 'nope' does not exist in the cluster")
+    rows = [_row(id=1), _row(id=2, topic="nope"), _row(id=3, entity_id="s9")]
+    messages, problems = _messages(rows, topic_problems={"nope": refused})
+    assert [m[0] for m in messages] == [1, 3]
+    assert [(r.id, p.reason) for r, p in problems] == [(2, "unknown_topic")]
+
+
+def test_whatever_else_one_row_raises_refuses_that_row_only() -> None:
+    """A value no step expected (an id that is not text) fails its row; the batch goes on."""
+    rows = [_row(id=1), _row(id=2, entity_id=12345), _row(id=3, headers=None)]
+    messages, problems = _messages(rows)
+    assert [m[0] for m in messages] == [1, 3]
+    [(row, problem)] = problems
+    assert (row.id, problem.reason) == (2, "unsendable")
+    assert "TypeError" in problem.detail
 
 
 def test_a_batch_keeps_its_order_and_sets_aside_only_the_bad_rows() -> None:
@@ -150,3 +182,28 @@ def test_backoff_doubles_up_to_its_cap_and_bounds_repairs() -> None:
     """Republish waits double from the base up to the cap; the worst case adds the deadline."""
     assert backoff_delays(30, 100, 5) == [30, 60, 100, 100, 100]
     assert worst_case_repair_s(300, 30, 100, 5) == 300 + 390
+
+
+@pytest.mark.parametrize(
+    ("topic", "allowed", "reason"),
+    [
+        ("events", None, None),
+        ("a.b_c-D9", None, None),
+        ("x" * 249, None, None),
+        ("x" * 250, None, "bad_topic"),
+        ("", None, "bad_topic"),
+        (".", None, "bad_topic"),
+        ("..", None, "bad_topic"),
+        ("with space", None, "bad_topic"),
+        ("nul\x00", None, "bad_topic"),
+        ("ünï", None, "bad_topic"),
+        ("events", frozenset({"events"}), None),
+        ("other", frozenset({"events"}), "topic_not_allowed"),
+    ],
+)
+def test_topic_names_are_held_to_kafkas_rules_and_the_allow_list(
+    topic: str, allowed: frozenset[str] | None, reason: str | None
+) -> None:
+    """A topic name Kafka would refuse, or one not allowed, is refused before any send."""
+    problem = name_problem(topic, allowed)
+    assert (problem.reason if problem else None) == reason
