@@ -65,8 +65,9 @@ def _check(event: OutboxEvent, schemas: PayloadSchemas) -> None:
         problem = field_problem(name, getattr(event, name))
         if problem is not None:
             raise InvalidEventError(problem[1])
-    if field_problem("event_id", event.resolved_event_id) is not None:
-        raise InvalidEventError(f"event_id {event.resolved_event_id!r} must be 1..256 characters")
+    problem = field_problem("event_id", event.resolved_event_id)
+    if problem is not None:
+        raise InvalidEventError(f"event_id {event.resolved_event_id!r}: {problem[1]}")
     for where, value in (("payload", event.payload), ("headers", event.headers)):
         beyond = value_problem(value, where=where)
         if beyond is not None:

@@ -188,3 +188,105 @@ def test_outbox_rejects_rows_that_break_the_envelope(outbox: PgSchema) -> None:
     for values in bad:
         with outbox.connect() as conn, pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(insert, values)
+
+
+def nested_dict(levels: int) -> Any:
+    """``levels`` nested objects."""
+    value: Any = 0
+    for _ in range(levels):
+        value = {"d": value}
+    return value
+
+
+def test_writers_cannot_set_the_columns_only_inorder_writes(outbox: PgSchema) -> None:
+    """xid, id and the failure marks a writer sends are replaced, by INSERT and by COPY alike."""
+    with outbox.connect() as conn:
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
+            " id, xid, failed_at, failure_reason) VALUES "
+            "('t', 'sub', 's1', 1, 'x.y', 'e1', '{}', 9000000000, '99999999999', now(), 'x')"
+        )
+        with conn.cursor().copy(
+            "COPY outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
+            " id, xid) FROM STDIN"
+        ) as copy:
+            copy.write_row(("t", "sub", "s1", 2, "x.y", "e2", "{}", 9000000001, "99999999999"))
+        own = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+        rows = conn.execute(
+            "SELECT id, xid::text, failed_at, failure_reason FROM outbox ORDER BY seq"
+        ).fetchall()
+    assert own is not None
+    assert [r[1] for r in rows] == [own[0], own[0]]  # the writing transaction's own id
+    assert all(r[0] < 9000000000 for r in rows)
+    assert rows[0][0] < rows[1][0]  # ids still follow the write order
+    assert [(r[2], r[3]) for r in rows] == [(None, None), (None, None)]
+
+
+def test_the_stamp_holds_where_a_restore_turns_triggers_off(outbox: PgSchema) -> None:
+    """With session_replication_role = replica (pg_restore, logical replicas) xid is stamped."""
+    with outbox.connect() as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
+            " xid) VALUES "
+            "('t', 'sub', 's1', 1, 'x.y', 'e1', '{}', '99999999999')"
+        )
+        row = conn.execute(
+            "SELECT xid = pg_current_xact_id() FROM outbox WHERE event_id = 'e1'"
+        ).fetchone()
+    assert row == (True,)
+
+
+@pytest.mark.parametrize(
+    ("topic", "headers"),
+    [
+        ("bad topic", "{}"),
+        ("", "{}"),
+        ("..", "{}"),
+        ("x" * 250, "{}"),
+        ("t", '{"n": 5}'),
+        ("t", '{"nested": {"a": "b"}}'),
+        ("t", '{"list": ["a"]}'),
+    ],
+)
+def test_outbox_refuses_topics_kafka_refuses_and_headers_that_are_not_strings(
+    outbox: PgSchema, topic: str, headers: str
+) -> None:
+    """A row whose topic Kafka would refuse, or whose headers are not strings, is never written."""
+    with outbox.connect() as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
+            " headers) VALUES "
+            "(%s, 'sub', 's1', 1, 'x.y', 'e1', '{}', %s)",
+            (topic, headers),
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "word"),
+    [
+        ({"entity_id": "a\x00b"}, "NUL"),
+        ({"event_id": "e\x00"}, "NUL"),
+        ({"payload": {"plan": "pro\x00", "price_cents": 1, "status": "active"}}, "NUL"),
+        ({"headers": {"trace\x00": "x"}}, "NUL"),
+        ({"headers": {"trace": 5}}, "strings"),
+        ({"event_type": "x.y", "payload": {"d": nested_dict(200)}}, "deeper"),
+    ],
+)
+def test_emit_refuses_what_no_store_holds(
+    outbox: PgSchema, changes: dict[str, Any], word: str
+) -> None:
+    """emit names the problem before PostgreSQL or a consumer would meet it."""
+    event = OutboxEvent(
+        **{  # type: ignore[arg-type]
+            "entity_type": "subscription",
+            "entity_id": "s1",
+            "seq": 1,
+            "event_type": "subscription.plan_changed",
+            "payload": {"plan": "pro", "price_cents": 1, "status": "active"},
+            **changes,
+        }
+    )
+    with outbox.connect() as conn, conn.transaction(), pytest.raises(InvalidEventError) as refused:
+        emit(conn, event)
+    assert word in str(refused.value)
