@@ -70,12 +70,12 @@ def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None
             continue  # not an event: nothing in the projections or step logs to explain
         m = dead.message
         rows.append(
-            (
-                event.entity_type,
-                event.entity_id,
+            (  # escaped: a letter may be here for holding text no column can store
+                safe_text(event.entity_type),
+                safe_text(event.entity_id),
                 event.generation,
                 event.seq,
-                event.event_id,
+                safe_text(event.event_id),
                 dead.reason,
                 safe_text(dead.detail[:1000]),
                 m.topic() or "",
