@@ -109,3 +109,10 @@ def counted_many(conn: Any, events: Sequence[Event]) -> None:
     """Record the steps and remember how many came in this call."""
     MANY_CALLS.append(len(events))
     record_many(conn, events)
+
+
+def fail_unless_ok(conn: Any, event: Event) -> None:
+    """Record the step for entities named ok-*; every other entity's step raises."""
+    if not event.entity_id.startswith("ok-"):
+        raise ValueError(f"refused \x00 {event.entity_id}")
+    record(conn, event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import psycopg
@@ -97,6 +98,27 @@ def test_failing_function_stops_only_its_entity(
     assert ss.applied(steps_db, "a") == [(1, s) for s in range(1, 13)]
     assert redis_client.zcard(run.lot.entity_key(ss.STREAM, "a")) == 3
     assert ss.progress(steps_db, "b")[3] is not None  # b hit the same refusal at 13
+
+
+@pytest.mark.parametrize("failing", [51, 60, 120])
+def test_many_failing_functions_in_one_batch_stop_each_entity_and_apply_the_rest(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, failing: int
+) -> None:
+    """More failing entities in one poll batch than any fixed limit: each stopped, rest applied."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_unless_ok"))
+    bad = [f"bad-{i}" for i in range(failing)]
+    good = [f"ok-{i}" for i in range(20)]
+    events = [ss.step(s, e) for e in bad + good for s in (1, 2)]
+    random.Random(failing).shuffle(events)
+    events.sort(key=lambda e: e.seq)  # each entity's steps in order, entities mixed
+    with steps_db.connect(autocommit=True) as conn:
+        ss.feed(run, conn, events)
+    for entity in bad:
+        _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
+        assert (last, stopped_at) == (0, 1)
+        assert "refused" in reason
+    for entity in good:
+        assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
 
 
 EXTERNAL = (
