@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 
 from consumer.kinds.batches.runner import BatchApplier
@@ -14,6 +16,7 @@ from schemas import headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import batch_support as bs
 from tests.integration import consumer_support as cs
+from tests.integration.sweeper_support import run_tool
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
@@ -220,6 +223,52 @@ def test_held_batch_is_released_as_incomplete_by_a_person(
     assert "released by ops" in output["reason"]
 
 
+@pytest.mark.parametrize("as_json", [True, False])
+def test_decide_from_the_command_line_prints_its_outcome_and_exits_zero(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    as_json: bool,
+) -> None:
+    """`inorder-admin [--json] batches decide` releases a held batch and prints what it did."""
+    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, on_incomplete="hold")
+    batch_id = bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send(
+            [bs.result(batch_id, p) for p in (1, 2, 3, 5)] + [bs.result(batch_id, 4, ok=False)]
+        )
+        wait_until(lambda: _finished(batch.db, batch_id, "held"))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")} | {
+        "DATABASE_URL": batch.db.url,
+        "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
+        "REDIS_URL": services.redis_url,
+        "INORDER_ROUTES_FILE": str(batch.settings.routes_file),
+    }
+    flags = ["--json"] if as_json else []
+    done = run_tool(
+        "inorder-admin",
+        environment,
+        *flags,
+        "batches",
+        "decide",
+        batch_id,
+        "--by",
+        "ops",
+        "--reason",
+        "ship it",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    if as_json:
+        [line] = done.stdout.splitlines()
+        assert orjson.loads(line)["batch"] == batch_id
+    assert batch_id in done.stdout
+    [output] = bs.outputs(batch.db, batch_id)
+    assert (output["complete"], output["missing_positions"]) == (False, [4])
+
+
 def test_uncertain_failure_needs_review_and_is_never_retried(
     pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
@@ -325,6 +374,40 @@ def test_bad_batch_events_are_dead_lettered_with_the_reason(batch: bs.BatchSetup
     details = " ".join(dict(m.headers() or [])[headers.DLQ_DETAIL].decode() for m in letters)
     assert "position" in details
     assert "is not batch_id#position" in details
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("deadline_s", 2**31),
+        ("deadline_s", 2**63),
+        ("expected_count", 2**31),
+        ("position", 2**31),
+        ("position", 2**53 + 1),
+    ],
+)
+def test_batch_numbers_past_their_columns_are_refused_and_later_batches_assemble(
+    batch: bs.BatchSetup, field: str, value: int
+) -> None:
+    """A manifest or result whose number no column holds is dead-lettered; the next batch works."""
+    batch_id, later = bs.new_id(), bs.new_id()
+    if field == "position":
+        good = bs.result(batch_id, 1)
+        bad = replace(good, event_id="x1", payload={**good.payload, "position": value})
+    else:
+        manifest = bs.accepted(batch_id)
+        bad = replace(manifest, payload={**manifest.payload, field: value})
+    with cs.running(batch.settings):
+        batch.send([bad, bs.accepted(later)])
+        batch.send([bs.result(later, p) for p in (5, 3, 1, 4, 2)])
+        letters = drain(batch.services.kafka_bootstrap, batch.dlq, expect=1)
+        wait_until(lambda: _finished(batch.db, later))
+    [letter] = letters
+    found = dict(letter.headers() or [])
+    assert found[headers.DLQ_REASON].decode() == "batch_rejected"
+    assert field in found[headers.DLQ_DETAIL].decode()
+    [output] = bs.outputs(batch.db, later)
+    assert bs.positions(output) == LETTERS
 
 
 def test_sweeper_abandons_pending_positions_past_the_deadline(batch: bs.BatchSetup) -> None:
