@@ -26,6 +26,7 @@ from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
+from schemas.runtime.causes import is_outage
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency
 from schemas.topics import ensure_topics
@@ -286,7 +287,9 @@ class ConsumerService:
             try:
                 self._commit_batch(prepared)
                 break
-            except (*DOWN, DependencyDownError) as exc:
+            except Exception as exc:
+                if not is_outage(exc):  # an input's own error was refused by the barrier
+                    raise
                 self._pause()
                 self._wait_out(exc)
                 if self._stopping:

@@ -23,15 +23,15 @@ from outbox_relay.housekeeping import Housekeeper
 from outbox_relay.kafka import Sender, make_request_consumer
 from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
-from outbox_relay.republisher import Cooldown, RepublishDeliveryError, answer
+from outbox_relay.republisher import Cooldown, answer
 from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
 from schemas.limits import safe_text
 from schemas.republish import decode_request
-from schemas.runtime.causes import Cause, cause
+from schemas.runtime.causes import Cause, cause, is_outage
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
-from schemas.runtime.outages import Outages
+from schemas.runtime.outages import Outages, dependency
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -89,14 +89,20 @@ class Relay:
                     self._connect()
                     self._cycle()
                     self._outages.recovered()
-                except (psycopg.OperationalError, SchemaNotReadyError) as exc:
-                    self._close_postgres()
-                    self._outages.wait(exc, on="postgres")
-                except (KafkaException, RepublishDeliveryError) as exc:
-                    # The backlog gauges, measured meanwhile, are what operators watch now.
-                    self._outages.wait(exc, on="kafka")
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    self._wait_out(exc)
         finally:
             self._close()
+
+    def _wait_out(self, exc: Exception) -> None:
+        if isinstance(exc, SchemaNotReadyError) or dependency(exc) == "postgres":
+            self._close_postgres()
+            self._outages.wait(exc, on="postgres")
+        else:
+            # The backlog gauges, measured meanwhile, are what operators watch now.
+            self._outages.wait(exc, on=dependency(exc))
 
     def _cycle(self) -> None:
         self._share()

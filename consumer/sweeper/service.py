@@ -35,7 +35,7 @@ from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
 from schemas.limits import safe_text
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
-from schemas.runtime.causes import Cause, cause
+from schemas.runtime.causes import Cause, cause, is_outage
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 from schemas.runtime.outages import DOWN, Outages
@@ -156,7 +156,9 @@ class Sweeper:
                 self.health.beat()
                 try:
                     active = self._tick(due)
-                except DOWN as exc:
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
                     metrics.SWEEPER_ACTIVE.set(0)
                     self._outages.wait(exc)
                     continue

@@ -84,6 +84,8 @@ _PG_CLASSES: dict[str, Cause] = {
 _PG_CODES: dict[str, Cause] = {
     "57014": Cause.INPUT,  # query_canceled: a statement timeout spent on one input
     "42501": Cause.OPERATOR,  # insufficient_privilege: a grant is missing
+    "42P01": Cause.OPERATOR,  # undefined_table: a table the routes name was dropped
+    "42703": Cause.OPERATOR,  # undefined_column: a column the routes name was dropped
     "53100": Cause.OUTAGE,  # disk_full
 }
 

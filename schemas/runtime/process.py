@@ -15,8 +15,10 @@ from typing import NoReturn, Protocol
 
 import structlog
 
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
 from schemas.runtime.health import serve as serve_http
+from schemas.runtime.logs import first_line
 
 # Youngest-generation collections every 50,000 allocations instead of 700: a batch makes
 # thousands of short-lived objects, none in cycles, and collecting them every 700 took a
@@ -90,6 +92,13 @@ def serve(
     log.info("http_serving", host=host, port=server.server_address[1])
     try:
         (run or service.run)()
+    except Exception as exc:
+        if cause(exc) is not Cause.OPERATOR:
+            raise
+        # Only the operator can fix this (a grant taken away, a table dropped): say so
+        # once, instead of retrying for ever or printing a traceback.
+        fix = "only a change of configuration, grants or schema can fix this"
+        fail(program, [f"stopped: {first_line(exc)}; {fix}"], code=3)
     finally:
         server.shutdown()
 

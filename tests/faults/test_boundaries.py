@@ -286,3 +286,21 @@ def test_a_row_whose_payload_nests_too_deep_is_failed(pipeline: Pipeline) -> Non
     assert row is not None
     assert "deeper than" in row[0]
     all_up(pipeline)
+
+
+def test_what_only_the_operator_can_fix_stops_the_consumer_with_one_line(
+    pipeline: Pipeline,
+) -> None:
+    """The projection's table dropped under a running consumer: exit 3, one line naming it."""
+    start(pipeline, "relay-1", "consumer-1")
+    with pipeline.db.connect(autocommit=True) as conn:
+        conn.execute("DROP TABLE billing_view")
+        subs.create_subscription(conn, "after-drop", "pro", topic=pipeline.events_topic)
+    process = pipeline.processes["consumer-1"].popen
+    pipeline.wait_for("the consumer stopped", lambda: process.poll() is not None)
+    assert process.returncode == 3
+    lines = (pipeline.logs / "consumer-1.log").read_text().strip().splitlines()
+    assert lines[-1].startswith("inorder-consumer: stopped: "), lines[-1]
+    assert "billing_view" in lines[-1]
+    assert not any(line.startswith("Traceback") for line in lines)
+    pipeline.processes["consumer-1"].killed = True  # its exit is what this test wants

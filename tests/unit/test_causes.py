@@ -44,7 +44,8 @@ EXPECTED_CODES = {
     "23505": Cause.INPUT,  # unique violation
     "23514": Cause.INPUT,  # check violation
     "42601": Cause.INPUT,  # syntax error
-    "42P01": Cause.INPUT,  # undefined table
+    "42P01": Cause.OPERATOR,  # undefined table: dropped under a route
+    "42703": Cause.OPERATOR,  # undefined column
     "54000": Cause.INPUT,  # program limit exceeded
     "54001": Cause.INPUT,  # statement too complex
     "57014": Cause.INPUT,  # query canceled: a statement timeout spent on one input
