@@ -22,7 +22,7 @@ from schemas import (
     kafka_key,
     rendered_types,
 )
-from schemas.limits import text_problem
+from schemas.limits import MAX_PAYLOAD_DEPTH, text_problem
 from schemas.runtime.causes import Cause, cause
 
 # The columns every query of rows selects, in OutboxRow's order, up to the slice. The
@@ -155,7 +155,7 @@ class _Maker:
         ) = row  # fmt: skip
         if topic in self.topic_problems:
             raise self.topic_problems[topic]
-        beyond = text_problem(payload, "payload")
+        beyond = text_problem(payload, "payload", MAX_PAYLOAD_DEPTH)
         if beyond is not None:
             raise RowProblem(*beyond)
         check = self.validator(event_type)

@@ -22,6 +22,8 @@ import orjson
 # Levels of objects and arrays in one JSON document, the envelope's own included: far
 # below orjson's 254 when writing, so anything read can be written again.
 MAX_DEPTH: Final = 128
+# A payload sits one level inside its envelope.
+MAX_PAYLOAD_DEPTH: Final = MAX_DEPTH - 1
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -82,21 +84,23 @@ def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Pr
     return None
 
 
-def suspect(text: bytes | str) -> bool:
+def suspect(text: bytes | str, max_depth: int = MAX_DEPTH) -> bool:
     """Whether JSON ``text`` may hold an escaped NUL or nest past the limit (cheap)."""
     if isinstance(text, str):
-        return "\\u0000" in text or text.count("[") + text.count("{") > MAX_DEPTH
-    return b"\\u0000" in text or text.count(b"[") + text.count(b"{") > MAX_DEPTH
+        return "\\u0000" in text or text.count("[") + text.count("{") > max_depth
+    return b"\\u0000" in text or text.count(b"[") + text.count(b"{") > max_depth
 
 
-def text_problem(text: bytes | str, what: str = "the document") -> Problem | None:
+def text_problem(
+    text: bytes | str, what: str = "the document", max_depth: int = MAX_DEPTH
+) -> Problem | None:
     """Why JSON ``text`` cannot pass every store and serializer; parsed only when suspect."""
-    if not suspect(text):
+    if not suspect(text, max_depth):
         return None
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         if "depth" in str(exc) or "recursion" in str(exc).lower():
-            return TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH} levels"
+            return TOO_DEEP, f"{what} nests deeper than {max_depth} levels"
         raise
-    return value_problem(parsed, where=what)
+    return value_problem(parsed, max_depth, where=what)

@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id
 from schemas.codec import field_problem
 from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
-from schemas.limits import value_problem
+from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, value_problem
 from schemas.validation import default_payload_schemas
 
 _INSERT = """
@@ -68,8 +68,11 @@ def _check(event: OutboxEvent, schemas: PayloadSchemas) -> None:
     problem = field_problem("event_id", event.resolved_event_id)
     if problem is not None:
         raise InvalidEventError(f"event_id {event.resolved_event_id!r}: {problem[1]}")
-    for where, value in (("payload", event.payload), ("headers", event.headers)):
-        beyond = value_problem(value, where=where)
+    for where, value, depth in (
+        ("payload", event.payload, MAX_PAYLOAD_DEPTH),
+        ("headers", event.headers, MAX_DEPTH),
+    ):
+        beyond = value_problem(value, depth, where=where)
         if beyond is not None:
             raise InvalidEventError(f"{beyond[1]} ({beyond[0]})")
     if not all(isinstance(v, str) for v in event.headers.values()):

@@ -15,6 +15,7 @@ from outbox_relay.republisher import MAX_RANGE, Cooldown, bounded
 from outbox_relay.rows import OutboxRow, to_messages
 from outbox_relay.topics import name_problem
 from schemas import headers
+from schemas.limits import MAX_DEPTH
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
 
 NOW = orjson.dumps(datetime(2026, 11, 30, 12, 0, tzinfo=UTC).isoformat()).decode()
@@ -207,3 +208,17 @@ def test_topic_names_are_held_to_kafkas_rules_and_the_allow_list(
     """A topic name Kafka would refuse, or one not allowed, is refused before any send."""
     problem = name_problem(topic, allowed)
     assert (problem.reason if problem else None) == reason
+
+
+@pytest.mark.parametrize(("levels", "sent"), [(MAX_DEPTH - 1, True), (MAX_DEPTH, False)])
+def test_the_relay_sends_a_payload_exactly_when_the_consumer_can_read_its_envelope(
+    levels: int, sent: bool
+) -> None:
+    """The payload's limit is one level under the document's: what goes out, decodes."""
+    payload = '{"d":' * levels + "0" + "}" * levels
+    messages, problems = _messages([_row(event_type="x.y", payload=payload)])
+    assert bool(messages) is sent
+    if sent:
+        assert schemas.decode(messages[0][3]).event_type == "x.y"
+    else:
+        assert problems[0][1].reason == "too_deep"
