@@ -75,10 +75,10 @@ GAP_HEAL_TIME = Histogram(
     buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 7200),
 )
 REPUBLISH_REQUESTED = Counter("republish_requests_sent_total", "Republish requests sent")
-REPUBLISH_RESULTS_INVALID = Counter(
-    "republish_results_invalid_total",
-    "Republish results the sweeper could not use, by reason (committed, never retried)",
-    ["reason"],
+REPUBLISH_RESULTS = Counter(
+    "republish_results_total",
+    "Republish results the sweeper read, by outcome: used, or invalid (committed, never retried)",
+    ["outcome"],
 )
 SWEEP_DURATION = Histogram(
     "sweep_duration_seconds",

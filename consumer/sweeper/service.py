@@ -389,6 +389,7 @@ class Sweeper:
                 continue
             try:
                 changed = self._answer(message.value()) or changed
+                metrics.REPUBLISH_RESULTS.labels("used").inc()
             except DecodeError as exc:
                 self._invalid_result(exc.reason, exc.detail, message.offset())
             except Exception as exc:  # the barrier: what one result raised refuses that result
@@ -415,7 +416,7 @@ class Sweeper:
 
     @staticmethod
     def _invalid_result(reason: str, detail: str, offset: int | None) -> None:
-        metrics.REPUBLISH_RESULTS_INVALID.labels(reason).inc()
+        metrics.REPUBLISH_RESULTS.labels("invalid").inc()
         log.warning(
             "republish_result_invalid", reason=reason, detail=safe_text(detail)[:300], offset=offset
         )

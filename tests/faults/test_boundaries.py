@@ -200,7 +200,10 @@ def test_bad_protocol_messages_stop_no_relay_and_no_sweeper(pipeline: Pipeline) 
     )
     pipeline.wait_for(
         "every bad result counted invalid",
-        lambda: labelled(pipeline, sweepers, "republish_results_invalid_total") >= len(BAD_RESULTS),
+        lambda: (
+            labelled(pipeline, sweepers, "republish_results_total", outcome="invalid")
+            >= len(BAD_RESULTS)
+        ),
     )
     all_up(pipeline)
     # A valid request and its result after them: a lost event is found and healed.
