@@ -48,7 +48,14 @@ BAD_ROWS = [
         "'{}'",
         "bytes",
     ),
-    ("bad-headers", 1, "subscription.plan_changed", GOOD, """'{"trace": 5}'""", "headers"),
+    (
+        "bad-depth",
+        1,
+        "subscription.noted",
+        """(repeat('{"d":', 200) || '1' || repeat('}', 200))::jsonb""",
+        "'{}'",
+        "deeper",
+    ),
     ("bad-middle", 2, "subscription.plan_changed", """'{"plan": 7}'""", "'{}'", "payload"),
 ]
 
