@@ -105,7 +105,9 @@ class Sender:
     def __init__(self, settings: RelaySettings, health: Health) -> None:
         self._errors: list[Failure] = []
         self.producer = make_producer(settings, health, self._errors.append)
-        self.topics = TopicCheck(self.producer, settings.allowed_topics)
+        self.topics = TopicCheck(
+            self.producer, settings.allowed_topics, settings.unknown_topic_grace_s
+        )
         self._in_flight: list[OutMessage] = []
         self._sent = Sent()
 

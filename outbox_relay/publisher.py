@@ -157,11 +157,22 @@ class Publisher:
         return batch
 
     def _prepare(self, batch: Batch) -> None:
-        """The batch's messages; rows that can never be sent are marked failed."""
-        if batch.rows:
-            batch.messages, _ = prepare(
-                self.conn, self.sender, batch.rows, self.settings, self.schemas
-            )
+        """The batch's messages; rows that can never be sent are marked failed.
+
+        A slice with a row whose topic is not there yet is held back whole: none of its
+        rows is sent and its cursor stays, so the row is read again by the next batch.
+        """
+        if not batch.rows:
+            return
+        ready = prepare(self.conn, self.sender, batch.rows, self.settings, self.schemas)
+        batch.messages = ready.messages
+        if ready.waiting:
+            held = {row[SLICE] for row in ready.waiting}
+            kept = {row[ID] for row in batch.rows if row[SLICE] not in held}
+            batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] in kept]
+            batch.rows = [row for row in batch.rows if row[SLICE] not in held]
+            for slice_ in held:
+                batch.cursors.pop(slice_, None)
 
     def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)

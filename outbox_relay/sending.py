@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
@@ -19,6 +20,15 @@ from schemas.limits import safe_text
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Rows made ready: messages to send, ids marked failed, rows whose topic is not there yet."""
+
+    messages: list[Message]
+    failed: list[int]
+    waiting: list[Row]
+
+
 def prepare(
     conn: Conn,
     sender: Sender,
@@ -26,20 +36,25 @@ def prepare(
     settings: RelaySettings,
     schemas: PayloadSchemas,
     republish_request: str | None = None,
-) -> tuple[list[Message], list[int]]:
-    """Messages for the sendable rows; rows that can never be sent are marked failed."""
+) -> Prepared:
+    """Messages for the sendable rows; rows that can never be sent are marked failed.
+
+    Rows naming a topic the cluster does not have yet are neither: they wait.
+    """
     now = orjson.dumps(datetime.now(UTC).isoformat()).decode()
+    topics = sender.topics.check(row[TOPIC] for row in rows)
+    waiting = [row for row in rows if row[TOPIC] in topics.waiting] if topics.waiting else []
     messages, problems = to_messages(
-        rows,
+        [row for row in rows if row[TOPIC] not in topics.waiting] if waiting else rows,
         now,
         schemas=schemas,
         max_bytes=settings.max_message_bytes,
         republish_request=republish_request,
-        topic_problems=sender.topics.problems(row[TOPIC] for row in rows),
+        topic_problems=topics.refused,
     )
     for row, problem in problems:
         fail(conn, row, problem.reason, str(problem))
-    return messages, [row[ID] for row, _ in problems]
+    return Prepared(messages, [row[ID] for row, _ in problems], waiting)
 
 
 def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
@@ -75,7 +90,9 @@ def deliver(
     republish_request: str | None = None,
 ) -> tuple[Sent, list[int]]:
     """Send rows and wait for Kafka: what it reported, and every row id now marked failed."""
-    messages, failed = prepare(conn, sender, rows, settings, schemas, republish_request)
-    sent = sender.send(messages, settings.delivery_timeout_ms / 1000 + 5)
+    ready = prepare(conn, sender, rows, settings, schemas, republish_request)
+    sent = sender.send(ready.messages, settings.delivery_timeout_ms / 1000 + 5)
+    # Not sent, to be tried again: the topic is not there yet.
+    sent.failed.extend((row[ID], "topic_not_known_yet") for row in ready.waiting)
     settle(conn, {row[ID]: row for row in rows}, sent)
-    return sent, failed + [row_id for row_id, _ in sent.rejected]
+    return sent, ready.failed + [row_id for row_id, _ in sent.rejected]

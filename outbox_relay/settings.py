@@ -78,6 +78,13 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings, ServiceSettings):
     create_topics: bool = Field(
         default=True, description="Create the republish topics at start-up when missing"
     )
+    unknown_topic_grace_s: float = Field(
+        default=120.0,
+        ge=0,
+        le=86_400,
+        description="How long rows may name a topic the cluster does not have before they are "
+        "marked failed; meanwhile only their slice waits",
+    )
     allowed_topics: list[str] | None = Field(
         default=None,
         description="Topics outbox rows may name, as a JSON list; unset: any topic that exists. "

@@ -2,24 +2,36 @@
 
 A row naming a topic that does not exist would otherwise wait in the producer for the
 topic's metadata (``message.timeout.ms``) and fail as if Kafka were down, holding every
-slice of the batch back each time it is tried. Here such a row is refused before it is
-produced, and marked failed with the reason. The cluster's topic list is asked again
-whenever a batch names a topic not seen yet, so a topic created after the relay started
-is found by the first row that names it.
+slice of the batch back each time it is tried. Here the topics of a batch are checked
+before anything is produced. An illegal or disallowed name fails its rows at once. A
+legal name the cluster does not have yet holds back its rows' slice only, for a grace
+period (``INORDER_UNKNOWN_TOPIC_GRACE_S``: the consumers or an operator may be creating
+it), after which its rows are marked failed with the reason. The cluster's topic list is
+asked again whenever a batch names a topic not known yet, so a topic created meanwhile
+is found by the next batch that names it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
+import structlog
 from confluent_kafka import Producer
 
 from outbox_relay.errors import RowProblem
 
+log = structlog.get_logger(__name__)
+
 # Kafka's legal topic names (``Topic.validate`` in the broker).
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 METADATA_TIMEOUT_S = 5.0
+# How long a topic rows name may be missing before those rows are failed.
+DEFAULT_GRACE_S = 120.0
+# Missing topics remembered at most (each with when it was first named).
+MAX_REMEMBERED = 10_000
 
 
 def name_problem(topic: str, allowed: frozenset[str] | None) -> RowProblem | None:
@@ -31,33 +43,67 @@ def name_problem(topic: str, allowed: frozenset[str] | None) -> RowProblem | Non
     return None
 
 
-class TopicCheck:
-    """Names the topics of a batch that no row can be sent to."""
+@dataclass(frozen=True, slots=True)
+class TopicVerdict:
+    """A batch's topics that can never be written (``refused``), and those not known yet."""
 
-    def __init__(self, producer: Producer, allowed: Iterable[str] | None = None) -> None:
+    refused: Mapping[str, RowProblem] = field(default_factory=dict)
+    waiting: frozenset[str] = frozenset()
+
+
+class TopicCheck:
+    """Names the topics of a batch that no row can be sent to, or not yet."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        allowed: Iterable[str] | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._producer = producer
         self._allowed = frozenset(allowed) if allowed is not None else None
+        self._grace_s = grace_s
+        self._clock = clock
         self._known: frozenset[str] = frozenset()
+        self._missing_since: dict[str, float] = {}
 
-    def problems(self, topics: Iterable[str]) -> Mapping[str, RowProblem]:
-        """Each of ``topics`` that cannot be written, and why (``KafkaException`` while down).
+    def check(self, topics: Iterable[str]) -> TopicVerdict:
+        """Each of ``topics`` that cannot be written yet or ever (``KafkaException`` while down).
 
         A topic not seen before is looked up in a fresh topic list (one request for all
-        of them), so a topic created a moment ago is never refused.
+        of them), so a topic created a moment ago is found. One still missing is waited
+        for ``grace_s`` from when a row first named it (a consumer or an operator may be
+        creating it), then refused.
         """
-        found: dict[str, RowProblem] = {}
+        refused: dict[str, RowProblem] = {}
         unseen = []
         for topic in set(topics):
             problem = name_problem(topic, self._allowed)
             if problem is not None:
-                found[topic] = problem
+                refused[topic] = problem
             elif topic not in self._known:
                 unseen.append(topic)
-        if unseen:
-            # All topics, never the ones named: asking for a topic by name can create it.
-            self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
-            for topic in unseen:
-                if topic not in self._known:
-                    detail = f"topic {topic!r} does not exist in the cluster"
-                    found[topic] = RowProblem("unknown_topic", detail)
-        return found
+        if not unseen:
+            return TopicVerdict(refused)
+        # All topics, never the ones named: asking for a topic by name can create it.
+        self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
+        now, waiting = self._clock(), set()
+        for topic in unseen:
+            if topic in self._known:
+                self._missing_since.pop(topic, None)
+                continue
+            if len(self._missing_since) > MAX_REMEMBERED:
+                self._missing_since.clear()
+            since = self._missing_since.setdefault(topic, now)
+            if since == now:
+                log.warning("topic_missing", topic=topic, failing_rows_in_s=self._grace_s)
+            if now - since < self._grace_s:
+                waiting.add(topic)
+            else:
+                detail = (
+                    f"topic {topic!r} does not exist in the cluster "
+                    f"(waited {self._grace_s:g}s for it)"
+                )
+                refused[topic] = RowProblem("unknown_topic", detail)
+        return TopicVerdict(refused, frozenset(waiting))

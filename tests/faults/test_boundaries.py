@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import orjson
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
@@ -230,8 +232,19 @@ ROW = (
 GOOD = '{"plan": "pro", "price_cents": 900, "status": "active"}'
 
 
+def _other_slice(conn: psycopg.Connection[Any], entity: str, prefix: str) -> str:
+    """An entity id starting with ``prefix`` whose slice is not ``entity``'s."""
+    row = conn.execute(
+        "SELECT %s || g FROM generate_series(1, 100) g WHERE outbox_slice('subscription', %s || g)"
+        " <> outbox_slice('subscription', %s) LIMIT 1",
+        (prefix, prefix, entity),
+    ).fetchone()
+    return str(row[0])
+
+
 def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) -> None:
-    """Rows from before the table's checks, an unknown topic, a far-future xid: none stalls."""
+    """Rows from before the table's checks, a missing topic, a far-future xid: none stalls."""
+    pipeline.env["INORDER_UNKNOWN_TOPIC_GRACE_S"] = "6"
     start(pipeline, "relay-1", "relay-2", *CONSUMERS)
     topic = pipeline.events_topic
     with pipeline.db.connect(autocommit=True) as conn:
@@ -246,8 +259,9 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
         ]
         for row_topic, entity, hdrs in rows:
             conn.execute(ROW, (row_topic, entity, f"{entity}:1", GOOD, hdrs))
+        after = _other_slice(conn, "unknown-topic", "after-")
         started = time.monotonic()
-        conn.execute(ROW, (topic, "after-bad-rows", "after-bad-rows:1", GOOD, "{}"))
+        conn.execute(ROW, (topic, after, f"{after}:1", GOOD, "{}"))
         # A far-future transaction id, as an ETL copy would bring: the table stamps its own.
         conn.execute(
             "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id,"
@@ -255,11 +269,13 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
             " 'subscription.plan_changed', 'future-xid:1', %s, '9999999999')",
             (topic, GOOD),
         )
-        conn.execute(ROW, (topic, "after-future", "after-future:1", GOOD, "{}"))
-    pipeline.wait_for("the good row applied", lambda: _in_view(pipeline, "after-bad-rows"))
+        same = _same_slice(conn, "unknown-topic", "behind-")
+        conn.execute(ROW, (topic, same, f"{same}:1", GOOD, "{}"))
+    pipeline.wait_for("the row of another slice applied", lambda: _in_view(pipeline, after))
     waited = time.monotonic() - started
-    for entity in ("future-xid", "after-future"):
-        pipeline.wait_for(f"{entity} applied", lambda e=entity: _in_view(pipeline, e))
+    pipeline.wait_for("the far-future row applied", lambda: _in_view(pipeline, "future-xid"))
+    # The row behind the missing topic, in its slice, goes once that row is failed.
+    pipeline.wait_for("the row behind the missing topic", lambda: _in_view(pipeline, same))
     with pipeline.db.connect() as conn:
         failed = dict(
             conn.execute(
@@ -269,9 +285,19 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
     assert set(failed) == {"deep-headers", "nested-headers", "unknown-topic", "bad-topic"}
     assert "does not exist" in failed["unknown-topic"]
     assert "not a legal Kafka topic" in failed["bad-topic"]
-    # Far below the producer's 30 s wait for an unknown topic's metadata.
-    assert waited < 15, f"the good row waited {waited:.1f}s behind the bad ones"
+    # Well below the missing topic's grace, and the producer's 30 s wait for its metadata.
+    assert waited < 5, f"a row of another slice waited {waited:.1f}s behind the bad ones"
     all_up(pipeline)
+
+
+def _same_slice(conn: psycopg.Connection[Any], entity: str, prefix: str) -> str:
+    """An entity id starting with ``prefix`` in ``entity``'s slice."""
+    row = conn.execute(
+        "SELECT %s || g FROM generate_series(1, 200) g WHERE outbox_slice('subscription', %s || g)"
+        " = outbox_slice('subscription', %s) LIMIT 1",
+        (prefix, prefix, entity),
+    ).fetchone()
+    return str(row[0])
 
 
 def test_a_row_whose_payload_nests_too_deep_is_failed(pipeline: Pipeline) -> None:

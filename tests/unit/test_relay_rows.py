@@ -13,7 +13,7 @@ import schemas
 from outbox_relay.errors import RowProblem
 from outbox_relay.republisher import MAX_RANGE, Cooldown, bounded
 from outbox_relay.rows import OutboxRow, to_messages
-from outbox_relay.topics import name_problem
+from outbox_relay.topics import TopicCheck, TopicVerdict, name_problem
 from schemas import headers
 from schemas.limits import MAX_DEPTH
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
@@ -222,3 +222,47 @@ def test_the_relay_sends_a_payload_exactly_when_the_consumer_can_read_its_envelo
         assert schemas.decode(messages[0][3]).event_type == "x.y"
     else:
         assert problems[0][1].reason == "too_deep"
+
+
+class _Metadata:
+    def __init__(self, topics: set[str]) -> None:
+        self.topics = dict.fromkeys(topics)
+
+
+class _Cluster:
+    """Stands in for the producer's metadata call: the topics the cluster has now."""
+
+    def __init__(self, *topics: str) -> None:
+        self.topics = set(topics)
+        self.asked = 0
+
+    def list_topics(self, timeout: float) -> _Metadata:
+        self.asked += 1
+        return _Metadata(self.topics)
+
+
+def test_a_missing_topic_waits_its_grace_then_fails_and_a_new_one_is_found() -> None:
+    """Missing: its rows wait, then fail after the grace; created meanwhile: they go."""
+    cluster, now = _Cluster("events"), [0.0]
+    check = TopicCheck(cluster, grace_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert check.check(["events"]) == TopicVerdict()
+    assert check.check(["events", "later", "never"]).waiting == {"later", "never"}
+    now[0] = 30.0
+    cluster.topics.add("later")
+    assert check.check(["later", "never"]).waiting == {"never"}
+    now[0] = 60.0
+    verdict = check.check(["later", "never", "bad name"])
+    assert verdict.waiting == frozenset()
+    assert {t: p.reason for t, p in verdict.refused.items()} == {
+        "never": "unknown_topic",
+        "bad name": "bad_topic",
+    }
+
+
+def test_known_topics_cost_no_request() -> None:
+    """The cluster is asked only when a batch names a topic not known yet."""
+    cluster = _Cluster("events")
+    check = TopicCheck(cluster)  # type: ignore[arg-type]
+    for _ in range(5):
+        check.check(["events"])
+    assert cluster.asked == 1
