@@ -86,6 +86,7 @@ class Sweeper:
         self.batches = BatchRunner(by_kind(routes, "batch"))
         self._migrations = tables.migration_sets([KINDS[r.kind] for r in routes])
         self._stopping = False
+        self._reading_results = False
         self._links: Connections | None = None
         self._outages = Outages("sweeper", health, lambda: self._stopping)
 
@@ -127,7 +128,6 @@ class Sweeper:
                 "client.id": "inorder-sweeper",
             }
         )
-        results.subscribe([self.settings.republish_results_topic])
         producer = Producer({**config, "client.id": "inorder-sweeper", "acks": "all"})
         for applier in self.steps.values():
             applier.connect(Links(conn, client, prefix, self.settings.park_buckets))
@@ -174,6 +174,7 @@ class Sweeper:
         io = self.io
         active = io.lease.keep()
         metrics.SWEEPER_ACTIVE.set(1 if active else 0)
+        self._read_results(active=active)
         now = time.monotonic()
         changed = False
         if active and now >= due["sweep"]:
@@ -189,6 +190,18 @@ class Sweeper:
             due["gauges"] = now + self.settings.gauge_interval_s
             self.export_gauges()
         return active
+
+    def _read_results(self, *, active: bool) -> None:
+        """Join the results' group while active, leave it when standing by.
+
+        A standby in the group would hold partitions it never reads, until Kafka drops
+        it for not polling minutes later, and their results would wait that long.
+        """
+        if active and not self._reading_results:
+            self.io.results.subscribe([self.settings.republish_results_topic])
+        elif not active and self._reading_results:
+            self.io.results.unsubscribe()
+        self._reading_results = active
 
     def _reconnect_postgres(self) -> None:
         conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,8 @@ class Scale:
     consumer_kills: int
     outage_s: float
     fuzz_messages: int
+    boundary_inputs: int  # per boundary with a running process (events, rows, protocol)
+    routes_files: int
 
 
 SHORT = Scale(
@@ -46,6 +48,8 @@ SHORT = Scale(
     consumer_kills=3,
     outage_s=4,
     fuzz_messages=10_000,
+    boundary_inputs=1_000,
+    routes_files=8,
 )
 FULL = Scale(
     "full",
@@ -55,6 +59,8 @@ FULL = Scale(
     consumer_kills=12,
     outage_s=15,
     fuzz_messages=30_000,
+    boundary_inputs=12_500,
+    routes_files=100,
 )
 
 
@@ -74,6 +80,23 @@ class Row:
 
 
 ROWS: list[Row] = []
+
+
+@dataclass
+class Boundary:
+    """One line of the boundary fuzzer's table."""
+
+    name: str
+    tried: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # by reason
+    taken: int = 0
+    exits: int = 0
+    stalls: int = 0
+    probe_p99_s: float = 0.0
+    seconds: float = 0.0
+
+
+BOUNDARIES: list[Boundary] = []
 # The fuzz test's counts: sent, dead-lettered by reason, applied, crashes.
 FUZZ: dict[str, object] = {}
 
@@ -117,11 +140,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("fuzz report")
         for key, value in FUZZ.items():
             terminalreporter.write_line(f"{key:<14} {value}")
-    if not ROWS and not FUZZ:
+    if not ROWS and not FUZZ and not BOUNDARIES:
         return
     REPORT_FILE.write_text(
-        json.dumps({"faults": [asdict(r) for r in ROWS], "fuzz": FUZZ}, indent=2) + "\n"
+        json.dumps(
+            {
+                "faults": [asdict(r) for r in ROWS],
+                "fuzz": FUZZ,
+                "boundaries": [asdict(b) for b in BOUNDARIES],
+            },
+            indent=2,
+        )
+        + "\n"
     )
+    if BOUNDARIES:
+        _boundary_table(terminalreporter)
     if not ROWS:
         return
     headers = (
@@ -137,3 +170,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
     write_table(terminalreporter, "fault report", headers, [list(asdict(r).values()) for r in ROWS])
     terminalreporter.write_line(f"written to {REPORT_FILE.name}")
+
+
+def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
+    headers = ("boundary", "tried", "refused", "taken", "exits", "stalls", "probe p99 s", "seconds")
+    rows = [
+        [
+            b.name,
+            b.tried,
+            sum(b.refused.values()),
+            b.taken,
+            b.exits,
+            b.stalls,
+            b.probe_p99_s,
+            b.seconds,
+        ]
+        for b in BOUNDARIES
+    ]
+    write_table(terminalreporter, "boundary fuzz", headers, rows)
+    for b in BOUNDARIES:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(b.refused.items(), key=lambda x: -x[1]))
+        terminalreporter.write_line(f"{b.name} refused: {reasons or 'none'}")

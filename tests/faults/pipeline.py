@@ -274,18 +274,21 @@ class Pipeline:
         """The consumer group's committed offset per partition of the events topic."""
         return {tp.partition: tp.offset for tp, _ in self._offsets()}
 
-    def lag(self) -> int:
-        """Messages of the events topic the group has not committed past."""
-        return sum(high - max(tp.offset, 0) for tp, high in self._offsets())
+    def lag(self, topic: str | None = None, group: str | None = None) -> int:
+        """Messages of a topic (the events') a group (the consumers') has not committed past."""
+        return sum(high - max(tp.offset, 0) for tp, high in self._offsets(topic, group))
 
-    def _offsets(self) -> list[tuple[TopicPartition, int]]:
+    def _offsets(
+        self, topic: str | None = None, group: str | None = None
+    ) -> list[tuple[TopicPartition, int]]:
         """Each partition's committed offset for the group, and the partition's end."""
+        topic = topic or self.events_topic
         reader = Consumer(
-            {"bootstrap.servers": self.services.kafka_bootstrap, "group.id": self.group}
+            {"bootstrap.servers": self.services.kafka_bootstrap, "group.id": group or self.group}
         )
         try:
-            meta = reader.list_topics(self.events_topic, timeout=10).topics[self.events_topic]
-            tps = [TopicPartition(self.events_topic, p) for p in meta.partitions]
+            meta = reader.list_topics(topic, timeout=10).topics[topic]
+            tps = [TopicPartition(topic, p) for p in meta.partitions]
             return [
                 (tp, reader.get_watermark_offsets(tp, timeout=10)[1])
                 for tp in reader.committed(tps, timeout=10)

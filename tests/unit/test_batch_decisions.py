@@ -161,6 +161,8 @@ def test_retries_stop_after_max_retries() -> None:
         (2, [(1, "A"), (2, "B"), (3, "C")], "outside 1..2"),
         (3, [(1, "A"), (2, "B")], "no item for positions [3]"),
         (1, [(0, "A")], "outside 1..1"),
+        # The largest count a column holds, with one item: named at once, nothing built per count.
+        (2**31 - 1, [(2, "B")], "no item for positions [1, 3, 4, 5, 6, 7, 8, 9, 10, 11]"),
     ],
 )
 def test_manifest_problems(

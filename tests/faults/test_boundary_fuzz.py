@@ -1,0 +1,340 @@
+"""The boundary fuzzer: every boundary fed schema-drawn inputs pushed to the edges, under load.
+
+For each boundary (events to the consumers, outbox rows to the relays, republish
+requests to the relays, republish results to the sweepers, routes files to a starting
+consumer) the inputs come from ``boundary_inputs``. The processes run as their console
+scripts, two of each, beside the load generator; a probe changes one entity every
+second through the outbox, and a change not applied within 5 s is a stall. The judge
+counts, per boundary: inputs tried, refused with a reason, taken, process exits and
+stalls. Exits and stalls must be 0, and every input must be accounted for by the
+processes' own counters. The table ends the fault report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from producer import subscriptions as subs
+from tests.conftest import PgSchema, TopicFactory
+from tests.faults import boundary_inputs, effects
+from tests.faults.conftest import BOUNDARIES, Boundary, Scale
+from tests.faults.pipeline import Pipeline
+from tests.faults.test_faults import start
+from tests.integration.sweeper_support import tool
+from tests.support.services import ROOT, Services
+
+pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(1800)]
+
+STALL_S = 5.0
+CONSUMERS = ("consumer-1", "consumer-2")
+RELAYS = ("relay-1", "relay-2")
+SWEEPERS = ("sweeper-1", "sweeper-2")
+# Inputs sent between two looks at the processes.
+CHUNK = 250
+
+
+def by_label(pipeline: Pipeline, names: tuple[str, ...], sample: str, label: str) -> Counter[str]:
+    """One sample of several processes' /metrics, summed per value of one label."""
+    found = Counter[str]()
+    for name in names:
+        status, text = pipeline.http(name, "/metrics")
+        if status != 200:
+            continue
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == sample:
+                    found[s.labels.get(label, "")] += int(s.value)
+    return found
+
+
+@dataclass
+class Probe:
+    """Changes one entity every second through the outbox and times each change's arrival."""
+
+    pipeline: Pipeline
+    entity: str = field(default_factory=lambda: f"probe-{uuid.uuid4().hex[:6]}")
+    latencies: list[float] = field(default_factory=list)
+    stalls: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Probe:
+        self._thread = threading.Thread(target=self._run, name="probe", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(90)
+
+    def p99(self) -> float:
+        """The 99th percentile of the probe's latencies, in seconds."""
+        ordered = sorted(self.latencies) or [0.0]
+        return round(ordered[int(len(ordered) * 0.99)], 2)
+
+    def _run(self) -> None:
+        plans = list(subs.PLAN_PRICES_CENTS)
+        topic = self.pipeline.events_topic
+        with psycopg.connect(self.pipeline.db.url, autocommit=True) as conn:
+            subs.create_subscription(conn, self.entity, plans[0], topic=topic)
+            i = 0
+            while not self._stop.is_set():
+                i += 1
+                version = subs.change_plan(conn, self.entity, plans[i % len(plans)], topic=topic)
+                self._wait_applied(conn, version.seq, time.monotonic())
+                self._stop.wait(1.0)
+
+    def _wait_applied(self, conn: psycopg.Connection[Any], seq: int, written: float) -> None:
+        # Waited for even once stopping: a change still in flight then is the last one timed.
+        while True:
+            row = conn.execute(
+                "SELECT seq FROM billing_view WHERE subscription_id = %s", (self.entity,)
+            ).fetchone()
+            waited = time.monotonic() - written
+            if row is not None and row[0] >= seq:
+                self.latencies.append(waited)
+                self.stalls += waited > STALL_S
+                return
+            if waited > 60:
+                self.stalls += 1
+                return
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def fuzz_pipeline(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> Iterator[Pipeline]:
+    """A pipeline with a batch route too, and a topic of its own for fuzzed events."""
+    routes = effects.ROUTES + (
+        f'\n[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = '
+        f'"{topic_factory("batch-output")}"\nwork_topic = "{topic_factory("batch-work")}"\n'
+    )
+    made = Pipeline(pg_schema, services, topic_factory, tmp_path, routes=routes)
+    made.env["INORDER_FUZZ_TOPIC"] = topic_factory("fuzz", partitions=6)
+    made.env["INORDER_TOPICS"] = json.dumps([made.events_topic, made.env["INORDER_FUZZ_TOPIC"]])
+    made.env["INORDER_UNKNOWN_TOPIC_GRACE_S"] = "0"
+    yield made
+    made.close()
+
+
+def _under_load(pipeline: Pipeline, name: str, feed: Callable[[], None]) -> Boundary:
+    """Start two of each process, load them, probe them, ``feed`` the inputs; a table row."""
+    start(pipeline, *RELAYS, *CONSUMERS, *SWEEPERS)
+    boundary = Boundary(name)
+    started = time.monotonic()
+    load = pipeline.load(20, 15, 40, seed=3)
+    with Probe(pipeline) as probe:
+        feed()
+        time.sleep(STALL_S)  # the probe's changes after the last input count too
+    load.join()
+    boundary.exits = len(pipeline.crashed())
+    boundary.stalls = probe.stalls
+    boundary.probe_p99_s = probe.p99()
+    boundary.seconds = round(time.monotonic() - started, 1)
+    BOUNDARIES.append(boundary)
+    return boundary
+
+
+def _send(pipeline: Pipeline, topic: str, values: list[bytes]) -> None:
+    """Produce raw values as a client that is not ours, in chunks, checking on the processes."""
+    producer = Producer(
+        {"bootstrap.servers": pipeline.services.kafka_bootstrap, "message.max.bytes": 5_000_000}
+    )
+    for i in range(0, len(values), CHUNK):
+        for n, value in enumerate(values[i : i + CHUNK]):
+            producer.produce(topic, value, f"seat_ledger:fz-{i + n}".encode())
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        assert not pipeline.crashed(), f"{pipeline.crashed()} exited; logs {pipeline.logs}"
+        time.sleep(0.1)
+
+
+def _judge(boundary: Boundary) -> None:
+    assert boundary.exits == 0, f"{boundary.name}: {boundary.exits} process exits"
+    assert boundary.stalls == 0, f"{boundary.name}: {boundary.stalls} stalls over {STALL_S}s"
+    accounted = boundary.taken + sum(boundary.refused.values())
+    assert accounted == boundary.tried, f"{boundary.name}: {accounted} of {boundary.tried}"
+    assert "" not in boundary.refused, "a refusal without a reason"
+
+
+def test_events_at_the_edges_stop_no_consumer(fuzz_pipeline: Pipeline, scale: Scale) -> None:
+    """Schema-drawn envelopes of every routed stream, pushed to the edges, to two consumers."""
+    pipeline = fuzz_pipeline
+    fuzz = pipeline.env["INORDER_FUZZ_TOPIC"]
+    streams = {"subscription": "", "seat_ledger": "", "batch": ""}
+    inputs = boundary_inputs.envelopes(scale.boundary_inputs, streams, seed=36)
+
+    def feed() -> None:
+        _send(pipeline, fuzz, [raw for _, raw in inputs])
+        pipeline.wait_for("every input handled", lambda: pipeline.lag(fuzz) == 0, timeout=600)
+
+    boundary = _under_load(pipeline, "events (consumers)", feed)
+    # Load and probe events are valid: every dead letter is a fuzzed input's.
+    refused = by_label(pipeline, CONSUMERS, "events_dead_lettered_total", "reason")
+    boundary.tried, boundary.refused = len(inputs), dict(refused)
+    # Taken: consumed and committed (lag 0) without a dead letter: applied, stale or parked.
+    boundary.taken = len(inputs) - refused.total()
+    _judge(boundary)
+    assert refused.total() < len(inputs), "nothing was taken: the valid inputs are broken"
+
+
+def test_outbox_rows_at_the_edges_stop_no_relay(fuzz_pipeline: Pipeline, scale: Scale) -> None:
+    """Rows written with plain SQL, each value at an edge: refused by the table or the relay."""
+    pipeline = fuzz_pipeline
+    rows = boundary_inputs.outbox_rows(scale.boundary_inputs, pipeline.events_topic, seed=37)
+    at_insert = Counter[str]()
+    inserted: list[str] = []
+    statement = (
+        "INSERT INTO outbox (topic, entity_type, entity_id, generation, seq, event_type,"
+        " event_id, payload, headers) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"
+        " RETURNING id"
+    )
+
+    def feed() -> None:
+        with psycopg.connect(pipeline.db.url, autocommit=True) as conn:
+            for i, (_, values) in enumerate(rows):
+                try:
+                    found = conn.execute(statement, values).fetchone()
+                except psycopg.Error as exc:
+                    name = type(exc).__name__ if exc.sqlstate else "client refused"
+                    at_insert[f"table: {name}"] += 1
+                else:
+                    inserted.append(str(found[0]) if found else "")
+                if i % CHUNK == 0:
+                    assert not pipeline.crashed(), f"{pipeline.crashed()}; logs {pipeline.logs}"
+        pipeline.wait_for("every row sent or failed", lambda: _unsent(pipeline) == 0, timeout=300)
+
+    boundary = _under_load(pipeline, "outbox rows (relays)", feed)
+    with pipeline.db.connect() as conn:
+        failed = Counter(
+            f"relay: {reason.split(':', 1)[0]}"
+            for (reason,) in conn.execute(
+                "SELECT failure_reason FROM outbox WHERE id = ANY(%s::bigint[])"
+                " AND failed_at IS NOT NULL",
+                (inserted,),
+            ).fetchall()
+        )
+    boundary.tried, boundary.refused = len(rows), dict(at_insert + failed)
+    boundary.taken = len(inserted) - failed.total()
+    _judge(boundary)
+
+
+def _unsent(pipeline: Pipeline) -> int:
+    with pipeline.db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM outbox o WHERE NOT outbox_published(o) AND failed_at IS NULL"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_republish_requests_at_the_edges_stop_no_relay(
+    fuzz_pipeline: Pipeline, scale: Scale
+) -> None:
+    """Requests drawn from their schema and pushed to the edges, to two relays."""
+    pipeline = fuzz_pipeline
+    topic, group = (
+        pipeline.env["INORDER_REPUBLISH_REQUESTS_TOPIC"],
+        pipeline.env["INORDER_RELAY_GROUP_ID"],
+    )
+    entities = [f"sub-{i:06d}" for i in range(20)]
+    inputs = boundary_inputs.protocol("republish_request", scale.boundary_inputs, entities, 38)
+
+    def feed() -> None:
+        _send(pipeline, topic, [raw for _, raw in inputs])
+        pipeline.wait_for("every request handled", lambda: pipeline.lag(topic, group) == 0, 600)
+
+    boundary = _under_load(pipeline, "republish requests (relays)", feed)
+    outcomes = by_label(pipeline, RELAYS, "outbox_republish_requests_total", "outcome")
+    asked = by_label(pipeline, SWEEPERS, "republish_requests_sent_total", "").total()
+    boundary.tried = len(inputs)
+    boundary.refused = {"invalid": outcomes["invalid"]}
+    boundary.taken = outcomes["answered"] + outcomes["cooldown"] - asked
+    _judge(boundary)
+
+
+def test_republish_results_at_the_edges_stop_no_sweeper(
+    fuzz_pipeline: Pipeline, scale: Scale
+) -> None:
+    """Results drawn from their schema and pushed to the edges, to the active sweeper of two."""
+    pipeline = fuzz_pipeline
+    topic = pipeline.env["INORDER_REPUBLISH_RESULTS_TOPIC"]
+    group = pipeline.env["INORDER_SWEEPER_GROUP_ID"]
+    entities = [f"sub-{i:06d}" for i in range(20)]
+    inputs = boundary_inputs.protocol("republish_result", scale.boundary_inputs, entities, 39)
+
+    def feed() -> None:
+        _send(pipeline, topic, [raw for _, raw in inputs])
+        pipeline.wait_for("every result handled", lambda: pipeline.lag(topic, group) == 0, 600)
+
+    boundary = _under_load(pipeline, "republish results (sweepers)", feed)
+    outcomes = by_label(pipeline, SWEEPERS, "republish_results_total", "outcome")
+    answers = by_label(pipeline, RELAYS, "outbox_republish_requests_total", "outcome")
+    relay_answers = answers["answered"] + answers["cooldown"]
+    boundary.tried = len(inputs)
+    boundary.refused = {"invalid": outcomes["invalid"]}
+    boundary.taken = outcomes["used"] - relay_answers
+    _judge(boundary)
+
+
+def test_routes_files_at_the_edges_start_or_stop_with_one_line(
+    fuzz_pipeline: Pipeline, scale: Scale, tmp_path: Path
+) -> None:
+    """A routes file with a value at an edge: the consumer starts, or exits 2 with one line."""
+    pipeline = fuzz_pipeline
+    files = boundary_inputs.routes_files(scale.routes_files, seed=40)
+    boundary = Boundary("routes files (consumer start-up)")
+    started = time.monotonic()
+    refused = Counter[str]()
+    for i, (_, text) in enumerate(files):
+        path = tmp_path / f"routes-{i}.toml"
+        path.write_text(text)
+        outcome = _start_with(pipeline, path)
+        if outcome == "started":
+            boundary.taken += 1
+        elif outcome.startswith("refused"):
+            refused[outcome] += 1
+        else:
+            boundary.exits += 1
+    boundary.tried, boundary.refused = len(files), dict(refused)
+    boundary.seconds = round(time.monotonic() - started, 1)
+    BOUNDARIES.append(boundary)
+    _judge(boundary)
+
+
+def _start_with(pipeline: Pipeline, routes: Path) -> str:
+    """``started``, ``refused: <first words>`` (exit 2, one line), or how it went wrong."""
+    env = {**pipeline.env, "INORDER_ROUTES_FILE": str(routes), "INORDER_HTTP_PORT": "0"}
+    process = subprocess.Popen(
+        [tool("inorder-consumer")],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, err = process.communicate(timeout=8)
+    except subprocess.TimeoutExpired:  # still running: it started
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+        return "started" if process.returncode == 0 else f"exit {process.returncode}: {err[-300:]}"
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("{")]
+    if process.returncode == 2 and len(lines) == 1:
+        return "refused: routes file" if "route" in lines[0].lower() else "refused: settings"
+    return f"exit {process.returncode}: {err[-300:]}"
