@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from itertools import islice
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
 
 import orjson
