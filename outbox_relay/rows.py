@@ -117,6 +117,14 @@ def _parsed_headers(row_headers: Any) -> Any:
         raise RowProblem("bad_headers", f"headers cannot be parsed: {exc}") from exc
 
 
+def _parsed(payload: str) -> Any:
+    """The payload parsed as the consumers will; one they cannot read is refused here."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:  # a number past a double, which jsonb holds
+        raise RowProblem("not_json", f"the consumers cannot read the payload: {exc}") from exc
+
+
 def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> RowProblem:
     try:
         schemas.validate(event_type, orjson.loads(payload))
@@ -159,7 +167,7 @@ class _Maker:
         if beyond is not None:
             raise RowProblem(*beyond)
         check = self.validator(event_type)
-        if check is not None and not check.is_valid(orjson.loads(payload)):
+        if check is not None and not check.is_valid(_parsed(payload)):
             raise _schema_problem(self.schemas, event_type, payload)
         pair = self.shared.get((event_type, entity_type))
         if pair is None:

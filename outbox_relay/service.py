@@ -32,6 +32,7 @@ from schemas.runtime.causes import Cause, cause, is_outage
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 from schemas.runtime.outages import Outages, dependency
+from schemas.runtime.redelivery import rewind
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -173,13 +174,18 @@ class Relay:
     def _answer_requests(self) -> None:
         if self._requests is None:
             return
-        for message in self._requests.consume(num_messages=50, timeout=0):
+        messages = self._requests.consume(num_messages=50, timeout=0)
+        for done, message in enumerate(messages):
             if message.error() is not None:
                 self._request_error(str(message.error()))
                 continue
             self._last_request_error = None
-            self._answer(message.value(), message.offset())
-            self._requests.commit(message=message, asynchronous=False)
+            try:
+                self._answer(message.value(), message.offset())
+                self._requests.commit(message=message, asynchronous=False)
+            except BaseException:
+                rewind(self._requests, messages[done:])  # read again once the outage passes
+                raise
 
     def _answer(self, raw: bytes | None, offset: int | None) -> None:
         """Answer one request; one that cannot be answered is counted invalid, never retried."""

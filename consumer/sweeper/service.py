@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import psycopg
 import structlog
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from psycopg.types.json import set_json_loads
 
 from consumer import metrics, tables
@@ -39,6 +39,7 @@ from schemas.runtime.causes import Cause, cause, is_outage
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 from schemas.runtime.outages import DOWN, Outages
+from schemas.runtime.redelivery import rewind
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
@@ -397,21 +398,33 @@ class Sweeper:
         """
         changed = False
         io = self.io
-        for message in io.results.consume(num_messages=100, timeout=0):
+        messages = io.results.consume(num_messages=100, timeout=0)
+        for done, message in enumerate(messages):
             if message.error() is not None:
                 continue
             try:
-                changed = self._answer(message.value()) or changed
-                metrics.REPUBLISH_RESULTS.labels("used").inc()
-            except DecodeError as exc:
-                self._invalid_result(exc.reason, exc.detail, message.offset())
-            except Exception as exc:  # the barrier: what one result raised refuses that result
-                if cause(exc) is not Cause.INPUT:
-                    raise
-                detail = f"{type(exc).__name__}: {first_line(exc)}"
-                self._invalid_result("unusable", detail, message.offset())
-            io.results.commit(message=message, asynchronous=False)
+                changed = self._result(message) or changed
+                io.results.commit(message=message, asynchronous=False)
+            except BaseException:
+                rewind(io.results, messages[done:])  # read again once the outage passes
+                raise
         return changed
+
+    def _result(self, message: Message) -> bool:
+        """Use one result, or count it invalid; whether a gap changed."""
+        try:
+            changed = self._answer(message.value())
+        except DecodeError as exc:
+            self._invalid_result(exc.reason, exc.detail, message.offset())
+        except Exception as exc:  # the barrier: what one result raised refuses that result
+            if cause(exc) is not Cause.INPUT:
+                raise
+            detail = f"{type(exc).__name__}: {first_line(exc)}"
+            self._invalid_result("unusable", detail, message.offset())
+        else:
+            metrics.REPUBLISH_RESULTS.labels("used").inc()
+            return changed
+        return False
 
     def _answer(self, raw: bytes | None) -> bool:
         """Act on one result; whether its gap changed."""

@@ -90,6 +90,7 @@ class Boundary:
     tried: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # by reason
     taken: int = 0
+    redelivered: int = 0  # handled twice after a rewind (at least once, never lost)
     exits: int = 0
     stalls: int = 0
     probe_p99_s: float = 0.0
@@ -173,7 +174,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
-    headers = ("boundary", "tried", "refused", "taken", "exits", "stalls", "probe p99 s", "seconds")
+    headers = (
+        "boundary",
+        "tried",
+        "refused",
+        "taken",
+        "again",
+        "exits",
+        "stalls",
+        "probe p99 s",
+        "seconds",
+    )
     rows = [
         [
             b.name,
