@@ -191,6 +191,7 @@ def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
             b.tried,
             sum(b.refused.values()),
             b.taken,
+            b.redelivered,
             b.exits,
             b.stalls,
             b.probe_p99_s,
