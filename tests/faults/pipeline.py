@@ -210,6 +210,17 @@ class Pipeline:
         except OSError:
             return 0, ""
 
+    def samples(self, names: tuple[str, ...], sample: str) -> list[tuple[dict[str, str], float]]:
+        """Every value of one sample on these processes' /metrics, with its labels."""
+        found = []
+        for name in names:
+            status, text = self.http(name, "/metrics")
+            if status != 200:
+                continue
+            for family in text_string_to_metric_families(text):
+                found += [(s.labels, s.value) for s in family.samples if s.name == sample]
+        return found
+
     def metric(self, name: str, sample: str) -> float:
         """One sample of one process's /metrics, summed over its labels."""
         status, text = self.http(name, "/metrics")

@@ -17,7 +17,6 @@ import orjson
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from prometheus_client.parser import text_string_to_metric_families
 
 from producer import subscriptions as subs
 from schemas import encode
@@ -33,16 +32,11 @@ CONSUMERS = ("consumer-1", "consumer-2")
 
 def labelled(pipeline: Pipeline, names: tuple[str, ...], sample: str, **labels: str) -> float:
     """One sample summed over ``names``' /metrics, only where its labels include ``labels``."""
-    total = 0.0
-    for name in names:
-        status, text = pipeline.http(name, "/metrics")
-        if status != 200:
-            continue
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()):
-                    total += s.value
-    return total
+    return sum(
+        value
+        for found, value in pipeline.samples(names, sample)
+        if all(found.get(k) == v for k, v in labels.items())
+    )
 
 
 def all_up(pipeline: Pipeline) -> None:
@@ -232,13 +226,15 @@ ROW = (
 GOOD = '{"plan": "pro", "price_cents": 900, "status": "active"}'
 
 
-def _other_slice(conn: psycopg.Connection[Any], entity: str, prefix: str) -> str:
-    """An entity id starting with ``prefix`` whose slice is not ``entity``'s."""
+def _peer(conn: psycopg.Connection[Any], entity: str, prefix: str, *, same: bool) -> str:
+    """An entity id starting with ``prefix`` in ``entity``'s slice (``same``) or in another."""
     row = conn.execute(
-        "SELECT %s || g FROM generate_series(1, 100) g WHERE outbox_slice('subscription', %s || g)"
-        " <> outbox_slice('subscription', %s) LIMIT 1",
-        (prefix, prefix, entity),
+        "SELECT %s || g FROM generate_series(1, 200) g"
+        " WHERE (outbox_slice('subscription', %s || g) = outbox_slice('subscription', %s)) = %s"
+        " LIMIT 1",
+        (prefix, prefix, entity, same),
     ).fetchone()
+    assert row is not None
     return str(row[0])
 
 
@@ -259,7 +255,7 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
         ]
         for row_topic, entity, hdrs in rows:
             conn.execute(ROW, (row_topic, entity, f"{entity}:1", GOOD, hdrs))
-        after = _other_slice(conn, "unknown-topic", "after-")
+        after = _peer(conn, "unknown-topic", "after-", same=False)
         started = time.monotonic()
         conn.execute(ROW, (topic, after, f"{after}:1", GOOD, "{}"))
         # A far-future transaction id, as an ETL copy would bring: the table stamps its own.
@@ -269,7 +265,7 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
             " 'subscription.plan_changed', 'future-xid:1', %s, '9999999999')",
             (topic, GOOD),
         )
-        same = _same_slice(conn, "unknown-topic", "behind-")
+        same = _peer(conn, "unknown-topic", "behind-", same=True)
         conn.execute(ROW, (topic, same, f"{same}:1", GOOD, "{}"))
     pipeline.wait_for("the row of another slice applied", lambda: _in_view(pipeline, after))
     waited = time.monotonic() - started
@@ -288,16 +284,6 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
     # Well below the missing topic's grace, and the producer's 30 s wait for its metadata.
     assert waited < 5, f"a row of another slice waited {waited:.1f}s behind the bad ones"
     all_up(pipeline)
-
-
-def _same_slice(conn: psycopg.Connection[Any], entity: str, prefix: str) -> str:
-    """An entity id starting with ``prefix`` in ``entity``'s slice."""
-    row = conn.execute(
-        "SELECT %s || g FROM generate_series(1, 200) g WHERE outbox_slice('subscription', %s || g)"
-        " = outbox_slice('subscription', %s) LIMIT 1",
-        (prefix, prefix, entity),
-    ).fetchone()
-    return str(row[0])
 
 
 def test_a_row_whose_payload_nests_too_deep_is_failed(pipeline: Pipeline) -> None:

@@ -202,11 +202,11 @@ def test_seed_worked_example_step_by_step(batch: bs.BatchSetup) -> None:
     assert shown[0][1][0]["decision"] == "retried"
 
 
-def test_held_batch_is_released_as_incomplete_by_a_person(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
-) -> None:
-    """With on_incomplete = hold, D's failure holds the batch; `decide` then assembles it."""
-    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, on_incomplete="hold")
+def _held(
+    db: PgSchema, services: Services, topic_factory: TopicFactory, tmp: Path
+) -> tuple[bs.BatchSetup, str]:
+    """A batch route with on_incomplete = hold, and a batch held by D's failure."""
+    batch = bs.setup(db, services, topic_factory, tmp, on_incomplete="hold")
     batch_id = bs.new_id()
     with cs.running(batch.settings):
         batch.send([bs.accepted(batch_id)])
@@ -214,6 +214,14 @@ def test_held_batch_is_released_as_incomplete_by_a_person(
             [bs.result(batch_id, p) for p in (3, 1, 5, 2)] + [bs.result(batch_id, 4, ok=False)]
         )
         wait_until(lambda: _finished(batch.db, batch_id, "held"))
+    return batch, batch_id
+
+
+def test_held_batch_is_released_as_incomplete_by_a_person(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """With on_incomplete = hold, D's failure holds the batch; `decide` then assembles it."""
+    batch, batch_id = _held(pg_schema, services, topic_factory, tmp_path)
     assert bs.outputs(batch.db, batch_id) == []
     with batch.db.connect(autocommit=True) as conn:
         admin, _ = bs.batch_admin(batch, conn)
@@ -232,14 +240,7 @@ def test_decide_from_the_command_line_prints_its_outcome_and_exits_zero(
     as_json: bool,
 ) -> None:
     """`inorder-admin [--json] batches decide` releases a held batch and prints what it did."""
-    batch = bs.setup(pg_schema, services, topic_factory, tmp_path, on_incomplete="hold")
-    batch_id = bs.new_id()
-    with cs.running(batch.settings):
-        batch.send([bs.accepted(batch_id)])
-        batch.send(
-            [bs.result(batch_id, p) for p in (1, 2, 3, 5)] + [bs.result(batch_id, 4, ok=False)]
-        )
-        wait_until(lambda: _finished(batch.db, batch_id, "held"))
+    batch, batch_id = _held(pg_schema, services, topic_factory, tmp_path)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")} | {
         "DATABASE_URL": batch.db.url,
         "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
