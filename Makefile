@@ -60,7 +60,8 @@ test: venv up
 	$(WITH_STACK_ENV) $(BIN)/pytest
 
 # The fault suite at full scale (make test runs it short): every part killed or
-# restarted under load, 30,000 fuzzed messages; the report table ends the output.
+# restarted under load, 30,000 fuzzed messages, 50,000 boundary inputs (events, outbox
+# rows, republish requests and results, routes files); the report tables end the output.
 test-faults: venv up
 	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
 

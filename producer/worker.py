@@ -20,11 +20,13 @@ import structlog
 from confluent_kafka import Consumer, Message
 from pydantic import Field
 
-from schemas import DEFAULT_TOPICS, DecodeError, decode
+from schemas import DEFAULT_TOPICS, DecodeError, PayloadError, decode, default_payload_schemas
 from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
 from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import KafkaClientSettings, LoggingSettings, PostgresUrl
+from schemas.runtime.logs import first_line
 
 log = structlog.get_logger(__name__)
 
@@ -94,6 +96,11 @@ def work_item(message: Message) -> WorkItem | None:
         return None
     if event.event_type != WORK_ITEM:
         return None
+    try:
+        default_payload_schemas().validate(WORK_ITEM, event.payload)
+    except PayloadError as exc:
+        log.warning("work_item_unreadable", reason="payload_schema", detail=exc.detail[:300])
+        return None
     p = event.payload
     return WorkItem(
         p["batch_id"],
@@ -147,7 +154,14 @@ class Worker:
         started = time.monotonic()
         for finish in plan_finishes(items, self.plan, self.rng):
             time.sleep(max(0.0, started + finish.after_s - time.monotonic()))
-            self._report(conn, finish)
+            try:
+                self._report(conn, finish)
+            except Exception as exc:  # the barrier: one item's result refused, the rest go on
+                if cause(exc) is not Cause.INPUT:
+                    raise
+                log.error(  # noqa: TRY400 - expected bad input; a traceback adds nothing
+                    "work_result_refused", batch=finish.item.batch_id, error=first_line(exc)
+                )
 
     def _report(self, conn: psycopg.Connection[Any], finish: Finish) -> None:
         item = finish.item
