@@ -26,9 +26,8 @@ from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
-from schemas.runtime.causes import is_outage
 from schemas.runtime.health import Health
-from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency
+from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -288,7 +287,7 @@ class ConsumerService:
                 self._commit_batch(prepared)
                 break
             except Exception as exc:
-                if not is_outage(exc):  # an input's own error was refused by the barrier
+                if not waited_out(exc):  # an input's own error was refused by the barrier
                     raise
                 self._pause()
                 self._wait_out(exc)

@@ -28,10 +28,10 @@ from outbox_relay.settings import RelaySettings
 from schemas import DecodeError, PayloadSchemas, default_payload_schemas
 from schemas.limits import safe_text
 from schemas.republish import decode_request
-from schemas.runtime.causes import Cause, cause, is_outage
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
-from schemas.runtime.outages import Outages, dependency
+from schemas.runtime.outages import Outages, dependency, waited_out
 from schemas.runtime.redelivery import rewind
 from schemas.topics import ensure_topics
 
@@ -91,7 +91,7 @@ class Relay:
                     self._cycle()
                     self._outages.recovered()
                 except Exception as exc:
-                    if not is_outage(exc):
+                    if not waited_out(exc):
                         raise
                     self._wait_out(exc)
         finally:

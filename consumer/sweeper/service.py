@@ -35,10 +35,10 @@ from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
 from schemas.limits import safe_text
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
-from schemas.runtime.causes import Cause, cause, is_outage
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
-from schemas.runtime.outages import DOWN, Outages
+from schemas.runtime.outages import DOWN, Outages, waited_out
 from schemas.runtime.redelivery import rewind
 
 log = structlog.get_logger(__name__)
@@ -158,7 +158,7 @@ class Sweeper:
                 try:
                     active = self._tick(due)
                 except Exception as exc:
-                    if not is_outage(exc):
+                    if not waited_out(exc):
                         raise
                     metrics.SWEEPER_ACTIVE.set(0)
                     self._outages.wait(exc)

@@ -16,7 +16,7 @@ import structlog
 from confluent_kafka import KafkaException
 
 from schemas.runtime.backoff import Backoff
-from schemas.runtime.causes import REDIS_OUTAGES
+from schemas.runtime.causes import REDIS_OUTAGES, Cause, cause
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 
@@ -28,6 +28,18 @@ REDIS_DOWN = REDIS_OUTAGES
 # Failures that mean "try again later", never "this input is bad".
 DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
 DEPENDENCIES = ("postgres", "redis", "kafka")
+
+
+def waited_out(exc: BaseException) -> bool:
+    """Whether a loop waits ``exc`` out rather than stopping on it.
+
+    Outages are waited out. So is a dependency's error that the cause table gives to an
+    input but that no input's barrier caught (a statement timeout on the process's own
+    bookkeeping, say): it belongs to no one input, and trying again later is what the
+    process did before it had a cause table. What only the operator can fix stops it.
+    """
+    found = cause(exc)
+    return found is Cause.OUTAGE or (found is Cause.INPUT and isinstance(exc, DOWN))
 
 
 def dependency(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.republisher import RepublishDeliveryError
 from schemas.runtime import causes
 from schemas.runtime.causes import Cause, cause, kafka_cause, postgres_cause, redis_cause
+from schemas.runtime.outages import waited_out
 
 # Every SQLSTATE psycopg knows, with its error class.
 SQLSTATES = {
@@ -187,3 +188,26 @@ def test_other_errors_are_the_inputs_unless_they_name_an_outage(
 ) -> None:
     """Anything one input raises is that input's, unless the error itself says a service is down."""
     assert cause(exc) is expected
+
+
+@pytest.mark.parametrize(
+    ("exc", "waited"),
+    [
+        (psycopg.OperationalError("server closed the connection"), True),
+        (pg.AdminShutdown("terminating connection"), True),
+        (pg.QueryCanceled("canceling statement due to statement timeout"), True),
+        (DependencyDownError("dead letters not delivered"), True),
+        (redis.ResponseError("MISCONF Errors writing to the AOF file"), True),
+        (KafkaException(KafkaError(KafkaError._TRANSPORT)), True),
+        (KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)), True),
+        (pg.InsufficientPrivilege("permission denied"), False),
+        (pg.UndefinedTable('relation "billing_view" does not exist'), False),
+        (KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)), False),
+        (TypeError("a bug"), False),
+    ],
+)
+def test_loops_wait_out_outages_and_stray_service_errors_not_the_operators(
+    exc: BaseException, waited: bool
+) -> None:
+    """Outside every input's barrier: outages and service errors wait; the operator's stop."""
+    assert waited_out(exc) is waited
