@@ -32,6 +32,8 @@ from schemas.limits import (  # the reason codes are the codec's too
 
 # Larger messages are refused before parsing (1 MiB).
 MAX_MESSAGE_BYTES = 1024 * 1024
+# Nesting past MAX_DEPTH takes an opening and a closing bracket a level.
+_DEEP_BYTES = 2 * MAX_DEPTH
 # Distinct valid values remembered per patterned field (bounded: timestamps never repeat).
 MEMO_SIZE = 4096
 
@@ -265,8 +267,11 @@ def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:
     if type(doc) is not dict:
         raise DecodeError(NOT_OBJECT, f"value is a JSON {_json_type(doc)}, not an object", raw)
     # A NUL escape or more brackets than the depth limit: looked at closely (inlined, as
-    # ``schemas.limits.suspect``: this runs for every message).
-    if b"\\u0000" in raw or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+    # ``schemas.limits.suspect``: this runs for every message, most hold no backslash,
+    # and text shorter than two bytes a level cannot nest past the limit).
+    if (b"\\" in raw and b"\\u0000" in raw) or (
+        len(raw) > _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+    ):
         problem = value_problem(doc, where="value")
         if problem is not None:
             raise DecodeError(problem[0], problem[1], raw)

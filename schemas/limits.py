@@ -86,9 +86,15 @@ def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Pr
 
 def suspect(text: bytes | str, max_depth: int = MAX_DEPTH) -> bool:
     """Whether JSON ``text`` may hold an escaped NUL or nest past the limit (cheap)."""
+    # A backslash is looked for first: one byte is found far faster than six. Text
+    # shorter than two characters a level cannot nest past the limit.
     if isinstance(text, str):
-        return "\\u0000" in text or text.count("[") + text.count("{") > max_depth
-    return b"\\u0000" in text or text.count(b"[") + text.count(b"{") > max_depth
+        nul = "\\" in text and "\\u0000" in text
+        deep = len(text) > 2 * max_depth and text.count("[") + text.count("{") > max_depth
+    else:
+        nul = b"\\" in text and b"\\u0000" in text
+        deep = len(text) > 2 * max_depth and text.count(b"[") + text.count(b"{") > max_depth
+    return nul or deep
 
 
 def text_problem(

@@ -150,3 +150,15 @@ def test_the_codec_takes_the_edges_that_are_valid() -> None:
     )
     event = decode(orjson.dumps(doc))
     assert (event.entity_id, event.seq, event.payload["big"]) == ("x" * 256, 2**63 - 1, 2**64 - 1)
+
+
+def test_the_shortest_text_past_the_limit_is_caught() -> None:
+    """Bare brackets, two bytes a level: 128 levels pass, 129 (258 bytes) are too deep."""
+    assert text_problem(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is None
+    deepest = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    problem = text_problem(deepest)
+    assert problem is not None
+    assert problem[0] == TOO_DEEP
+    with pytest.raises(DecodeError) as refused:
+        decode(b'{"x":' + deepest + b"}")
+    assert refused.value.reason == TOO_DEEP
