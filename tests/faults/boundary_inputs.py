@@ -15,6 +15,7 @@ Values no serializer would write (a lone surrogate, nesting past 254, an integer
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -84,8 +85,13 @@ EDGE_NESTING = [MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH, 200, 253, 254, 1023, 10
 EDGE_OTHER: list[Any] = [None, True, False, [], {}, list(range(2000)), [{}] * 500]
 
 
+def _fresh(value: Any) -> Any:
+    """A deep copy: a document is changed in place, and drawn ones are shared."""
+    return copy.deepcopy(value)
+
+
 def edge_value(rng: random.Random) -> Any:
-    """One value from the edges of every type."""
+    """One value from the edges of every type (a copy of its own)."""
     group = rng.choice(("string", "string", "integer", "integer", "float", "nesting", "other"))
     if group == "string":
         return rng.choice(EDGE_STRINGS)
@@ -95,7 +101,7 @@ def edge_value(rng: random.Random) -> Any:
         return rng.choice(EDGE_FLOATS)
     if group == "nesting":
         return _deep(rng.choice(EDGE_NESTING))
-    return rng.choice(EDGE_OTHER)
+    return _fresh(rng.choice(EDGE_OTHER))
 
 
 # ------------------------------------------------------------------ schemas to strategies
@@ -265,7 +271,7 @@ def _envelope_docs(count: int, streams: Mapping[str, str], seed: int) -> list[tu
     out = []
     for i in range(count):
         stream, event_type = rng.choice(types)
-        doc = dict(rng.choice(base))
+        doc = _fresh(rng.choice(base))
         doc.update(
             entity_type=stream,
             event_type=event_type,
@@ -273,7 +279,7 @@ def _envelope_docs(count: int, streams: Mapping[str, str], seed: int) -> list[tu
             event_id=f"fz{seed}-{i}",
             generation=1,
             seq=1,
-            payload=dict(rng.choice(bodies[event_type])),
+            payload=_fresh(rng.choice(bodies[event_type])),
         )
         doc, what = mutate(doc, rng)
         out.append((f"{event_type}: {what}", doc))
@@ -286,7 +292,7 @@ def protocol(name: str, count: int, entities: list[str], seed: int) -> list[tupl
     base = draw(strategy(json_schema(name)), max(1, count // 4))
     out = []
     for i in range(count):
-        doc = dict(rng.choice(base))
+        doc = _fresh(rng.choice(base))
         doc.update(
             request_id=f"fz{seed}-{i}", entity_type="seat_ledger", entity_id=rng.choice(entities)
         )

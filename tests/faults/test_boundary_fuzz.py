@@ -218,6 +218,7 @@ def test_outbox_rows_at_the_edges_stop_no_relay(fuzz_pipeline: Pipeline, scale: 
                     inserted.append(str(found[0]) if found else "")
                 if i % CHUNK == 0:
                     assert not pipeline.crashed(), f"{pipeline.crashed()}; logs {pipeline.logs}"
+                    time.sleep(0.1)  # paced as the Kafka-fed boundaries are
         pipeline.wait_for("every row sent or failed", lambda: _unsent(pipeline) == 0, timeout=300)
 
     boundary = _under_load(pipeline, "outbox rows (relays)", feed)
