@@ -32,8 +32,6 @@ from schemas.limits import (  # the reason codes are the codec's too
 
 # Larger messages are refused before parsing (1 MiB).
 MAX_MESSAGE_BYTES = 1024 * 1024
-# Nesting past MAX_DEPTH takes an opening and a closing bracket a level.
-_DEEP_BYTES = 2 * MAX_DEPTH
 # Distinct valid values remembered per patterned field (bounded: timestamps never repeat).
 MEMO_SIZE = 4096
 
@@ -218,6 +216,26 @@ def _compile_fast() -> Callable[[dict[str, Any]], Event | None]:
 
 _FAST = _compile_fast()
 
+# The shortest valid envelope (compact, every field at its least), and the least a valid
+# one nesting past MAX_DEPTH can take: an opening and a closing bracket for each level
+# beyond the envelope's own two (itself and its payload).
+SHORTEST_ENVELOPE = len(
+    orjson.dumps(
+        {
+            "event_id": "x",
+            "event_type": "a",
+            "entity_type": "a",
+            "entity_id": "x",
+            "generation": 1,
+            "seq": 1,
+            "occurred_at": "0000-00-00T00:00:00Z",
+            "published_at": "0000-00-00T00:00:00Z",
+            "payload": {},
+        }
+    )
+)
+_DEEP_BYTES = SHORTEST_ENVELOPE + 2 * (MAX_DEPTH - 1)
+
 
 def _json_type(value: Any) -> str:
     if value is None:
@@ -266,10 +284,10 @@ def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:
     doc = _parse(raw)
     if type(doc) is not dict:
         raise DecodeError(NOT_OBJECT, f"value is a JSON {_json_type(doc)}, not an object", raw)
-    # A NUL escape or more brackets than the depth limit: looked at closely (inlined, as
-    # ``schemas.limits.suspect``: this runs for every message, most hold no backslash,
-    # and text shorter than two bytes a level cannot nest past the limit).
-    if (b"\\" in raw and b"\\u0000" in raw) or (
+    # A NUL escape, or more brackets than the depth limit in a message long enough to be
+    # a valid envelope that deep: looked at closely. Inlined (``schemas.limits.suspect``
+    # says the same): every byte scan costs, and this runs for every message.
+    if b"\\u0000" in raw or (
         len(raw) > _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
     ):
         problem = value_problem(doc, where="value")

@@ -159,6 +159,25 @@ def test_the_shortest_text_past_the_limit_is_caught() -> None:
     problem = text_problem(deepest)
     assert problem is not None
     assert problem[0] == TOO_DEEP
+
+
+def test_no_valid_envelope_short_enough_to_skip_the_count_can_nest_past_the_limit() -> None:
+    """The codec counts brackets only past a length no deep valid envelope can be under."""
+    doc = codec.to_document(valid_event(1))
+    doc.update(
+        event_id="x",
+        event_type="a",
+        entity_type="a",
+        entity_id="x",
+        occurred_at="0000-00-00T00:00:00Z",
+        published_at="0000-00-00T00:00:00Z",
+        payload=nested(MAX_DEPTH - 1),
+    )
+    deepest_allowed = orjson.dumps(doc)
+    assert decode(deepest_allowed).entity_id == "x"
+    doc["payload"] = {"d": nested(MAX_DEPTH - 1)}
+    one_more = orjson.dumps(doc)
+    assert len(one_more) > codec._DEEP_BYTES
     with pytest.raises(DecodeError) as refused:
-        decode(b'{"x":' + deepest + b"}")
+        decode(one_more)
     assert refused.value.reason == TOO_DEEP

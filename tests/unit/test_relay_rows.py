@@ -94,7 +94,6 @@ def test_event_types_without_a_schema_pass_unchecked() -> None:
         ({"headers": '{"a": ' * 300 + '"x"' + "}" * 300}, "bad_headers"),
         ({"event_type": "x.y", "payload": '{"d":' * 200 + "0" + "}" * 200}, "too_deep"),
         ({"event_type": "x.y", "payload": '{"d":' * 1100 + "0" + "}" * 1100}, "too_deep"),
-        ({"event_type": "x.y", "payload": '{"d": "a\\u0000"}'}, "nul_in_text"),
         ({"event_type": "x.y", "payload": '{"blob": "%s"}' % ("z" * 20_000)}, "too_large"),
     ],
 )
