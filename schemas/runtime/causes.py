@@ -206,8 +206,3 @@ def cause(exc: BaseException) -> Cause:
     if isinstance(exc, redis.RedisError | redis.exceptions.RedisClusterException):
         return redis_cause(exc)
     return Cause.INPUT
-
-
-def is_outage(exc: BaseException) -> bool:
-    """True when ``exc`` means a dependency is down and the same input should be tried again."""
-    return cause(exc) is Cause.OUTAGE
