@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Message
 
 from outbox_relay import leases, metrics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
@@ -25,14 +25,12 @@ from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, answer
 from outbox_relay.settings import RelaySettings
-from schemas import DecodeError, PayloadSchemas, default_payload_schemas
+from schemas import PayloadSchemas, default_payload_schemas
 from schemas.limits import safe_text
 from schemas.republish import decode_request
-from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
-from schemas.runtime.logs import first_line
 from schemas.runtime.outages import Outages, dependency, waited_out
-from schemas.runtime.redelivery import rewind
+from schemas.runtime.redelivery import handle_each
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -174,41 +172,32 @@ class Relay:
     def _answer_requests(self) -> None:
         if self._requests is None:
             return
-        messages = self._requests.consume(num_messages=50, timeout=0)
-        for done, message in enumerate(messages):
+        answerable = []
+        for message in self._requests.consume(num_messages=50, timeout=0):
             if message.error() is not None:
                 self._request_error(str(message.error()))
-                continue
+            else:
+                answerable.append(message)
+        if answerable:
             self._last_request_error = None
-            try:
-                self._answer(message.value(), message.offset())
-                self._requests.commit(message=message, asynchronous=False)
-            except BaseException:
-                rewind(self._requests, messages[done:])  # read again once the outage passes
-                raise
-
-    def _answer(self, raw: bytes | None, offset: int | None) -> None:
-        """Answer one request; one that cannot be answered is counted invalid, never retried."""
-        try:
-            request = decode_request(raw)
-            answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
-        except DecodeError as exc:
-            self._invalid_request(exc.reason, exc.detail, offset)
-        except Exception as exc:  # the barrier: what one request raised refuses that request
-            if cause(exc) is not Cause.INPUT:
-                raise
-            self._invalid_request(
-                "unanswerable", f"{type(exc).__name__}: {first_line(exc)}", offset
+            handle_each(
+                self._requests, answerable, self._answer, self._invalid_request, "unanswerable"
             )
 
+    def _answer(self, message: Message) -> None:
+        """Re-send the rows one request asks for and publish the answer."""
+        request = decode_request(message.value())
+        answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
+
     @staticmethod
-    def _invalid_request(reason: str, detail: str, offset: int | None) -> None:
+    def _invalid_request(message: Message, reason: str, detail: str) -> None:
+        """Count and log a request that cannot be answered; it is never retried."""
         metrics.REPUBLISH_REQUESTS.labels("invalid").inc()
         log.error(
             "republish_request_invalid",
             reason=reason,
             detail=safe_text(detail)[:300],
-            offset=offset,
+            offset=message.offset(),
         )
 
     def _request_error(self, error: str) -> None:

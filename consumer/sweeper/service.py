@@ -35,11 +35,9 @@ from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
 from schemas.limits import safe_text
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
-from schemas.runtime.causes import Cause, cause
 from schemas.runtime.health import Health
-from schemas.runtime.logs import first_line
 from schemas.runtime.outages import DOWN, Outages, waited_out
-from schemas.runtime.redelivery import rewind
+from schemas.runtime.redelivery import handle_each
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
@@ -397,34 +395,16 @@ class Sweeper:
         and committed; only an outage leaves it to be read again.
         """
         changed = False
-        io = self.io
-        messages = io.results.consume(num_messages=100, timeout=0)
-        for done, message in enumerate(messages):
-            if message.error() is not None:
-                continue
-            try:
-                changed = self._result(message) or changed
-                io.results.commit(message=message, asynchronous=False)
-            except BaseException:
-                rewind(io.results, messages[done:])  # read again once the outage passes
-                raise
-        return changed
 
-    def _result(self, message: Message) -> bool:
-        """Use one result, or count it invalid; whether a gap changed."""
-        try:
-            changed = self._answer(message.value())
-        except DecodeError as exc:
-            self._invalid_result(exc.reason, exc.detail, message.offset())
-        except Exception as exc:  # the barrier: what one result raised refuses that result
-            if cause(exc) is not Cause.INPUT:
-                raise
-            detail = f"{type(exc).__name__}: {first_line(exc)}"
-            self._invalid_result("unusable", detail, message.offset())
-        else:
+        def use(message: Message) -> None:
+            nonlocal changed
+            changed = self._answer(message.value()) or changed
             metrics.REPUBLISH_RESULTS.labels("used").inc()
-            return changed
-        return False
+
+        fetched = self.io.results.consume(num_messages=100, timeout=0)
+        good = [m for m in fetched if m.error() is None]
+        handle_each(self.io.results, good, use, self._invalid_result, "unusable")
+        return changed
 
     def _answer(self, raw: bytes | None) -> bool:
         """Act on one result; whether its gap changed."""
@@ -441,10 +421,14 @@ class Sweeper:
         return True
 
     @staticmethod
-    def _invalid_result(reason: str, detail: str, offset: int | None) -> None:
+    def _invalid_result(message: Message, reason: str, detail: str) -> None:
+        """Count and log a result that cannot be used; it is never retried."""
         metrics.REPUBLISH_RESULTS.labels("invalid").inc()
         log.warning(
-            "republish_result_invalid", reason=reason, detail=safe_text(detail)[:300], offset=offset
+            "republish_result_invalid",
+            reason=reason,
+            detail=safe_text(detail)[:300],
+            offset=message.offset(),
         )
 
     def export_gauges(self) -> None:
