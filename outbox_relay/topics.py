@@ -28,8 +28,6 @@ log = structlog.get_logger(__name__)
 # Kafka's legal topic names (``Topic.validate`` in the broker).
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 METADATA_TIMEOUT_S = 5.0
-# How long a topic rows name may be missing before those rows are failed.
-DEFAULT_GRACE_S = 120.0
 # Missing topics remembered at most (each with when it was first named).
 MAX_REMEMBERED = 10_000
 
@@ -57,8 +55,8 @@ class TopicCheck:
     def __init__(
         self,
         producer: Producer,
-        allowed: Iterable[str] | None = None,
-        grace_s: float = DEFAULT_GRACE_S,
+        allowed: Iterable[str] | None,
+        grace_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._producer = producer

@@ -243,7 +243,7 @@ class _Cluster:
 def test_a_missing_topic_waits_its_grace_then_fails_and_a_new_one_is_found() -> None:
     """Missing: its rows wait, then fail after the grace; created meanwhile: they go."""
     cluster, now = _Cluster("events"), [0.0]
-    check = TopicCheck(cluster, grace_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    check = TopicCheck(cluster, None, grace_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
     assert check.check(["events"]) == TopicVerdict()
     assert check.check(["events", "later", "never"]).waiting == {"later", "never"}
     now[0] = 30.0
@@ -261,7 +261,7 @@ def test_a_missing_topic_waits_its_grace_then_fails_and_a_new_one_is_found() -> 
 def test_known_topics_cost_no_request() -> None:
     """The cluster is asked only when a batch names a topic not known yet."""
     cluster = _Cluster("events")
-    check = TopicCheck(cluster)  # type: ignore[arg-type]
+    check = TopicCheck(cluster, None, grace_s=60)  # type: ignore[arg-type]
     for _ in range(5):
         check.check(["events"])
     assert cluster.asked == 1
