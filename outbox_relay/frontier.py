@@ -56,25 +56,25 @@ class Cursor:
 
 
 def advance(
-    cursor: Cursor, snapshot: Snapshot, taken: Sequence[tuple[int, int]], limit: int
+    cursor: Cursor, snapshot: Snapshot, taken: Sequence[tuple[int, int]], cut: bool
 ) -> Cursor:
     """The cursor after sending ``taken``: the rows one read returned, as ``(xid, id)``.
 
     The read asked for the rows of remembered transactions past their positions and
-    the rows past the cursor, ordered by ``(xid, id)``, at most ``limit`` of them, all
-    in ``snapshot``. When the limit cut the read short, rows ordered after the last one
-    taken stay where they were.
+    the rows past the cursor, all in ``snapshot``; ``taken`` is an unbroken run of them
+    in ``(xid, id)`` order from the first. ``cut``: the read may have left rows after the
+    last one taken (a row limit or a byte budget was reached); they stay where they were.
     """
     ordered = sorted(taken)
-    cut = ordered[-1] if ordered and len(ordered) >= limit else None
+    last = ordered[-1] if ordered and cut else None
     running = dict(cursor.running)
     for xid in cursor.running:
         if not snapshot.finished(xid):
             continue
-        if cut is None or xid < cut[0]:
+        if last is None or xid < last[0]:
             del running[xid]  # every row it wrote has been read
-        elif xid == cut[0]:
-            running[xid] = cut[1]
+        elif xid == last[0]:
+            running[xid] = last[1]
     # The last row taken past the cursor, outside remembered transactions.
     position = next(
         (

@@ -30,6 +30,7 @@ from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID, Messa
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn, Read
+from outbox_relay.weighing import Bounds
 from schemas import PayloadSchemas
 
 log = structlog.get_logger(__name__)
@@ -45,7 +46,7 @@ class Batch:
     rows: list[Row] = field(default_factory=list)  # as ``store.read`` returns them
     messages: list[Message] = field(default_factory=list)
     oldest: float | None = None
-    full: bool = False  # some slice had more rows than one read takes
+    full: bool = False  # some slice had more rows than one read took
 
     def slice_of(self) -> dict[int, int]:
         """Row id to slice (looked up only when a delivery failed)."""
@@ -78,6 +79,7 @@ class Publisher:
         self.settings = settings
         self.schemas = schemas
         self.owner = owner
+        self.bounds = Bounds(settings.batch_size, settings.read_bytes, settings.max_message_bytes)
 
     def publish(
         self, owned: dict[int, Cursor], budget_s: float, stopping: Callable[[], bool]
@@ -90,7 +92,7 @@ class Publisher:
         """
         outcome = Outcome()
         deadline = time.monotonic() + budget_s
-        limit = self.settings.batch_size
+        bounds = self.bounds
 
         def read_after(batch: Batch) -> bool:
             # A batch that filled no slice took everything there was: the next rows come
@@ -98,10 +100,10 @@ class Publisher:
             # started here is taken by this call or, past the deadline, by the next one.
             if not batch.full or stopping():
                 return False
-            self.reader.ahead(self._still_owned(batch, owned), limit)
+            self.reader.ahead(self._still_owned(batch, owned), bounds)
             return True
 
-        batch = self._batch(owned, self.reader.take(owned, limit))
+        batch = self._batch(owned, self.reader.take(owned, bounds))
         self._prepare(batch)
         more = read_after(batch)
         while batch.rows and owned:
@@ -114,7 +116,7 @@ class Publisher:
                 # While Kafka takes this batch: the next one's rows, the read after it
                 # started at once (PostgreSQL works on it meanwhile), the next messages.
                 cursors = self._still_owned(batch, owned)
-                ahead = self._batch(cursors, self.reader.take(cursors, limit))
+                ahead = self._batch(cursors, self.reader.take(cursors, bounds))
                 more = read_after(ahead)
                 self._prepare(ahead)
             self._settle(batch, owned, outcome)
@@ -143,8 +145,9 @@ class Publisher:
         for slice_, cursor in cursors.items():
             rows = found.rows.get(slice_, [])[:limit]
             taken = list(zip(map(_XID, rows), map(_ID, rows), strict=True))
-            batch.cursors[slice_] = advance(cursor, found.snapshot, taken, limit)
-            batch.full = batch.full or len(rows) >= limit
+            cut = len(rows) >= limit or slice_ in found.cut
+            batch.cursors[slice_] = advance(cursor, found.snapshot, taken, cut)
+            batch.full = batch.full or cut
             # Write order: an entity's rows in seq order even where transaction ids are
             # not. All of an entity's rows are in one slice, so each slice is sorted alone.
             rows.sort(key=_ID)

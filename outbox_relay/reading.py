@@ -23,6 +23,7 @@ import psycopg
 from outbox_relay import store
 from outbox_relay.frontier import Cursor
 from outbox_relay.store import Read
+from outbox_relay.weighing import Bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +31,12 @@ class _Ahead:
     """A read started in the background, and what it was started from."""
 
     cursors: dict[int, Cursor]
-    limit: int
+    bounds: Bounds
     future: Future[Read]
 
-    def serves(self, cursors: Mapping[int, Cursor], limit: int) -> bool:
+    def serves(self, cursors: Mapping[int, Cursor], bounds: Bounds) -> bool:
         """Whether this read is the one past ``cursors`` (it may cover more slices)."""
-        return limit == self.limit and all(
+        return bounds == self.bounds and all(
             self.cursors.get(slice_) == cursor for slice_, cursor in cursors.items()
         )
 
@@ -55,13 +56,13 @@ class Reader:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-read")
         self._ahead: _Ahead | None = None
 
-    def ahead(self, cursors: Mapping[int, Cursor], limit: int) -> Future[Read]:
+    def ahead(self, cursors: Mapping[int, Cursor], bounds: Bounds) -> Future[Read]:
         """Begin reading past ``cursors`` in the background, for ``take`` to return."""
         copied = dict(cursors)
-        self._ahead = _Ahead(copied, limit, self._thread.submit(self.read, copied, limit))
+        self._ahead = _Ahead(copied, bounds, self._thread.submit(self.read, copied, bounds))
         return self._ahead.future
 
-    def take(self, cursors: Mapping[int, Cursor], limit: int) -> Read:
+    def take(self, cursors: Mapping[int, Cursor], bounds: Bounds) -> Read:
         """The rows past ``cursors``: read ahead when that read is for them, else read now.
 
         The read ahead may cover slices not asked for; their rows are the caller's to
@@ -69,18 +70,18 @@ class Reader:
         """
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            if ahead.serves(cursors, limit):
+            if ahead.serves(cursors, bounds):
                 return ahead.future.result()
             wait([ahead.future])  # its error, if any, is the read below's to meet again
-        return self.read(cursors, limit)
+        return self.read(cursors, bounds)
 
-    def read(self, cursors: Mapping[int, Cursor], limit: int) -> Read:
+    def read(self, cursors: Mapping[int, Cursor], bounds: Bounds) -> Read:
         """Read past ``cursors`` and return the rows."""
         with self._using:
             if self._conn is None or self._conn.closed:
                 self._conn = store.connect(self._url, reading=True)
             try:
-                return store.read(self._conn, cursors, limit)
+                return store.read(self._conn, cursors, bounds)
             except psycopg.OperationalError:
                 self._drop()
                 raise

@@ -15,6 +15,7 @@ from outbox_relay.kafka import Sender
 from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
+from outbox_relay.weighing import Bounds
 from schemas import PayloadSchemas
 from schemas.errors import OutageError
 from schemas.republish import RepublishRequest, RepublishResult, encode
@@ -52,9 +53,12 @@ class Cooldown:
         self._seen[key] = now
 
 
-def bounded(request: RepublishRequest) -> RepublishRequest:
-    """The part of ``request`` one answer covers (at most ``MAX_RANGE`` seqs)."""
+def bounded(request: RepublishRequest, through: int | None = None) -> RepublishRequest:
+    """The part of ``request`` one answer covers: at most ``MAX_RANGE`` seqs, and none
+    past ``through`` (where a read's byte budget ended it)."""
     last = min(request.to_seq, request.from_seq + MAX_RANGE - 1)
+    if through is not None:
+        last = min(last, through)
     if last == request.to_seq:
         return request
     return RepublishRequest(
@@ -76,19 +80,20 @@ def answer(
     schemas: PayloadSchemas,
     cooldown: Cooldown,
 ) -> RepublishResult:
-    """Re-send the rows of the request's range that exist, then publish the answer."""
+    """Re-send the rows of the request's range that exist, then publish the answer.
+
+    One answer loads at most the read budget of rows: where the budget ends the range
+    first, the answer covers the range up to there, and the sweeper asks for the rest.
+    """
     request = bounded(request)
-    key: RangeKey = (
-        request.entity_type,
-        request.entity_id,
-        request.generation,
-        request.from_seq,
-        request.to_seq,
-    )
-    repeat = cooldown.recent(key)
+    bounds = Bounds(MAX_RANGE, settings.read_bytes, settings.max_message_bytes)
     resent: list[int] = []
     with conn.transaction():
-        rows, failed = store.rows_in_range(conn, *key)
+        found = store.rows_in_range(conn, _key(request), bounds)
+        request = bounded(request, found.through)
+        key = _key(request)
+        repeat = cooldown.recent(key)
+        rows, failed = found.rows, found.failed
         by_id = {row.id: row for row in rows}
         if not repeat and rows:
             sent, unsendable = deliver(conn, sender, rows, settings, schemas, request.request_id)
@@ -127,6 +132,16 @@ def answer(
         cooldown=repeat,
     )
     return result
+
+
+def _key(request: RepublishRequest) -> RangeKey:
+    return (
+        request.entity_type,
+        request.entity_id,
+        request.generation,
+        request.from_seq,
+        request.to_seq,
+    )
 
 
 def _publish(

@@ -16,12 +16,14 @@ from outbox_relay.rows import COLUMNS, OutboxRow
 from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
+from outbox_relay.weighing import unmarked, weighed
 from schemas import PayloadSchemas
 
-_CLAIM = f"""
-SELECT {COLUMNS} FROM outbox JOIN outbox_resend USING (id)
- ORDER BY id LIMIT %s FOR UPDATE OF outbox_resend SKIP LOCKED
-"""  # noqa: S608 - COLUMNS is a constant, values are parameters
+# The oldest listed rows, as many as the batch size and the read budget allow: rows
+# claimed past the budget are left listed, for the next claim.
+_LISTED = f"""SELECT {COLUMNS} FROM outbox JOIN outbox_resend USING (id)
+ ORDER BY id LIMIT %(limit)s FOR UPDATE OF outbox_resend SKIP LOCKED"""  # noqa: S608 - constants
+_CLAIM = weighed(_LISTED, "id", "budget")
 
 
 def pending(conn: Conn) -> bool:
@@ -33,7 +35,13 @@ def pending(conn: Conn) -> bool:
 def drain(conn: Conn, sender: Sender, settings: RelaySettings, schemas: PayloadSchemas) -> int:
     """Send one batch of the oldest listed rows; strike off what Kafka took or never will."""
     with conn.transaction():
-        rows = [OutboxRow(*r) for r in conn.execute(_CLAIM, (settings.batch_size,))]
+        params = {
+            "limit": settings.batch_size,
+            "budget": settings.read_bytes,
+            "max_row": settings.max_message_bytes,
+        }
+        claimed, _ = unmarked(conn.execute(_CLAIM, params).fetchall())
+        rows = [OutboxRow._make(row) for row in claimed]
         if not rows:
             return 0
         sent, _ = deliver(conn, sender, rows, settings, schemas)

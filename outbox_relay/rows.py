@@ -32,11 +32,12 @@ from schemas.runtime.causes import Cause, cause
 # no parser takes fails alone, not the read). The transaction id is named apart from its
 # column, so that ORDER BY xid still means the column (and its index).
 FIELDS = (
-    "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, payload::text, "
-    "nullif(headers, '{}'::jsonb)::text, to_json(created_at)::text"
+    "id, topic, entity_type, entity_id, generation, seq, event_type, event_id, "
+    "payload::text AS payload, nullif(headers, '{}'::jsonb)::text AS headers, "
+    "to_json(created_at)::text AS occurred_at"
 )
 TRANSACTION = "xid::text::bigint AS txid"
-COLUMNS = f"{FIELDS}, outbox_slice(entity_type, entity_id), {TRANSACTION}"
+COLUMNS = f"{FIELDS}, outbox_slice(entity_type, entity_id) AS slice, {TRANSACTION}"
 
 # Positions in a row.
 ID: Final = 0
@@ -48,7 +49,11 @@ XID: Final = 12
 # A payload shorter than this cannot nest past its limit.
 _DEEP_CHARS = 2 * MAX_PAYLOAD_DEPTH
 
-# Every row as read: OutboxRow's fields, in its order.
+# How many fields an OutboxRow has.
+_FIELDS: Final = XID + 1
+
+# Every row as read: OutboxRow's fields, in its order, and after them, where a read
+# weighed it, its cut mark (``weighing``).
 Row = tuple[Any, ...]
 
 Header = tuple[str, str | bytes | None]
@@ -64,7 +69,8 @@ MESSAGE_VALUE: Final = 3
 class OutboxRow(NamedTuple):
     """One outbox row, by name (a ``Row`` holds the same values in the same places).
 
-    ``payload`` is the JSON text of an object, ``occurred_at`` the JSON text of the
+    ``payload`` is the JSON text of an object (None where a read left it unread, being
+    longer than any message may be), ``occurred_at`` the JSON text of the
     creation time (a quoted timestamp), ``headers`` None when the row has none;
     ``slice`` is the entity's slice and ``xid`` the id of the transaction that wrote it.
     """
@@ -85,8 +91,8 @@ class OutboxRow(NamedTuple):
 
 
 def named(row: Row) -> OutboxRow:
-    """``row`` with its fields named."""
-    return row if isinstance(row, OutboxRow) else OutboxRow._make(row)
+    """``row`` with its fields named (a read's cut mark after them left out)."""
+    return row if isinstance(row, OutboxRow) else OutboxRow._make(row[:_FIELDS])
 
 
 def _headers(
@@ -162,10 +168,12 @@ class _Maker:
         """The row's message; ``RowProblem`` saying why it can never be sent."""
         (
             row_id, topic, entity_type, entity_id, generation, seq,
-            event_type, event_id, payload, row_headers, occurred_at, _, _,
-        ) = row  # fmt: skip
+            event_type, event_id, payload, row_headers, occurred_at,
+        ) = row[:SLICE]  # fmt: skip
         if topic in self.topic_problems:
             raise self.topic_problems[topic]
+        if payload is None:  # left unread: its text alone is more than a message may hold
+            raise RowProblem("too_large", f"payload and headers are over {self.max_bytes} bytes")
         # jsonb holds no NUL and no lone surrogate: only nesting is left to look for, and
         # only in a payload long enough to nest that deep (two characters a level).
         if len(payload) > _DEEP_CHARS:

@@ -26,6 +26,14 @@ class RelaySettings(KafkaClientSettings, RepairTimingSettings, ServiceSettings):
         description="Rows read per slice and part (past the cursor, per remembered "
         "transaction) per batch",
     )
+    read_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=64 * 1024,
+        le=2**40,
+        description="Most bytes of row text (payloads, headers, names) one read loads, shared "
+        "by the slices it reads; each slice still takes its first row. The relay holds at "
+        "most two reads at a time (one read ahead)",
+    )
     lease_s: float = Field(
         default=10.0,
         ge=1,

@@ -18,6 +18,7 @@ from psycopg.types.json import set_json_loads
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
 from outbox_relay.rows import COLUMNS, FIELDS, ID, SLICE, TRANSACTION, XID, OutboxRow, Row
+from outbox_relay.weighing import CUT, Bounds, weighed
 
 Conn = psycopg.Connection[Any]
 
@@ -25,31 +26,50 @@ Conn = psycopg.Connection[Any]
 # transactions the snapshot shows finished. The snapshot comes first, alone (in the
 # topic's place, with a NULL id); then per slice the rows past the cursor, then the rows
 # of remembered transactions past their positions, each part in (xid, id) order and
-# limited. Each row is a ``Row``; its slice comes from the cursor, not computed again.
+# limited in rows and in bytes (``_part``). Each row is a ``Row`` followed by its cut
+# mark (``weighing``); its slice comes from the cursor, not computed again.
 _AFTER_TOPIC = len(OutboxRow._fields) - 2  # the columns after id and topic
+
+
+def _part(alias: str, where: str, order: str) -> str:
+    """One part of a read, past ``where``: at most ``limit`` rows, in index ``order``,
+    weighed against the part's ``share`` of the budget."""
+    inner = f"""SELECT {FIELDS}, {alias}.slice, {TRANSACTION}, xid AS x8 FROM outbox
+ WHERE outbox_slice(entity_type, entity_id) = {alias}.slice AND {where}
+ ORDER BY {order} LIMIT %(limit)s"""  # noqa: S608 - constants only; values are parameters
+    return weighed(inner, order.replace("xid", "x8"), "share")
+
+
 _READ = f"""
-SELECT NULL::bigint, pg_current_snapshot()::text, {", ".join(["NULL"] * _AFTER_TOPIC)}
+SELECT NULL::bigint, pg_current_snapshot()::text, {", ".join(["NULL"] * _AFTER_TOPIC)}, false
 UNION ALL (
     SELECT o.* FROM unnest(%(slices)s::smallint[],
             %(xids)s::text[]::xid8[], %(ids)s::bigint[]) AS c(slice, x, i)
-    CROSS JOIN LATERAL (
-        SELECT {FIELDS}, c.slice, {TRANSACTION} FROM outbox
-         WHERE outbox_slice(entity_type, entity_id) = c.slice AND (xid, id) > (c.x, c.i)
-         ORDER BY xid, id LIMIT %(limit)s) o)
+    CROSS JOIN LATERAL ({_part("c", "(xid, id) > (c.x, c.i)", "xid, id")}) o)
 UNION ALL (
     SELECT o.* FROM unnest(%(wslices)s::smallint[],
             %(wxids)s::text[]::xid8[], %(wpos)s::bigint[]) AS w(slice, x, p)
-    CROSS JOIN LATERAL (
-        SELECT {FIELDS}, w.slice, {TRANSACTION} FROM outbox
-         WHERE outbox_slice(entity_type, entity_id) = w.slice AND xid = w.x AND id > w.p
-         ORDER BY id LIMIT %(limit)s) o)
+    CROSS JOIN LATERAL ({_part("w", "xid = w.x AND id > w.p", "id")}) o)
 """  # noqa: S608 - the columns are constants, values are parameters
 
+# One entity generation's rows in a seq range: the rows still to send, weighed against
+# the budget in seq order, then every row of the range marked failed (its seq only).
+_RANGE_WHERE = (
+    "entity_type = %(type)s AND entity_id = %(id)s AND generation = %(generation)s"
+    " AND seq BETWEEN %(from)s AND %(to)s"
+)
 _RANGE = f"""
-SELECT {COLUMNS}, failed_at IS NOT NULL AS failed FROM outbox
- WHERE entity_type = %s AND entity_id = %s AND generation = %s AND seq BETWEEN %s AND %s
- ORDER BY seq
-"""  # noqa: S608 - COLUMNS is a constant, values are parameters
+SELECT r.*, false FROM ({
+    weighed(
+        f"SELECT {COLUMNS} FROM outbox WHERE {_RANGE_WHERE} AND failed_at IS NULL ORDER BY seq",
+        "seq",
+        "budget",
+    )
+}) r
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, seq, {", ".join(["NULL"] * (CUT - 6))}, false, true
+  FROM outbox WHERE {_RANGE_WHERE} AND failed_at IS NOT NULL
+"""  # noqa: S608 - the columns are constants, values are parameters
 
 _ADVANCE = """
 UPDATE outbox_relay_slices s
@@ -71,13 +91,17 @@ def connect(url: str, *, reading: bool = False) -> Conn:
     the upgrade, until it is analysed), it guesses a slice at a few rows and plans to
     fetch and sort all of them instead: on a 100,000-row backlog that read took 530 ms
     instead of 54. This connection rules sorts out, so the index order is the only plan
-    left. It is set by a statement, not a start-up option, which poolers may refuse.
+    left. Ruling them out prices any plan that still sorts past the point where
+    PostgreSQL compiles it first (JIT), which took 1.8 s for a 50 ms read: compiling is
+    off here too. Both are set by statements, not start-up options, which poolers may
+    refuse.
     """
     conn = psycopg.connect(url, autocommit=True)
     set_json_loads(orjson.loads, conn)
     if reading:
         try:
             conn.execute("SET enable_sort TO off")
+            conn.execute("SET jit TO off")
         except BaseException:
             conn.close()
             raise
@@ -88,11 +112,13 @@ def connect(url: str, *, reading: bool = False) -> Conn:
 class Read:
     """What one read returned: its snapshot, and per slice its rows in ``(xid, id)`` order.
 
-    Each row is a ``Row``: OutboxRow's values, not yet named.
+    Each row is a ``Row``: OutboxRow's values, not yet named. ``cut``: slices whose rows
+    the byte budget cut short (more rows follow the last one returned).
     """
 
     snapshot: Snapshot
     rows: dict[int, list[Row]] = field(default_factory=dict)
+    cut: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +165,23 @@ def check_cluster(conn: Conn) -> None:
         )
 
 
-def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
-    """Rows past the cursors of ``cursors``' slices, up to ``limit`` per part and slice."""
+def read(conn: Conn, cursors: Mapping[int, Cursor], bounds: Bounds) -> Read:
+    """Rows past the cursors of ``cursors``' slices, within ``bounds``.
+
+    Each part of the read (a slice past its cursor, a remembered transaction past its
+    position) gets an equal share of the byte budget. Where a part was cut, its slice's
+    rows end at the cut: the slice's rows stay one unbroken run in ``(xid, id)`` order,
+    which is what the cursor may pass.
+    """
     params: dict[str, Any] = _cursor_params(cursors)
     waiting = [(s, x, p) for s in params["slices"] for x, p in cursors[s].running.items()]
     params |= {
         "wslices": [w[0] for w in waiting],
         "wxids": [str(w[1]) for w in waiting],
         "wpos": [w[2] for w in waiting],
-        "limit": limit,
+        "limit": bounds.rows,
+        "share": max(1, bounds.bytes // max(1, len(cursors) + len(waiting))),
+        "max_row": bounds.row_bytes,
     }
     records = conn.execute(_READ, params, prepare=True).fetchall()
     snapshot = next(record for record in records if record[ID] is None)
@@ -155,8 +189,17 @@ def read(conn: Conn, cursors: Mapping[int, Cursor], limit: int) -> Read:
     data = (record for record in records if record[ID] is not None)
     for slice_, group in groupby(data, itemgetter(SLICE)):
         result.rows.setdefault(slice_, []).extend(group)
+    marks: dict[int, tuple[int, int]] = {}
+    for slice_, rows in result.rows.items():
+        for mark in filter(itemgetter(CUT), rows):  # at most one per part
+            at = (mark[XID], mark[ID])
+            marks[slice_] = min(marks.get(slice_, at), at)
     for slice_ in {w[0] for w in waiting} & result.rows.keys():
-        result.rows[slice_].sort(key=itemgetter(XID, ID))  # both parts may have rows
+        rows = sorted(result.rows[slice_], key=itemgetter(XID, ID))  # both parts may have rows
+        if slice_ in marks:
+            rows = [row for row in rows if (row[XID], row[ID]) <= marks[slice_]]
+        result.rows[slice_] = rows
+    result.cut = set(marks)
     return result
 
 
@@ -189,19 +232,49 @@ def mark_failed(conn: Conn, row_id: int, reason: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Range:
+    """What one range read found: rows to send and seqs marked failed, in seq order.
+
+    ``through``: the last seq the read covers when the budget cut it short (the rest of
+    the range is for another read), else None.
+    """
+
+    rows: list[OutboxRow]
+    failed: list[int]
+    through: int | None
+
+
 def rows_in_range(
-    conn: Conn, entity_type: str, entity_id: str, generation: int, from_seq: int, to_seq: int
-) -> tuple[list[OutboxRow], list[int]]:
-    """Rows of one entity generation with seq in the range: sendable rows and failed seqs."""
+    conn: Conn,
+    key: tuple[str, str, int, int, int],
+    bounds: Bounds,
+) -> Range:
+    """Rows of one entity generation with seq in the range ``key``, within ``bounds``' bytes."""
+    entity_type, entity_id, generation, from_seq, to_seq = key
+    params = {
+        "type": entity_type,
+        "id": entity_id,
+        "generation": generation,
+        "from": from_seq,
+        "to": to_seq,
+        "budget": bounds.bytes,
+        "max_row": bounds.row_bytes,
+    }
     rows: list[OutboxRow] = []
     failed: list[int] = []
-    result = conn.execute(_RANGE, (entity_type, entity_id, generation, from_seq, to_seq))
-    for record in result:
+    cut = False
+    for record in conn.execute(_RANGE, params):
         if record[-1]:
             failed.append(record[5])
         else:
-            rows.append(OutboxRow(*record[:-1]))
-    return rows, failed
+            rows.append(OutboxRow._make(record[:CUT]))
+            cut = cut or record[CUT]
+    rows.sort(key=lambda row: row.seq)
+    through = rows[-1].seq if cut else None
+    if through is not None:
+        failed = [seq for seq in failed if seq <= through]
+    return Range(rows, sorted(failed), through)
 
 
 _BACKLOG = """

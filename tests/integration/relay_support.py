@@ -15,6 +15,7 @@ from typing import Any
 
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
+from outbox_relay.weighing import Bounds
 from producer import OutboxEvent, emit_many, migrate
 from schemas.runtime.health import Health
 from tests.conftest import PgSchema
@@ -30,6 +31,11 @@ class RelayTopics:
     events: str
     requests: str
     results: str
+
+
+def bounds(rows: int, total: int = 2**30, row_bytes: int = 2**20) -> Bounds:
+    """Read bounds of ``rows`` per part, with a byte budget that binds only when given."""
+    return Bounds(rows, total, row_bytes)
 
 
 def prepare_outbox(schema: PgSchema) -> None:

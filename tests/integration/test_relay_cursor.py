@@ -251,7 +251,7 @@ def test_rows_are_read_in_transaction_id_order_not_text_order(outbox: PgSchema) 
                 emit(conn, _event("t", "same", n + 1))
         conn.execute("UPDATE outbox SET xid = (ARRAY['1000', '100', '99'])[seq]::xid8")
         [slice_] = conn.execute("SELECT DISTINCT outbox_slice(entity_type, entity_id) FROM outbox")
-        found = store.read(conn, {slice_[0]: Cursor()}, 2)
+        found = store.read(conn, {slice_[0]: Cursor()}, rs.bounds(2))
     assert [row[XID] for row in found.rows[slice_[0]]] == [99, 100]
     assert [named(row).seq for row in found.rows[slice_[0]]] == [3, 2]
 
@@ -274,14 +274,14 @@ def test_a_read_takes_each_slice_from_the_index_in_order(outbox: PgSchema, table
     ):
         if table == "grown after prepared":
             for _ in range(8):  # past the custom plans: the generic one is kept from here on
-                store.read(conn, everything, 10)
+                store.read(conn, everything, rs.bounds(10))
         for chunk in range(8):
             with writer.transaction():
                 emit_many(writer, [_event("t", f"e{chunk}-{n}") for n in range(500)])
         if table == "analysed":
             writer.execute("ANALYZE outbox")
         with conn.transaction():
-            found = store.read(conn, everything, 10)
+            found = store.read(conn, everything, rs.bounds(10))
             row = conn.execute(
                 "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
                 "WHERE relid = 'outbox'::regclass"
@@ -306,14 +306,14 @@ def test_the_reader_reconnects_after_its_connection_is_cut(outbox: PgSchema) -> 
             with conn.transaction():
                 emit(conn, _event("t", "cut"))
             cursors = {s: Cursor() for s in range(16)}
-            assert _rows_in(reader.read(cursors, 10)) == 1
+            assert _rows_in(reader.read(cursors, rs.bounds(10))) == 1
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = 'reader-under-test'"
             )
             with pytest.raises(psycopg.OperationalError):
-                reader.read(cursors, 10)
-            assert _rows_in(reader.read(cursors, 10)) == 1
+                reader.read(cursors, rs.bounds(10))
+            assert _rows_in(reader.read(cursors, rs.bounds(10))) == 1
     finally:
         reader.close()
 
@@ -329,18 +329,18 @@ def test_a_read_ahead_serves_only_the_cursors_it_was_started_from(outbox: PgSche
         with outbox.connect(autocommit=True) as conn:
             with conn.transaction():
                 emit(conn, _event("t", "before"))
-            early = reader.ahead(everything, 10).result()
+            early = reader.ahead(everything, rs.bounds(10)).result()
             with conn.transaction():
                 emit(conn, _event("t", "after"))
             half = {s: everything[s] for s in range(8)}
-            assert reader.take(half, 10) is early  # the read ahead covers more: still it
+            assert reader.take(half, rs.bounds(10)) is early  # the read ahead covers more: still it
             assert _rows_in(early) == 1
-            reader.ahead(everything, 10).result()
+            reader.ahead(everything, rs.bounds(10)).result()
             moved = everything | {0: Cursor(xid=1, id=1)}
-            assert _rows_in(reader.take(moved, 10)) == 2  # other cursors: read again
-            reader.ahead(everything, 10).result()
-            assert _rows_in(reader.take(everything, 5)) == 2  # another limit: read again
-            assert _rows_in(reader.take(everything, 10)) == 2  # nothing ahead: read now
+            assert _rows_in(reader.take(moved, rs.bounds(10))) == 2  # other cursors: read again
+            reader.ahead(everything, rs.bounds(10)).result()
+            assert _rows_in(reader.take(everything, rs.bounds(5))) == 2  # other bounds: read again
+            assert _rows_in(reader.take(everything, rs.bounds(10))) == 2  # nothing ahead: read now
     finally:
         reader.close()
 

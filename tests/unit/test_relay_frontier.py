@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
@@ -48,21 +49,37 @@ class Database:
         running = frozenset(x for x in self.open if x < xmax)
         return Snapshot(min(running, default=xmax), xmax, running)
 
-    def read(self, cursor: Cursor, limit: int) -> list[tuple[int, int]]:
-        """The relay's query: rows of remembered transactions past their position, then rows
-        past the cursor, ordered by (xid, id), each part limited, as one statement."""
-        waiting = [
-            row
-            for row in self.committed
-            if row[0] in cursor.running and row[1] > cursor.running[row[0]]
+    def read(
+        self, cursor: Cursor, limit: int, share: int = 2**62, weight: Weight = lambda _: 1
+    ) -> tuple[list[tuple[int, int]], bool]:
+        """The relay's query and its merge: rows of remembered transactions past their
+        position and rows past the cursor, each part in (xid, id) order, limited to
+        ``limit`` rows and to ``share`` of weight (its first row whatever it weighs), the
+        last row kept marked where the weight left rows behind; merged, ended at the
+        first mark, limited again. Returns the rows and whether more may follow them."""
+        past = sorted(row for row in self.committed if row > cursor.position)
+        parts = [past] + [
+            sorted(row for row in self.committed if row[0] == xid and row[1] > position)
+            for xid, position in cursor.running.items()
         ]
-        past = sorted(row for row in self.committed if row > cursor.position)[:limit]
-        parts = past + [
-            row
-            for xid in cursor.running
-            for row in sorted(r for r in waiting if r[0] == xid)[:limit]
-        ]
-        return sorted(parts)[:limit]
+        kept: list[tuple[int, int]] = []
+        marks: list[tuple[int, int]] = []
+        for part in parts:
+            total = 0
+            for n, row in enumerate(part[:limit]):
+                total += weight(row)
+                if n and total > share:
+                    marks.append(kept[-1])
+                    break
+                kept.append(row)
+        merged = sorted(kept)
+        if marks:
+            merged = [row for row in merged if row <= min(marks)]
+        taken = merged[:limit]
+        return taken, bool(marks) or len(taken) >= limit
+
+
+Weight = Callable[[tuple[int, int]], int]
 
 
 @st.composite
@@ -95,7 +112,9 @@ def schedules(draw: st.DrawFn) -> list[tuple[str, int]]:
     return placed
 
 
-def _run(steps: list[tuple[str, int]], limit: int) -> tuple[Database, list[tuple[int, int]]]:
+def _run(
+    steps: list[tuple[str, int]], limit: int, share: int = 2**62, weights: tuple[int, ...] = (1,)
+) -> tuple[Database, list[tuple[int, int]]]:
     db = Database()
     cursor = Cursor()
     sent: list[tuple[int, int]] = []
@@ -104,9 +123,9 @@ def _run(steps: list[tuple[str, int]], limit: int) -> tuple[Database, list[tuple
     def read() -> int:
         nonlocal cursor
         snapshot = db.snapshot()
-        taken = db.read(cursor, limit)
+        taken, cut = db.read(cursor, limit, share, lambda row: weights[row[1] % len(weights)])
         sent.extend(taken)
-        cursor = advance(cursor, snapshot, taken, limit)
+        cursor = advance(cursor, snapshot, taken, cut)
         return len(taken)
 
     for action, tx in steps:
@@ -135,6 +154,22 @@ def test_every_committed_row_is_read_once_and_no_rolled_back_row_ever(
     assert not set(sent) & db.rolled_back
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    schedules(),
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.lists(st.integers(1, 9), min_size=1, max_size=7).map(tuple),
+)
+def test_a_byte_budget_cutting_any_part_skips_nothing_and_repeats_nothing(
+    steps: list[tuple[str, int]], limit: int, share: int, weights: tuple[int, ...]
+) -> None:
+    """Parts cut by weight anywhere, rows heavier than the share: each row still once."""
+    db, sent = _run(steps, limit, share, weights)
+    assert sorted(sent) == sorted(db.committed)
+    assert len(sent) == len(set(sent))
+
+
 def test_a_long_transaction_delays_only_its_own_rows() -> None:
     """Rows of later transactions pass a long open one; its rows follow when it commits."""
     db = Database()
@@ -144,32 +179,32 @@ def test_a_long_transaction_delays_only_its_own_rows() -> None:
     db.insert(short)
     db.finish(short, commit=True)
     snapshot = db.snapshot()
-    taken = db.read(Cursor(0, 0), 10)
+    taken, cut = db.read(Cursor(0, 0), 10)
     assert taken == [(short, 2)]
-    cursor = advance(Cursor(0, 0), snapshot, taken, 10)
+    cursor = advance(Cursor(0, 0), snapshot, taken, cut)
     assert cursor.position == (short, 2)
     assert cursor.running == {long: 0}
     db.finish(long, commit=True)
     snapshot = db.snapshot()
-    taken = db.read(cursor, 10)
+    taken, cut = db.read(cursor, 10)
     assert taken == [(long, 1)]
-    assert advance(cursor, snapshot, taken, 10).running == {}
+    assert advance(cursor, snapshot, taken, cut).running == {}
 
 
 def test_a_limit_cuts_through_a_remembered_transaction_at_a_position() -> None:
     """A remembered transaction larger than the limit is read in parts, from its position."""
     cursor = Cursor(10, 5, {7: 0})
     snapshot = Snapshot(11, 11)
-    moved = advance(cursor, snapshot, [(7, 1), (7, 2)], 2)
+    moved = advance(cursor, snapshot, [(7, 1), (7, 2)], cut=True)
     assert (moved.position, moved.running) == ((10, 5), {7: 2})
-    finished = advance(moved, snapshot, [(7, 3)], 2)
+    finished = advance(moved, snapshot, [(7, 3)], cut=False)
     assert finished.running == {}
 
 
 def test_a_rolled_back_transaction_is_forgotten_once_finished() -> None:
     """A remembered transaction with no rows is dropped when the snapshot shows it finished."""
     cursor = Cursor(10, 5, {7: 0, 8: 0})
-    assert advance(cursor, Snapshot(8, 11, frozenset({8})), [], 5).running == {8: 0}
+    assert advance(cursor, Snapshot(8, 11, frozenset({8})), [], cut=False).running == {8: 0}
 
 
 def test_snapshot_text_is_parsed_as_postgresql_prints_it() -> None:
