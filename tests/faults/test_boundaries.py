@@ -319,3 +319,29 @@ def test_what_only_the_operator_can_fix_stops_the_consumer_with_one_line(
     assert "billing_view" in lines[-1]
     assert not any(line.startswith("Traceback") for line in lines)
     pipeline.processes["consumer-1"].killed = True  # its exit is what this test wants
+
+
+def test_rows_past_the_read_budget_or_any_message_size_stall_nothing(pipeline: Pipeline) -> None:
+    """5 MB of headers: failed unread; 40 rows of 30 KB through 64 KB reads: all applied."""
+    pipeline.env["INORDER_READ_BYTES"] = str(64 * 1024)
+    start(pipeline, "relay-1", "relay-2", *CONSUMERS)
+    topic = pipeline.events_topic
+    wide = [f"wide-{n}" for n in range(40)]
+    with pipeline.db.connect(autocommit=True) as conn:
+        huge = orjson.dumps({"h": "x" * 5_000_000}).decode()
+        conn.execute(ROW, (topic, "huge-headers", "huge-headers:1", GOOD, huge))
+        for entity in wide:
+            headers = orjson.dumps({"h": "y" * 30_000}).decode()
+            conn.execute(ROW, (topic, entity, f"{entity}:1", GOOD, headers))
+        same = _peer(conn, "huge-headers", "behind-huge-", same=True)
+        conn.execute(ROW, (topic, same, f"{same}:1", GOOD, "{}"))
+    pipeline.wait_for("the row behind the huge one applied", lambda: _in_view(pipeline, same))
+    pipeline.wait_for("every wide row applied", lambda: all(_in_view(pipeline, e) for e in wide))
+    with pipeline.db.connect() as conn:
+        failed = conn.execute(
+            "SELECT entity_id, failure_reason FROM outbox WHERE failed_at IS NOT NULL"
+        ).fetchall()
+    assert [(entity, reason.split(":")[0]) for entity, reason in failed] == [
+        ("huge-headers", "too_large")
+    ]
+    all_up(pipeline)
