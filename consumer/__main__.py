@@ -24,11 +24,22 @@ from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN
-from schemas.runtime.process import fail, no_arguments, serve
+from schemas.runtime.process import arguments, fail, serve
 
 CONSUMER = "inorder-consumer"
 SWEEPER = "inorder-sweeper"
 ADMIN = "inorder-admin"
+CONSUMER_SUMMARY = (
+    "Reads the event topics named in the routes file and applies each event in its "
+    "entity's order: last writer wins into a table, ordered steps (early events parked in "
+    "Redis until their turn), or batch results put back in position order. Run as many as "
+    "the topics have partitions."
+)
+SWEEPER_SUMMARY = (
+    "Finds gaps that outlived their deadline, asks the relay to republish what is missing, "
+    "and holds an entity whose events are gone for good. Run two: one is active, the other "
+    "takes over within the lease."
+)
 # Start-up problems that say what to fix: one line each, no traceback.
 _NAMED = (RoutesError, StoreNotDurableError, TopicSettingsError)
 
@@ -46,7 +57,7 @@ def _problems(exc: RoutesError | StoreNotDurableError | TopicSettingsError) -> l
 
 def main(argv: list[str] | None = None) -> None:
     """Run the consumer until SIGTERM or SIGINT; exit 0 after committing the batch in hand."""
-    no_arguments(CONSUMER, argv)
+    arguments(CONSUMER, argv, CONSUMER_SUMMARY, ConsumerSettings)
     settings = load_or_exit(ConsumerSettings, CONSUMER)
     routes = _routes(settings, CONSUMER)
     logs.configure(settings.log_level)
@@ -71,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def sweeper_main(argv: list[str] | None = None) -> None:
     """Run the gap sweeper until SIGTERM or SIGINT."""
-    no_arguments(SWEEPER, argv)
+    arguments(SWEEPER, argv, SWEEPER_SUMMARY, SweeperSettings)
     settings = load_or_exit(SweeperSettings, SWEEPER)
     if settings.redis_url is None:
         fail(SWEEPER, ["bad configuration: REDIS_URL: Field required"])

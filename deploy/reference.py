@@ -24,9 +24,6 @@ from types import ModuleType
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
-from pydantic import AliasChoices
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -41,11 +38,8 @@ from producer.__main__ import parser as producer_parser  # noqa: E402
 from producer.settings import ProducerSettings  # noqa: E402
 from producer.worker import WorkerSettings  # noqa: E402
 from schemas import Event  # noqa: E402
-from schemas.runtime.config import (  # noqa: E402
-    ENV_PREFIX,
-    InorderSettings,
-    KafkaClientSettings,
-)
+from schemas.runtime.config import InorderSettings, KafkaClientSettings  # noqa: E402
+from schemas.runtime.usage import settings_of  # noqa: E402
 
 README = ROOT / "README.md"
 ENVELOPE = ROOT / "schemas" / "json" / "envelope.schema.json"
@@ -71,56 +65,17 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 # ---------------------------------------------------------------- settings
 
 
-def variable(name: str, info: FieldInfo) -> str:
-    """The environment variable a settings field is read from."""
-    alias = info.validation_alias
-    if isinstance(alias, AliasChoices):
-        return str(alias.choices[0])
-    if isinstance(alias, str):
-        return alias
-    return f"{ENV_PREFIX}{name}".upper()
-
-
-def _default(info: FieldInfo) -> str:
-    if info.is_required():
-        return "required"
-    value = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
-    if value is PydanticUndefined or value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, dict)):
-        return f"`{json.dumps(value)}`"
-    if isinstance(value, Path | str):
-        return f"`{value}`"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _fields(
-    cls: type[InorderSettings], without: Sequence[type[InorderSettings]]
-) -> list[tuple[str, FieldInfo]]:
-    """The fields to list: required first, then the class's own, then what it inherits."""
-    skipped = {name for base in without for name in base.model_fields}
-    own = list(cls.__annotations__)
-    listed = [(n, i) for n, i in cls.model_fields.items() if n not in skipped]
-    return sorted(
-        listed,
-        key=lambda item: (
-            not item[1].is_required(),
-            own.index(item[0]) if item[0] in own else len(own),
-        ),
-    )
-
-
 def settings_table(
     cls: type[InorderSettings], without: Sequence[type[InorderSettings]] = ()
 ) -> str:
     """variable | default | meaning, for the fields of ``cls`` not in ``without``."""
-    rows = []
-    for name, info in _fields(cls, without):
-        if not info.description:
-            raise ReferenceError(f"{cls.__name__}.{name} has no description")
-        rows.append((f"`{variable(name, info)}`", _default(info), info.description))
+    try:
+        found = settings_of(cls, without)
+    except ValueError as exc:
+        raise ReferenceError(str(exc)) from exc
+    rows = [
+        (f"`{s.variable}`", f"`{s.default}`" if s.literal else s.default, s.meaning) for s in found
+    ]
     return _table(("variable", "default", "meaning"), rows)
 
 

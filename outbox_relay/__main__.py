@@ -9,14 +9,19 @@ from schemas.errors import TopicSettingsError
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
-from schemas.runtime.process import fail, no_arguments, serve
+from schemas.runtime.process import arguments, fail, serve
 
 PROGRAM = "inorder-relay"
+SUMMARY = (
+    "Publishes the outbox table to Kafka in each entity's seq order, re-sends a range of "
+    "an entity's rows when a republish request asks, and deletes sent rows past their "
+    "retention. Run two or more: they share the outbox's slices."
+)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the relay until SIGTERM or SIGINT; exit 0 once the batch in hand is settled."""
-    no_arguments(PROGRAM, argv)
+    arguments(PROGRAM, argv, SUMMARY, RelaySettings)
     settings = load_or_exit(RelaySettings, PROGRAM)
     logs.configure(settings.log_level)
     health = Health()

@@ -17,13 +17,22 @@ from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
+from schemas.runtime.usage import program_version, settings_block
 
 PROGRAM = "inorder-producer"
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line (the README's CLI reference is rendered from it)."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description=__doc__,
+        epilog=settings_block(ProducerSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROGRAM} {program_version()}", help="its version"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     mig = commands.add_parser("migrate", help="create or upgrade the outbox table")
     mig.add_argument("--example", action="store_true", help="also the example service's tables")

@@ -15,13 +15,25 @@ from consumer.kinds.batches.decisions import BatchStatus
 from consumer.routes import Route
 from consumer.settings import SweeperSettings
 from consumer.sweeper.gaps import GapStatus
+from schemas.runtime.usage import program_version, settings_block
 
 ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
 
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line (the README's CLI reference is rendered from it)."""
-    root = argparse.ArgumentParser(prog="inorder-admin", description=__doc__)
+    root = argparse.ArgumentParser(
+        prog="inorder-admin",
+        description=__doc__,
+        epilog=settings_block(SweeperSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    root.add_argument(
+        "--version",
+        action="version",
+        version=f"inorder-admin {program_version()}",
+        help="its version",
+    )
     root.add_argument("--json", action="store_true", help="JSON lines instead of tables")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _reading_commands(sub)

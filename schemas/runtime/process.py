@@ -16,9 +16,11 @@ from typing import NoReturn, Protocol
 import structlog
 
 from schemas.runtime.causes import Cause, cause
+from schemas.runtime.config import InorderSettings
 from schemas.runtime.health import Health
 from schemas.runtime.health import serve as serve_http
 from schemas.runtime.logs import first_line
+from schemas.runtime.usage import help_text, program_version
 
 # Youngest-generation collections every 50,000 allocations instead of 700: a batch makes
 # thousands of short-lived objects, none in cycles, and collecting them every 700 took a
@@ -51,10 +53,27 @@ def fail(program: str, lines: Sequence[str], code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def no_arguments(program: str, argv: Sequence[str] | None) -> None:
-    """Services are configured by the environment only: any argument stops start-up."""
-    if sys.argv[1:] if argv is None else argv:
-        fail(program, ["takes no arguments; it is configured by the environment"])
+def arguments(
+    program: str, argv: Sequence[str] | None, summary: str, settings: type[InorderSettings]
+) -> None:
+    """Services are configured by the environment only: they answer ``--help`` (what they do
+    and the settings they read, with defaults) and ``--version``, both exit 0; any other
+    argument stops start-up."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given in (["--help"], ["-h"]):
+        sys.stdout.write(help_text(program, summary, settings))
+        raise SystemExit(0)
+    if given in (["--version"], ["-V"]):
+        sys.stdout.write(f"{program} {program_version()}\n")
+        raise SystemExit(0)
+    if given:
+        fail(
+            program,
+            [
+                f"takes no arguments but --help and --version; it is configured by the "
+                f"environment (`{program} --help` lists the settings)"
+            ],
+        )
 
 
 def serve(
