@@ -79,7 +79,7 @@ class Publisher:
         self.settings = settings
         self.schemas = schemas
         self.owner = owner
-        self.bounds = Bounds(settings.batch_size, settings.read_bytes, settings.max_message_bytes)
+        self.bounds = Bounds.of(settings, settings.batch_size)
 
     def publish(
         self, owned: dict[int, Cursor], budget_s: float, stopping: Callable[[], bool]

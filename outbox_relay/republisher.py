@@ -86,7 +86,7 @@ def answer(
     first, the answer covers the range up to there, and the sweeper asks for the rest.
     """
     request = bounded(request)
-    bounds = Bounds(MAX_RANGE, settings.read_bytes, settings.max_message_bytes)
+    bounds = Bounds.of(settings, MAX_RANGE)
     resent: list[int] = []
     with conn.transaction():
         found = store.rows_in_range(conn, _key(request), bounds)

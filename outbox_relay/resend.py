@@ -16,7 +16,7 @@ from outbox_relay.rows import COLUMNS, OutboxRow
 from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
-from outbox_relay.weighing import unmarked, weighed
+from outbox_relay.weighing import Bounds, unmarked, weighed
 from schemas import PayloadSchemas
 
 # The oldest listed rows, as many as the batch size and the read budget allow: rows
@@ -35,11 +35,7 @@ def pending(conn: Conn) -> bool:
 def drain(conn: Conn, sender: Sender, settings: RelaySettings, schemas: PayloadSchemas) -> int:
     """Send one batch of the oldest listed rows; strike off what Kafka took or never will."""
     with conn.transaction():
-        params = {
-            "limit": settings.batch_size,
-            "budget": settings.read_bytes,
-            "max_row": settings.max_message_bytes,
-        }
+        params = Bounds.of(settings, settings.batch_size).params()
         claimed, _ = unmarked(conn.execute(_CLAIM, params).fetchall())
         rows = [OutboxRow._make(row) for row in claimed]
         if not rows:

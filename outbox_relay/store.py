@@ -179,10 +179,8 @@ def read(conn: Conn, cursors: Mapping[int, Cursor], bounds: Bounds) -> Read:
         "wslices": [w[0] for w in waiting],
         "wxids": [str(w[1]) for w in waiting],
         "wpos": [w[2] for w in waiting],
-        "limit": bounds.rows,
         "share": max(1, bounds.bytes // max(1, len(cursors) + len(waiting))),
-        "max_row": bounds.row_bytes,
-    }
+    } | bounds.params()
     records = conn.execute(_READ, params, prepare=True).fetchall()
     snapshot = next(record for record in records if record[ID] is None)
     result = Read(Snapshot.parse(snapshot[1]))
@@ -258,9 +256,7 @@ def rows_in_range(
         "generation": generation,
         "from": from_seq,
         "to": to_seq,
-        "budget": bounds.bytes,
-        "max_row": bounds.row_bytes,
-    }
+    } | bounds.params()
     rows: list[OutboxRow] = []
     failed: list[int] = []
     cut = False

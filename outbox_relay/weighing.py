@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from outbox_relay.rows import OutboxRow, Row
+from outbox_relay.settings import RelaySettings
 
 # Where a weighed row carries its cut mark: after the inner query's columns.
 CUT: Final = len(OutboxRow._fields)
@@ -37,13 +38,22 @@ class Bounds:
     bytes: int
     row_bytes: int
 
+    @classmethod
+    def of(cls, settings: RelaySettings, rows: int) -> Bounds:
+        """``rows`` per part, within the relay's read budget and largest message."""
+        return cls(rows, settings.read_bytes, settings.max_message_bytes)
+
+    def params(self) -> dict[str, int]:
+        """The parameters ``weighed`` statements read: the rows, the budget, the row cap."""
+        return {"limit": self.rows, "budget": self.bytes, "max_row": self.row_bytes}
+
 
 def weighed(inner: str, order: str, budget: str) -> str:
     """SQL: the rows of ``inner`` while their weight adds up to ``budget``, each then marked.
 
     ``inner`` selects ``FIELDS`` and then the slice and the transaction id (as
     ``COLUMNS`` does), in ``order``; ``budget`` is the parameter that holds the bytes,
-    ``%(max_row)s`` the most text a row may have to be loaded.
+    ``%(max_row)s`` the most text a row may have to be loaded (``Bounds.params``).
     """
     return f"""SELECT id, topic, entity_type, entity_id, generation, seq, event_type, event_id,
        CASE WHEN loaded THEN payload END, headers, occurred_at, slice, txid,

@@ -204,7 +204,7 @@ def test_a_claim_of_listed_rows_loads_at_most_the_budget_and_the_rest_follow(
         wait_until(lambda: rs.unsent(outbox) == 0)
     with outbox.connect() as conn:
         conn.execute("INSERT INTO outbox_resend SELECT id FROM outbox")
-        params = {"limit": 500, "budget": 64 * 1024, "max_row": 2**20}
+        params = rs.bounds(500, 64 * 1024).params()
         claimed, cut = unmarked(conn.execute(resend._CLAIM, params).fetchall())
         conn.rollback()
         conn.execute("INSERT INTO outbox_resend SELECT id FROM outbox")
