@@ -7,6 +7,7 @@ per problem (exit 2) when either cannot be used.
 from __future__ import annotations
 
 import sys
+from typing import TypeVar
 
 import psycopg
 import redis
@@ -24,8 +25,10 @@ from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN
+from schemas.runtime.payloads import registry_or_exit
 from schemas.runtime.process import arguments, fail, serve
 
+_S = TypeVar("_S", bound=ConsumerSettings)
 CONSUMER = "inorder-consumer"
 SWEEPER = "inorder-sweeper"
 ADMIN = "inorder-admin"
@@ -55,10 +58,20 @@ def _problems(exc: RoutesError | StoreNotDurableError | TopicSettingsError) -> l
     return exc.problems if isinstance(exc, RoutesError) else [str(exc)]
 
 
+def _load(cls: type[_S], program: str) -> _S:
+    """The settings, and the payload schema folder they name read once, or one line and exit.
+
+    The batch kind reads the same folder and policy through ``default_payload_schemas``.
+    """
+    settings = load_or_exit(cls, program)
+    registry_or_exit(settings, program)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the consumer until SIGTERM or SIGINT; exit 0 after committing the batch in hand."""
     arguments(CONSUMER, argv, CONSUMER_SUMMARY, ConsumerSettings)
-    settings = load_or_exit(ConsumerSettings, CONSUMER)
+    settings = _load(ConsumerSettings, CONSUMER)
     routes = _routes(settings, CONSUMER)
     logs.configure(settings.log_level)
     log = structlog.get_logger(__name__)
@@ -83,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
 def sweeper_main(argv: list[str] | None = None) -> None:
     """Run the gap sweeper until SIGTERM or SIGINT."""
     arguments(SWEEPER, argv, SWEEPER_SUMMARY, SweeperSettings)
-    settings = load_or_exit(SweeperSettings, SWEEPER)
+    settings = _load(SweeperSettings, SWEEPER)
     if settings.redis_url is None:
         fail(SWEEPER, ["bad configuration: REDIS_URL: Field required"])
     routes = _routes(settings, SWEEPER)
@@ -104,7 +117,7 @@ def admin_main(argv: list[str] | None = None) -> None:
     """Run one operator command; exit 1 with one line when it cannot be done."""
     args = sys.argv[1:] if argv is None else argv
     cli.parse_only(args)  # usage errors first, before any connection
-    settings = load_or_exit(SweeperSettings, ADMIN)
+    settings = _load(SweeperSettings, ADMIN)
     routes = _routes(settings, ADMIN)
     logs.configure("WARNING")
     try:

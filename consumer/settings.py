@@ -15,6 +15,7 @@ from schemas.runtime.config import (
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.payloads import PayloadSchemaSettings
 
 
 def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
@@ -39,7 +40,7 @@ RedisUrl = Annotated[
 ]
 
 
-class ConsumerSettings(KafkaClientSettings, ServiceSettings):
+class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettings):
     """Everything the consumer needs; the addresses and the routes file are required."""
 
     database_url: PostgresUrl

@@ -9,6 +9,7 @@ from schemas.errors import TopicSettingsError
 from schemas.runtime import logs
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
+from schemas.runtime.payloads import registry_or_exit
 from schemas.runtime.process import arguments, fail, serve
 
 PROGRAM = "inorder-relay"
@@ -23,9 +24,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run the relay until SIGTERM or SIGINT; exit 0 once the batch in hand is settled."""
     arguments(PROGRAM, argv, SUMMARY, RelaySettings)
     settings = load_or_exit(RelaySettings, PROGRAM)
+    schemas = registry_or_exit(settings, PROGRAM)
     logs.configure(settings.log_level)
     health = Health()
-    relay = Relay(settings, health)
+    relay = Relay(settings, health, schemas=schemas)
 
     def run() -> None:
         try:

@@ -17,6 +17,7 @@ from outbox_relay.errors import RowProblem
 from schemas import (
     PayloadError,
     PayloadSchemas,
+    UnknownEventTypeError,
     encode_rendered,
     headers,
     kafka_key,
@@ -137,6 +138,8 @@ def _parsed(payload: str) -> Any:
 def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> RowProblem:
     try:
         schemas.validate(event_type, orjson.loads(payload))
+    except UnknownEventTypeError as exc:
+        return RowProblem("unknown_type", exc.detail)
     except PayloadError as exc:
         return RowProblem("payload_schema", exc.detail)
     return RowProblem("payload_schema", "the payload does not match its schema")
@@ -181,7 +184,10 @@ class _Maker:
             if beyond is not None:
                 raise RowProblem(*beyond)
         check = self.validator(event_type)
-        if check is not None and not check.is_valid(_parsed(payload)):
+        if check is None:
+            if not self.schemas.allow_unknown:
+                raise _schema_problem(self.schemas, event_type, payload)
+        elif not check.is_valid(_parsed(payload)):
             raise _schema_problem(self.schemas, event_type, payload)
         pair = self.shared.get((event_type, entity_type))
         if pair is None:
@@ -211,11 +217,11 @@ def to_messages(
 
     ``published_at`` is JSON text (a quoted timestamp). The table's CHECK constraints
     already hold every envelope field to the contract and the payload to a JSON object;
-    a payload is checked against its event type's schema when one is registered (event
-    types without one pass unchecked), and against the limits of the stores and
-    serializers downstream (``schemas.limits``). A row whose topic is in
-    ``topic_problems`` cannot be sent either. Whatever else one row raises refuses that
-    row only. Messages keep the rows' order.
+    a payload is checked against its event type's schema (a type without one is refused
+    ``unknown_type``, or passes unchecked when the registry allows unknown types), and
+    against the limits of the stores and serializers downstream (``schemas.limits``). A
+    row whose topic is in ``topic_problems`` cannot be sent either. Whatever else one row
+    raises refuses that row only. Messages keep the rows' order.
     """
     messages: list[Message] = []
     problems: list[tuple[Row, RowProblem]] = []

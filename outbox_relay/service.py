@@ -25,11 +25,12 @@ from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, answer
 from outbox_relay.settings import RelaySettings
-from schemas import PayloadSchemas, default_payload_schemas
+from schemas import PayloadSchemas
 from schemas.limits import safe_text
 from schemas.republish import decode_request
 from schemas.runtime.health import Health
 from schemas.runtime.outages import Outages, dependency, waited_out
+from schemas.runtime.payloads import registry_of
 from schemas.runtime.redelivery import handle_each
 from schemas.topics import ensure_topics
 
@@ -57,7 +58,7 @@ class Relay:
         self.settings = settings
         self.health = health
         self.listen = listen
-        self.schemas = schemas or default_payload_schemas()
+        self.schemas = schemas or registry_of(settings)
         self.cooldown = Cooldown(settings.republish_cooldown_s)
         self.relay_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.owned: dict[int, Cursor] = {}

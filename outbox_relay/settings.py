@@ -13,9 +13,12 @@ from schemas.runtime.config import (
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.payloads import PayloadSchemaSettings
 
 
-class RelaySettings(KafkaClientSettings, RepairTimingSettings, ServiceSettings):
+class RelaySettings(
+    KafkaClientSettings, RepairTimingSettings, PayloadSchemaSettings, ServiceSettings
+):
     """Everything the relay needs; every field has a default but the two addresses."""
 
     database_url: PostgresUrl

@@ -6,10 +6,14 @@ from pydantic import Field
 
 from schemas import DEFAULT_TOPICS
 from schemas.runtime.config import LoggingSettings, PostgresUrl
+from schemas.runtime.payloads import PayloadSchemaSettings
 
 
-class ProducerSettings(LoggingSettings):
-    """Where the producer's database is, and which topic its events name."""
+class ProducerSettings(PayloadSchemaSettings, LoggingSettings):
+    """Where the producer's database is, which topic its events name, and their schemas.
+
+    ``emit`` in an application reads the two payload schema settings the same way.
+    """
 
     database_url: PostgresUrl
     events_topic: str = Field(

@@ -46,7 +46,12 @@ class UnknownEventTypeError(PayloadError):
     """Raised when no payload schema is registered for an event type."""
 
     def __init__(self, event_type: str) -> None:
-        super().__init__(event_type, "no payload schema is registered for this event type")
+        super().__init__(
+            event_type,
+            f"no payload schema for this event type: add {event_type}.schema.json to the "
+            "folder INORDER_PAYLOAD_SCHEMAS names, or set INORDER_UNKNOWN_EVENT_TYPES=allow "
+            "to send types without a schema unchecked",
+        )
 
 
 class SchemaDefinitionError(ContractError):

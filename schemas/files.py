@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import orjson
+
+from schemas.errors import SchemaDefinitionError
 
 _PAYLOAD_SUFFIX = ".schema.json"
 
@@ -35,6 +38,32 @@ def payload_schemas() -> dict[str, dict[str, Any]]:
     for entry in _json_dir().joinpath("payloads").iterdir():
         if entry.name.endswith(_PAYLOAD_SUFFIX):
             found[entry.name.removesuffix(_PAYLOAD_SUFFIX)] = orjson.loads(entry.read_bytes())
+    return found
+
+
+def folder_schemas(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every ``<event_type>.schema.json`` in ``folder`` by event type; other files are ignored.
+
+    A folder that cannot be read, or a schema file that is not a JSON object, is
+    refused naming it (``SchemaDefinitionError``).
+    """
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as exc:
+        raise SchemaDefinitionError(
+            f"INORDER_PAYLOAD_SCHEMAS={folder}: cannot read the folder ({exc.strerror})"
+        ) from None
+    found: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if not entry.name.endswith(_PAYLOAD_SUFFIX) or not entry.is_file():
+            continue
+        try:
+            parsed = orjson.loads(entry.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise SchemaDefinitionError(f"{entry}: not readable JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise SchemaDefinitionError(f"{entry}: a schema file holds a JSON object")
+        found[entry.name.removesuffix(_PAYLOAD_SUFFIX)] = parsed
     return found
 
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import jsonschema_rs
 
+from schemas.codec import field_problem
 from schemas.errors import PayloadError, SchemaDefinitionError, UnknownEventTypeError
-from schemas.files import payload_schemas
+from schemas.files import folder_schemas, payload_schemas
+
+# The batch kind's own messages: their schemas are its protocol, never replaced.
+_PROTOCOL_PREFIX = "batch."
 
 Validator = jsonschema_rs.Draft202012Validator
 
@@ -23,9 +28,10 @@ def validator_for(schema: Mapping[str, Any]) -> Validator:
     """A compiled draft 2020-12 validator; a schema that is not valid itself is refused."""
     try:
         jsonschema_rs.meta.validate(dict(schema))
+        # Compiling checks what the meta-schema cannot (a pattern that is no regex).
+        return jsonschema_rs.Draft202012Validator(dict(schema))
     except jsonschema_rs.ValidationError as exc:
         raise SchemaDefinitionError(f"not a valid JSON Schema: {exc.message}") from exc
-    return jsonschema_rs.Draft202012Validator(dict(schema))
 
 
 def first_error(validator: Validator, instance: Any) -> str | None:
@@ -38,11 +44,46 @@ def first_error(validator: Validator, instance: Any) -> str | None:
 
 
 class PayloadSchemas:
-    """Payload schemas by event type: the shipped ones plus any the application adds."""
+    """Payload schemas by event type: the shipped ones plus any the application adds.
 
-    def __init__(self, schemas: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    ``allow_unknown`` is the one policy for event types without a schema: False
+    refuses them (``validate`` raises ``UnknownEventTypeError``), True lets them pass
+    unchecked. emit, the relay and the batch kind all ask this registry.
+    """
+
+    def __init__(
+        self,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        allow_unknown: bool = False,
+    ) -> None:
         source = payload_schemas() if schemas is None else schemas
         self._validators = {name: validator_for(s) for name, s in source.items()}
+        self.allow_unknown = allow_unknown
+
+    @classmethod
+    def configured(cls, folder: Path | None, *, allow_unknown: bool) -> PayloadSchemas:
+        """The shipped schemas, those in ``folder`` beside them, and the unknown-type policy.
+
+        A folder's file may replace a shipped example type, never the batch kind's own
+        (``batch.*``); a file that is not a valid schema, or whose name is not a valid
+        event type, is refused naming it.
+        """
+        registry = cls(allow_unknown=allow_unknown)
+        for event_type, schema in (folder_schemas(folder) if folder else {}).items():
+            where = folder / f"{event_type}.schema.json" if folder else event_type
+            problem = field_problem("event_type", event_type)
+            if problem is not None:
+                raise SchemaDefinitionError(f"{where}: the file name is not an {problem[1]}")
+            if event_type.startswith(_PROTOCOL_PREFIX):
+                raise SchemaDefinitionError(
+                    f"{where}: {_PROTOCOL_PREFIX}* types are the batch kind's own; rename it"
+                )
+            try:
+                registry.add(event_type, schema)
+            except SchemaDefinitionError as exc:
+                raise SchemaDefinitionError(f"{where}: {exc}") from None
+        return registry
 
     def add(self, event_type: str, schema: Mapping[str, Any]) -> None:
         """Register (or replace) the schema of one event type."""
@@ -59,6 +100,8 @@ class PayloadSchemas:
         """Raise ``PayloadError`` naming the first problem when ``payload`` does not match."""
         validator = self._validators.get(event_type)
         if validator is None:
+            if self.allow_unknown:
+                return
             raise UnknownEventTypeError(event_type)
         problem = first_error(validator, payload)
         if problem is not None:
@@ -67,5 +110,11 @@ class PayloadSchemas:
 
 @cache
 def default_payload_schemas() -> PayloadSchemas:
-    """The registry of the payload schemas shipped with inorder, built once."""
-    return PayloadSchemas()
+    """The registry the settings name, built once: shipped schemas, the folder, the policy.
+
+    Read from ``INORDER_PAYLOAD_SCHEMAS`` and ``INORDER_UNKNOWN_EVENT_TYPES`` on first
+    use; a bad value raises ``SchemaDefinitionError`` naming the variable.
+    """
+    from schemas.runtime.payloads import PayloadSchemaSettings, registry_of  # noqa: PLC0415
+
+    return registry_of(PayloadSchemaSettings.from_environment())

@@ -34,6 +34,7 @@ from schemas.runtime.health import Health
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration import step_handlers
+from tests.integration.relay_support import TEST_SCHEMAS
 from tests.support.threads import serving
 
 ROUTES = """[[route]]
@@ -119,6 +120,7 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
         http_port=0,
         relay_group_id=f"r-{uuid.uuid4().hex[:8]}",
         poll_interval_s=0.2,
+        payload_schemas=TEST_SCHEMAS,
     )
     routes = parse_routes(settings.routes_file.read_text())
     lot = ParkingLot(client, settings.redis_key_prefix, settings.park_buckets)

@@ -84,6 +84,10 @@ def unsent(schema: PgSchema) -> int:
     return count_rows(schema, UNSENT)
 
 
+# The payload schemas of the event types the tests make up (each any JSON object).
+TEST_SCHEMAS = Path(__file__).parents[1] / "payload_schemas"
+
+
 def settings_for(
     schema: PgSchema, bootstrap: str, topics: RelayTopics, **overrides: Any
 ) -> RelaySettings:
@@ -97,6 +101,7 @@ def settings_for(
         "create_topics": False,
         "http_port": 0,
         "delivery_timeout_ms": 10_000,
+        "payload_schemas": TEST_SCHEMAS,
         **overrides,
     }
     return RelaySettings(**values)
@@ -123,7 +128,10 @@ def relay_env(settings: RelaySettings) -> dict[str, str]:
         INORDER_BATCH_SIZE=str(settings.batch_size),
         INORDER_LEASE_S=str(settings.lease_s),
         INORDER_HTTP_PORT=str(settings.http_port),
+        INORDER_UNKNOWN_EVENT_TYPES=settings.unknown_event_types,
     )
+    if settings.payload_schemas is not None:
+        env["INORDER_PAYLOAD_SCHEMAS"] = str(settings.payload_schemas)
     return env
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,10 +42,15 @@ def _row(**changes: Any) -> OutboxRow:
     return OutboxRow(**{**fields, **changes})
 
 
-def _messages(rows: list[OutboxRow], **kwargs: Any) -> Any:
-    return to_messages(
-        rows, NOW, schemas=schemas.default_payload_schemas(), max_bytes=10_000, **kwargs
-    )
+# Unknown event types allowed: for rows whose type only carries a payload to a limit.
+ALLOWING = schemas.PayloadSchemas(allow_unknown=True)
+
+
+def _messages(
+    rows: list[OutboxRow], registry: schemas.PayloadSchemas | None = None, **kwargs: Any
+) -> Any:
+    registry = registry or schemas.default_payload_schemas()
+    return to_messages(rows, NOW, schemas=registry, max_bytes=10_000, **kwargs)
 
 
 def _message(row: OutboxRow, **kwargs: Any) -> Any:
@@ -77,10 +83,33 @@ def test_republished_row_carries_the_request_id() -> None:
     assert message.headers[-1] == (headers.REPUBLISH_REQUEST, "req-1")
 
 
-def test_event_types_without_a_schema_pass_unchecked() -> None:
-    """An application's own event type with no registered schema is sent as it is."""
-    message = _message(_row(event_type="billing.invoice_sent", payload='{"any": [1, 2]}'))
+def test_event_types_without_a_schema_are_refused_naming_the_settings() -> None:
+    """By default a type with no schema fails its row unknown_type, saying how to add one."""
+    with pytest.raises(RowProblem) as caught:
+        _message(_row(event_type="billing.invoice_sent", payload='{"any": [1, 2]}'))
+    assert caught.value.reason == "unknown_type"
+    assert "INORDER_PAYLOAD_SCHEMAS" in caught.value.detail
+    assert "INORDER_UNKNOWN_EVENT_TYPES=allow" in caught.value.detail
+
+
+def test_event_types_without_a_schema_pass_unchecked_when_allowed() -> None:
+    """With unknown types allowed, a type with no schema is sent as it is."""
+    row = _row(event_type="billing.invoice_sent", payload='{"any": [1, 2]}')
+    message = _message(row, registry=ALLOWING)
     assert schemas.decode(message.value).payload == {"any": [1, 2]}
+
+
+def test_a_folder_type_is_checked_against_its_schema(tmp_path: Path) -> None:
+    """A type from the schema folder is sent when its payload matches, refused when not."""
+    (tmp_path / "billing.invoice_sent.schema.json").write_bytes(
+        orjson.dumps({"type": "object", "required": ["total"]})
+    )
+    registry = schemas.PayloadSchemas.configured(tmp_path, allow_unknown=False)
+    good = _row(event_type="billing.invoice_sent", payload='{"total": 3}')
+    assert schemas.decode(_message(good, registry=registry).value).payload == {"total": 3}
+    with pytest.raises(RowProblem) as caught:
+        _message(_row(event_type="billing.invoice_sent", payload="{}"), registry=registry)
+    assert caught.value.reason == "payload_schema"
 
 
 @pytest.mark.parametrize(
@@ -100,7 +129,7 @@ def test_event_types_without_a_schema_pass_unchecked() -> None:
 def test_rows_that_cannot_be_sent_say_why(changes: dict[str, Any], reason: str) -> None:
     """Each kind of unsendable row raises RowProblem with its own reason."""
     with pytest.raises(RowProblem) as caught:
-        _message(_row(**changes))
+        _message(_row(**changes), registry=ALLOWING)
     assert caught.value.reason == reason
 
 
@@ -215,7 +244,7 @@ def test_the_relay_sends_a_payload_exactly_when_the_consumer_can_read_its_envelo
 ) -> None:
     """The payload's limit is one level under the document's: what goes out, decodes."""
     payload = '{"d":' * levels + "0" + "}" * levels
-    messages, problems = _messages([_row(event_type="x.y", payload=payload)])
+    messages, problems = _messages([_row(event_type="x.y", payload=payload)], ALLOWING)
     assert bool(messages) is sent
     if sent:
         assert schemas.decode(messages[0][3]).event_type == "x.y"

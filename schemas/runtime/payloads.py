@@ -1,0 +1,52 @@
+"""Where the payload schemas of the application's own event types come from, and the policy
+for event types without one: the same two settings for emit, the relay and the batch kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from schemas.errors import SchemaDefinitionError
+from schemas.runtime.config import InorderSettings, describe
+from schemas.runtime.process import fail
+from schemas.validation import PayloadSchemas
+
+
+class PayloadSchemaSettings(InorderSettings):
+    """The payload schema folder and the unknown-type policy; every writer and the relay."""
+
+    payload_schemas: Path | None = Field(
+        default=None,
+        description="Folder of `<event_type>.schema.json` files (JSON Schema 2020-12): your "
+        "own event types, beside the shipped ones",
+    )
+    unknown_event_types: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="An event type with no schema: `refuse` (emit raises, the relay fails "
+        "the row `unknown_type`) or `allow` (sent unchecked)",
+    )
+
+    @classmethod
+    def from_environment(cls) -> PayloadSchemaSettings:
+        """Read from the environment; a bad value raises ``SchemaDefinitionError`` naming it."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise SchemaDefinitionError(describe(exc, cls)) from None
+
+
+def registry_of(settings: PayloadSchemaSettings) -> PayloadSchemas:
+    """The registry these settings describe (``SchemaDefinitionError`` naming a bad file)."""
+    return PayloadSchemas.configured(
+        settings.payload_schemas, allow_unknown=settings.unknown_event_types == "allow"
+    )
+
+
+def registry_or_exit(settings: PayloadSchemaSettings, program: str) -> PayloadSchemas:
+    """The registry, or stop start-up with one line naming the folder or file to fix."""
+    try:
+        return registry_of(settings)
+    except SchemaDefinitionError as exc:
+        fail(program, [f"bad configuration: {exc}"])

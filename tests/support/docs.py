@@ -1,0 +1,27 @@
+"""The code blocks of the documentation a user would copy, by the name marked above each.
+
+A block is marked with ``<!-- example: NAME -->`` on the line before its opening fence;
+tests run each marked block, so what the documentation shows is what works.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_MARKED = re.compile(r"<!-- example: ([\w-]+) -->\n```[\w-]*\n(.*?)\n```", re.DOTALL)
+
+
+def examples(path: Path) -> dict[str, str]:
+    """Every marked block of the Markdown file ``path`` by name."""
+    found: dict[str, str] = {}
+    for name, body in _MARKED.findall(path.read_text()):
+        assert name not in found, f"{path}: example {name} is marked twice"
+        found[name] = body + "\n"
+    return found
+
+
+def example(name: str, path: Path = ROOT / "README.md") -> str:
+    """The block marked ``name`` in ``path``."""
+    return examples(path)[name]
