@@ -3,6 +3,10 @@
 ``inorder_database_url`` and ``inorder_redis`` come from ``DATABASE_URL`` and ``REDIS_URL``;
 ``inorder_driver(routes, setup=None)`` gives a ``RouteDriver`` on a schema of its own,
 dropped (with its Redis keys) when the test ends.
+
+The kit is quiet: unless the suite configured structlog itself, inorder's log lines go
+through the standard ``logging`` module, so pytest's own ``--log-level`` (default: warnings
+only) decides what a test shows, and a failing test lists them under "Captured log".
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 
 from consumer.kinds import Route
 from consumer.kinds.steps.connection import RedisClient
@@ -23,6 +28,25 @@ from consumer.testing._driver import RouteDriver
 from consumer.testing._scratch import scratch
 
 DriverFactory = Callable[..., RouteDriver]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Route structlog through ``logging`` for pytest to filter, unless already configured."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +14,9 @@ from consumer.testing import OrderDependenceError, check_order_independence, eve
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import route_checks as rc
+from tests.support.docs import example
 from tests.support.kafka import wait_until
 from tests.support.services import Services
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(conn, table: str, columns: list[str] | None) -> list[tuple]:
@@ -106,20 +104,38 @@ def test_the_driver_ends_where_the_real_consumer_ends(
     assert consumer["seat_totals"] == [("s1", 1, 4), ("s2", 1, 4)]
 
 
-def test_the_readme_example_runs_as_a_users_test(services: Services, tmp_path: Path) -> None:
-    """The README's test file, run by pytest with the inorder plugin's fixtures, passes."""
-    readme = (ROOT / "README.md").read_text()
-    [code] = re.findall(r"<!-- readme-test: routes -->\n```python\n(.*?)```", readme, re.S)
-    (tmp_path / "test_my_routes.py").write_text(code)
+def _users_pytest(
+    folder: Path, services: Services, *options: str
+) -> subprocess.CompletedProcess[str]:
     env = {"DATABASE_URL": services.database_url, "REDIS_URL": services.redis_url, "PATH": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(folder)],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def test_the_readme_example_runs_as_a_users_test(services: Services, tmp_path: Path) -> None:
+    """The README's test file, run by pytest with the inorder plugin's fixtures, passes."""
+    (tmp_path / "test_my_routes.py").write_text(example("routes-test"))
+    done = _users_pytest(tmp_path, services)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+def test_the_kit_logs_nothing_below_warning_unless_asked(
+    services: Services, tmp_path: Path
+) -> None:
+    """Uncaptured, a user's suite shows no inorder info lines; pytest's log level shows them."""
+    (tmp_path / "test_my_routes.py").write_text(example("routes-test"))
+    quiet = _users_pytest(tmp_path, services, "-s")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "migration_applied" not in quiet.stdout + quiet.stderr
+    assert '"level"' not in quiet.stdout + quiet.stderr
+    asked = _users_pytest(tmp_path, services, "-o", "log_cli=true", "--log-cli-level=INFO")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert '"event": "migration_applied"' in asked.stdout
