@@ -11,7 +11,7 @@ Typical use, in the transaction that changes the entity::
 from producer.errors import EntityExistsError, EntityNotFoundError, ProducerError
 from producer.versioning import Version
 from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError
-from schemas.outbox import OutboxEvent, emit, emit_many
+from schemas.outbox import OutboxEvent, emit, emit_async, emit_many, emit_many_async
 
 __all__ = [
     "DuplicateEventError",
@@ -23,5 +23,7 @@ __all__ = [
     "ProducerError",
     "Version",
     "emit",
+    "emit_async",
     "emit_many",
+    "emit_many_async",
 ]

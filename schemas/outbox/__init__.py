@@ -4,11 +4,13 @@ Producers write their events through it, and so does the consumer when a batch r
 emits its assembled output, so it lives below both.
 """
 
-from schemas.outbox.writer import OutboxEvent, emit, emit_many
+from schemas.outbox.async_writer import emit_async, emit_many_async
+from schemas.outbox.events import OutboxEvent
+from schemas.outbox.writer import emit, emit_many
 from schemas.runtime.migrate import MigrationSet
 
 # The outbox table's migrations, applied by ``inorder-producer migrate`` and by a
 # consumer that has batch routes (it writes its output through its own outbox).
 MIGRATIONS = MigrationSet("outbox", "schemas.outbox")
 
-__all__ = ["MIGRATIONS", "OutboxEvent", "emit", "emit_many"]
+__all__ = ["MIGRATIONS", "OutboxEvent", "emit", "emit_async", "emit_many", "emit_many_async"]

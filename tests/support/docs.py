@@ -6,8 +6,11 @@ tests run each marked block, so what the documentation shows is what works.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 _MARKED = re.compile(r"<!-- example: ([\w-]+) -->\n```[\w-]*\n(.*?)\n```", re.DOTALL)
@@ -25,3 +28,16 @@ def examples(path: Path) -> dict[str, str]:
 def example(name: str, path: Path = ROOT / "README.md") -> str:
     """The block marked ``name`` in ``path``."""
     return examples(path)[name]
+
+
+def module_of(name: str, folder: Path, path: Path = ROOT / "README.md") -> ModuleType:
+    """The block marked ``name`` written to ``folder`` and imported as a module of its own."""
+    source = folder / f"example_{name.replace('-', '_')}.py"
+    source.write_text(example(name, path))
+    spec = importlib.util.spec_from_file_location(source.stem, source)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[source.stem] = module  # annotations are resolved through it
+    spec.loader.exec_module(module)
+    return module

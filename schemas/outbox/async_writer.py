@@ -1,0 +1,46 @@
+"""``emit_async``: ``emit`` for a psycopg ``AsyncConnection``, inside the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import PipelineStatus
+
+from schemas import PayloadSchemas
+from schemas.outbox.events import OutboxEvent, checked, duplicate_of
+from schemas.outbox.writer import _INSERT, refuse_outside, row
+
+
+async def emit_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    events: Iterable[OutboxEvent],
+    *,
+    schemas: PayloadSchemas | None = None,
+) -> None:
+    """Write events in the caller's open transaction, as ``emit_many`` does; never commits."""
+    if conn.pgconn.pipeline_status != PipelineStatus.OFF:
+        async with conn.pipeline():  # learn the transaction state as of now
+            pass
+    refuse_outside(conn.info.transaction_status)
+    batch = checked(events, schemas)
+    try:
+        async with conn.cursor() as cur:
+            if len(batch) == 1:
+                await cur.execute(_INSERT, row(batch[0]))
+            else:
+                await cur.executemany(_INSERT, [row(e) for e in batch])
+    except pg_errors.UniqueViolation as exc:
+        raise duplicate_of(exc) or exc from exc
+
+
+async def emit_async(
+    conn: psycopg.AsyncConnection[Any],
+    event: OutboxEvent,
+    *,
+    schemas: PayloadSchemas | None = None,
+) -> None:
+    """Write one event in the caller's open transaction."""
+    await emit_many_async(conn, (event,), schemas=schemas)
