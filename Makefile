@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 STACK := deploy/local/stack
 CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
+WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-image test-cluster image bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-image test-cluster test-installed image bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -18,6 +19,7 @@ help:
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
 	@echo "make test-cluster  three Kafka nodes and a Redis Cluster: broker and Redis failover under load"
+	@echo "make test-installed  build the wheel, install it in an empty folder, run it there"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
 	@echo "make reference  rewrite the README's settings, CLI, metrics and event tables from the code"
@@ -80,6 +82,17 @@ test-cluster: venv
 	$(WITH_CLUSTER_ENV) $(BIN)/pytest -m cluster tests/cluster
 	if [ "$${INORDER_CLUSTER_TESTS:-}" != short ]; then \
 	  $(WITH_CLUSTER_ENV) $(BIN)/pytest -q $(CLUSTER_STEP_TESTS); fi
+
+# As a user installs it: the wheel built, installed into a fresh virtualenv in an empty
+# folder, and run there against the local stack (tests/installed/check.py says each step).
+INSTALLED := $(shell mktemp -u -d /tmp/inorder-installed.XXXXXX)
+test-installed: venv up
+	rm -rf dist && $(BIN)/pip wheel -q --no-deps -w dist .
+	mkdir -p $(INSTALLED)/empty
+	$(PYTHON) -m venv $(INSTALLED)/venv
+	$(INSTALLED)/venv/bin/pip install -q "$$(ls dist/inorder-*.whl)"
+	cd $(INSTALLED)/empty && $(WITH_STACK_ENV_ABS) $(INSTALLED)/venv/bin/python $(CURDIR)/tests/installed/check.py
+	rm -rf $(INSTALLED)
 
 image:
 	deploy/image/build

@@ -8,6 +8,15 @@ Typical use, in the transaction that changes the entity::
                                payload, generation=version.generation))
 """
 
+try:  # an application's own module named schemas would hide inorder's: say so in one line
+    from schemas import PACKAGES  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        f"inorder: {exc.path or 'an application module'} is named schemas and hides inorder's "
+        "package of that name; rename it"
+    ) from None
+
+
 from producer.errors import EntityExistsError, EntityNotFoundError, ProducerError
 from producer.versioning import Version
 from schemas.errors import DuplicateEventError, InvalidEventError, NotInTransactionError

@@ -24,9 +24,13 @@ from schemas.keys import kafka_key, parse_key
 from schemas.topics import DEFAULT_TOPICS, Topics
 from schemas.validation import PayloadSchemas, default_payload_schemas
 
+# inorder's four top-level packages; the other three check that ``schemas`` is this one.
+PACKAGES = ("schemas", "producer", "outbox_relay", "consumer")
+
 __all__ = [
     "DEFAULT_TOPICS",
     "MAX_MESSAGE_BYTES",
+    "PACKAGES",
     "ContractError",
     "DecodeError",
     "Event",
