@@ -143,6 +143,10 @@ class SweeperSettings(ConsumerSettings, RepairTimingSettings):
     republish_results_topic: str = Field(
         default=DEFAULT_TOPICS.republish_results, description="Where the relay answers them"
     )
+    # Its own default port, so a sweeper runs beside a consumer on one host.
+    http_port: int = Field(
+        default=9402, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
+    )
     sweeper_group_id: str = Field(
         default="inorder-sweeper",
         description="Consumer group reading the relay's answers; a second deployment side by "

@@ -135,3 +135,6 @@ class Kind:
     needs_redis: bool = False
     # Tables its routes write besides the consumer's own (migrated at start-up).
     migrations: tuple[MigrationSet, ...] = ()
+    # The dataclasses whose ``setting`` fields a [[route]] of this kind may set: the
+    # route's, then any nested table's (rendered into the routes-file reference).
+    settings: tuple[type, ...] = ()

@@ -15,6 +15,33 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 
 
+def setting(
+    meaning: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING
+) -> Any:
+    """A route dataclass field the routes file sets, with what it means (rendered in docs)."""
+    return dataclasses.field(
+        default=default, default_factory=factory, metadata={"setting": meaning}
+    )
+
+
+def settings(route_class: type) -> list[tuple[str, Any, str]]:
+    """``(name, default or MISSING, meaning)`` of every routes-file setting of a dataclass."""
+    return [
+        (
+            f.name,
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+            f.metadata["setting"],
+        )
+        for f in dataclasses.fields(route_class)
+        if "setting" in f.metadata
+    ]
+
+
+def names(route_class: type) -> set[str]:
+    """The routes-file settings a dataclass declares."""
+    return {name for name, _, _ in settings(route_class)}
+
+
 def default(route_class: type, name: str) -> Any:
     """The default a route dataclass declares for its field ``name``."""
     found = {f.name: f for f in dataclasses.fields(route_class)}[name]

@@ -28,11 +28,9 @@ from psycopg import sql
 from consumer.deadletter import PROJECTION_REJECTED
 from consumer.errors import RoutesError
 from consumer.kinds._base import Conn, Kind, Links, OneStream, Outcome, Refusal
-from consumer.kinds._spec import Spec, default
+from consumer.kinds._spec import Spec, default, names, setting
 from schemas import Event
 from schemas.runtime.logs import first_line
-
-_SETTINGS = {"table", "key", "columns", "generation_column", "seq_column", "entity_type_column"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +38,19 @@ class ProjectionRoute(OneStream):
     """Last writer wins: keep the newest (generation, seq) of each entity in one table row."""
 
     stream: str
-    table: str
-    key: str
-    columns: Mapping[str, tuple[str, ...]]
-    generation_column: str = "generation"
-    seq_column: str = "seq"
-    # For a table shared by several streams: a column that holds the entity_type.
-    entity_type_column: str | None = None
+    table: str = setting("The table, `name` or `schema.name`")
+    key: str = setting("The column holding `entity_id`: a primary key or unique index")
+    columns: Mapping[str, tuple[str, ...]] = setting(
+        "`[route.columns]`: table column = payload field; dotted paths reach nested fields, "
+        "an absent field writes NULL"
+    )
+    generation_column: str = setting("The column keeping the stored generation", "generation")
+    seq_column: str = setting("The column keeping the stored seq", "seq")
+    entity_type_column: str | None = setting(
+        "For a table shared by several streams: the column holding `entity_type` (the key "
+        "is then both)",
+        None,
+    )
     kind: str = field(default="projection", init=False)
 
     @property
@@ -101,7 +105,7 @@ def _columns(spec: Spec, value: Any) -> dict[str, tuple[str, ...]]:
 
 def parse(spec: Spec) -> ProjectionRoute:
     """A projection route from its ``[[route]]`` table; problems go to ``spec``."""
-    spec.only("projection", _SETTINGS)
+    spec.only("projection", names(ProjectionRoute))
     values = spec.values
     for required in ("table", "key", "columns"):
         if required not in values:
@@ -360,4 +364,4 @@ class ProjectionApplier:
             return apply(conn, self._table, events)
 
 
-KIND = Kind("projection", parse, ProjectionApplier)
+KIND = Kind("projection", parse, ProjectionApplier, settings=(ProjectionRoute,))

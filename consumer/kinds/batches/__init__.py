@@ -11,6 +11,6 @@ from consumer.kinds.batches.runner import BatchApplier
 from schemas import outbox
 
 # Assembled output and re-dispatched work leave through the consumer's own outbox.
-KIND = Kind("batch", parse, BatchApplier, migrations=(outbox.MIGRATIONS,))
+KIND = Kind("batch", parse, BatchApplier, migrations=(outbox.MIGRATIONS,), settings=(BatchRoute,))
 
 __all__ = ["KIND", "BatchApplier", "BatchRoute"]

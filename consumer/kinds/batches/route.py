@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from consumer.kinds._spec import Spec, default
+from consumer.kinds._spec import Spec, default, names, setting
 from consumer.kinds.batches.decisions import OnIncomplete
 from schemas import DEFAULT_TOPICS, batches
 
-_SETTINGS = {"output_topic", "work_topic", "max_retries", "deadline_s", "on_incomplete"}
 # So that "<stream>_result" and "<stream>_item" stay within a 63-character entity_type.
 MAX_STREAM = 56
 
@@ -31,11 +30,20 @@ class BatchRoute:
     """Batch reassembly: a manifest per batch, results by position, output in position order."""
 
     stream: str
-    output_topic: str = DEFAULT_TOPICS.batch_output
-    work_topic: str = DEFAULT_TOPICS.batch_work
-    max_retries: int = 0
-    deadline_s: int = 3600
-    on_incomplete: str = OnIncomplete.ASSEMBLE_INCOMPLETE.value
+    output_topic: str = setting(
+        "Where assembled batches (`batch.assembled`) go, through the consumer's own outbox",
+        DEFAULT_TOPICS.batch_output,
+    )
+    work_topic: str = setting(
+        "Where failed positions are dispatched again as work items", DEFAULT_TOPICS.batch_work
+    )
+    max_retries: int = setting("Automatic re-dispatches of a position whose failure is certain", 0)
+    deadline_s: int = setting("How long a batch may wait for results, unless it sets its own", 3600)
+    on_incomplete: str = setting(
+        "At the deadline with positions missing: `assemble_incomplete` (listing them) or "
+        "`hold` for a person",
+        OnIncomplete.ASSEMBLE_INCOMPLETE.value,
+    )
     kind: str = field(default="batch", init=False)
 
     @property
@@ -56,7 +64,7 @@ class BatchRoute:
 
 def parse(spec: Spec) -> BatchRoute:
     """A batch route from its ``[[route]]`` table; problems go to ``spec``."""
-    spec.only("batch", _SETTINGS)
+    spec.only("batch", names(BatchRoute))
     retries = spec.values.get("max_retries", default(BatchRoute, "max_retries"))
     if type(retries) is not int or retries < 0:
         spec.problem(f"max_retries must be a whole number >= 0, got {retries!r}")

@@ -10,6 +10,6 @@ from consumer.kinds._base import Kind
 from consumer.kinds.steps.route import Handler, StepRoute, parse
 from consumer.kinds.steps.runner import StepApplier
 
-KIND = Kind("step", parse, StepApplier, needs_redis=True)
+KIND = Kind("step", parse, StepApplier, needs_redis=True, settings=(StepRoute, Handler))
 
 __all__ = ["KIND", "Handler", "StepApplier", "StepRoute"]

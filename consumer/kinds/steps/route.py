@@ -31,11 +31,9 @@ import psycopg
 
 from consumer.errors import RoutesError
 from consumer.kinds._base import OneStream
-from consumer.kinds._spec import Spec
+from consumer.kinds._spec import Spec, names, setting
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
-_SETTINGS = {"handlers", "max_parked", "park_ttl_s"}
-_HANDLER_SETTINGS = {"function", "external", "idempotent", "many"}
 _FLAGS = ("external", "idempotent", "many")
 
 
@@ -43,14 +41,21 @@ _FLAGS = ("external", "idempotent", "many")
 class Handler:
     """The function that performs one event type's step, as ``module:function``."""
 
-    function: str
-    # The function acts outside PostgreSQL (an email, an HTTP call): attempts are recorded.
-    external: bool = False
-    # Calling it twice is harmless, so an interrupted attempt may be retried automatically.
-    idempotent: bool = False
-    # The function takes a list of events, fn(conn, events), and applies them all in the
-    # order given (each entity's in seq order): one call, and set-based SQL, per batch.
-    many: bool = False
+    function: str = setting("The handler, `module:function`; a string alone is this")
+    external: bool = setting(
+        "It acts outside PostgreSQL (a mail, an HTTP call): each attempt is recorded first",
+        False,
+    )
+    idempotent: bool = setting(
+        "Calling it twice is harmless, so an interrupted attempt is made again by itself "
+        "instead of stopping the entity for review",
+        False,
+    )
+    many: bool = setting(
+        "It takes a list, `fn(conn, events)`, and applies them in the order given (each "
+        "entity's in seq order): one call per batch; not with `external`",
+        False,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +63,13 @@ class StepRoute(OneStream):
     """Ordered steps: every event applied once, in seq order; early arrivals are parked."""
 
     stream: str
-    handlers: Mapping[str, Handler]
-    max_parked: int = 1000
-    park_ttl_s: int = 7 * 86_400
+    handlers: Mapping[str, Handler] = setting(
+        '`[route.handlers]`: event type = handler (`"module:function"` or a table of the '
+        "handler settings below); types without one still advance the entity",
+        factory=dict,
+    )
+    max_parked: int = setting("Events parked per entity; beyond it they go to the held topic", 1000)
+    park_ttl_s: int = setting("How long a parked event is kept in Redis (seconds)", 7 * 86_400)
     kind: str = field(default="step", init=False)
 
 
@@ -75,7 +84,7 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
     if not isinstance(value, Mapping):
         spec.problem(f"handler for {event_type} must be 'module:function' or a table")
         return None
-    for unknown in sorted(set(value) - _HANDLER_SETTINGS):
+    for unknown in sorted(set(value) - names(Handler)):
         spec.problem(f"unknown setting {unknown!r} for handler {event_type}")
     function = value.get("function")
     if not isinstance(function, str) or not FUNCTION.match(function):
@@ -95,7 +104,7 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
 
 def parse(spec: Spec) -> StepRoute:
     """A step route from its ``[[route]]`` table; problems go to ``spec``."""
-    spec.only("step", _SETTINGS)
+    spec.only("step", names(StepRoute))
     raw = spec.values.get("handlers", {})
     if not isinstance(raw, Mapping):
         spec.problem("[route.handlers] must map event types to functions")
