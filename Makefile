@@ -22,7 +22,7 @@ help:
 	@echo "make test-installed  build the wheel, install it in an empty folder, run it there"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
-	@echo "make reference  rewrite the README's settings, CLI, metrics and event tables from the code"
+	@echo "make reference  rewrite the READMEs' generated tables (settings, commands, metrics, alerts) from the code"
 	@echo "make down   stop every local process the stack started"
 
 $(BIN)/.installed: pyproject.toml

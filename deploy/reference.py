@@ -1,24 +1,26 @@
-"""Render the README's reference tables from the code: settings, command lines, metrics, events.
+"""Render the documentation's reference tables from the code: settings, commands, metrics, alerts.
 
-Each table sits between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` in
-README.md and is written only by this script (``make reference``); a test fails when
-the README differs from what it renders, so the reference cannot drift from the code.
+Each table sits between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` in one of
+the READMEs (``DOCS``) and is written only by this script (``make reference``); a test
+fails when a README differs from what it renders, so the reference cannot drift.
 
 Sources, one per table: the pydantic settings models (variable, default, the field's
 description), the argparse parsers (every command, argument and its help), the
-registered Prometheus metrics (name, type, labels, help), and the envelope's JSON
-Schema with the ``Event`` class (the fields a handler receives).
+registered Prometheus metrics (name, type, labels, help), the envelope's JSON Schema with
+the ``Event`` class (the fields a handler receives), the route kinds' documented settings,
+the programs' summaries and required settings, and the alert rules with their runbook.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,9 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import yaml  # noqa: E402
+
+from consumer import __main__ as consumer_main  # noqa: E402
 from consumer import metrics as consumer_metrics  # noqa: E402
 from consumer.admin import cli as admin_cli  # noqa: E402
+from consumer.kinds import KINDS  # noqa: E402
+from consumer.kinds._spec import settings as route_settings  # noqa: E402
 from consumer.settings import ConsumerSettings, SweeperSettings  # noqa: E402
+from outbox_relay import __main__ as relay_main  # noqa: E402
 from outbox_relay import metrics as relay_metrics  # noqa: E402
 from outbox_relay.settings import RelaySettings  # noqa: E402
 from producer.__main__ import parser as producer_parser  # noqa: E402
@@ -42,6 +50,17 @@ from schemas.runtime.config import InorderSettings, KafkaClientSettings  # noqa:
 from schemas.runtime.usage import settings_of  # noqa: E402
 
 README = ROOT / "README.md"
+# Every file with generated blocks: the front page and one README per audience.
+DOCS = (
+    README,
+    ROOT / "producer" / "README.md",
+    ROOT / "consumer" / "README.md",
+    ROOT / "outbox_relay" / "README.md",
+    ROOT / "deploy" / "README.md",
+    ROOT / "tests" / "README.md",
+    ROOT / "tests" / "benchmarks" / "README.md",
+)
+RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 ENVELOPE = ROOT / "schemas" / "json" / "envelope.schema.json"
 _BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n).*?(<!-- end: (?P=name) -->)", re.DOTALL
@@ -195,40 +214,154 @@ def event_table() -> str:
     return _table(("field", "type", "meaning"), rows)
 
 
-# ---------------------------------------------------------------- the README
+# ---------------------------------------------------------------- routes files
 
-BLOCKS: dict[str, Callable[[], str]] = {
-    "relay-settings": lambda: settings_table(RelaySettings, (KafkaClientSettings,)),
-    "consumer-settings": lambda: settings_table(ConsumerSettings, (KafkaClientSettings,)),
-    "sweeper-settings": lambda: settings_table(SweeperSettings, (ConsumerSettings,)),
-    "producer-settings": lambda: settings_table(ProducerSettings),
-    "worker-settings": lambda: settings_table(WorkerSettings, (KafkaClientSettings,)),
-    "kafka-settings": lambda: settings_table(KafkaClientSettings),
-    "admin-cli": lambda: cli_table(admin_cli.parser()),
-    "producer-cli": lambda: cli_table(producer_parser()),
-    "relay-metrics": lambda: metrics_table(relay_metrics),
-    "consumer-metrics": lambda: metrics_table(consumer_metrics),
-    "event-fields": event_table,
+
+def _shown(value: Any) -> str:
+    if value is MISSING:
+        return "required"
+    if value is None:
+        return "unset"
+    return f"`{json.dumps(value)}`"
+
+
+def route_settings_table() -> str:
+    """kind | setting | default | meaning, for every setting of every registered route kind."""
+    rows = []
+    for kind in KINDS.values():
+        if not kind.settings:
+            raise ReferenceError(f"route kind {kind.name} declares no settings")
+        for index, cls in enumerate(kind.settings):
+            table = "" if index == 0 else f"{cls.__name__.lower()} "
+            for name, default, meaning in route_settings(cls):
+                rows.append((f"`{kind.name}`", f"{table}`{name}`", _shown(default), meaning))
+    return _table(("kind", "setting", "default", "meaning"), rows)
+
+
+# ---------------------------------------------------------------- processes
+
+
+# program, what it does (a service's own summary), its settings model, how many to run,
+# and what it needs besides its required settings (a Redis the model cannot require).
+PROCESSES: tuple[tuple[str, str, type[InorderSettings], str, str], ...] = (
+    (
+        "inorder-producer migrate",
+        "Creates or upgrades the outbox table and its functions; safe from several "
+        "processes at once",
+        ProducerSettings,
+        "once per release, before the relays",
+        "",
+    ),
+    ("inorder-relay", relay_main.SUMMARY, RelaySettings, "2 or more", ""),
+    (
+        "inorder-consumer",
+        consumer_main.CONSUMER_SUMMARY,
+        ConsumerSettings,
+        "1 up to the partition count",
+        "`REDIS_URL` with a step route",
+    ),
+    (
+        "inorder-sweeper",
+        consumer_main.SWEEPER_SUMMARY,
+        SweeperSettings,
+        "2 (one active)",
+        "`REDIS_URL`",
+    ),
+)
+
+
+def processes_table() -> str:
+    """process | what it does | run | needs (required settings) | HTTP port."""
+    rows = []
+    for program, summary, cls, replicas, also in PROCESSES:
+        needs = [f"`{s.variable}`" for s in settings_of(cls) if s.default == "required"]
+        port = cls.model_fields["http_port"].default if "http_port" in cls.model_fields else None
+        rows.append(
+            (
+                f"`{program}`",
+                summary,
+                replicas,
+                ", ".join([*needs, also] if also else needs),
+                str(port) if port else "none",
+            )
+        )
+    return _table(("process", "what it does", "run", "needs", "HTTP port"), rows)
+
+
+# ---------------------------------------------------------------- alerts
+
+
+def alerts_table(where: Path) -> str:
+    """alert (linked to its runbook entry) | severity | for | when, from the rule file."""
+    rules = yaml.safe_load(RULES.read_text())
+    rows = []
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            url = rule["annotations"].get("runbook_url", "")
+            if not url.startswith("deploy/runbook.md#"):
+                raise ReferenceError(f"alert {rule['alert']} has no runbook entry")
+            link = os.path.relpath(ROOT / url.partition("#")[0], where.parent)
+            anchor = url.partition("#")[2]
+            rows.append(
+                (
+                    f"[{rule['alert']}]({link}#{anchor})",
+                    rule["labels"]["severity"],
+                    rule.get("for", "at once"),
+                    re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"a \1", rule["annotations"]["summary"]),
+                )
+            )
+    return _table(("alert", "severity", "for", "when"), rows)
+
+
+# ---------------------------------------------------------------- the documents
+
+BLOCKS: dict[str, Callable[[Path], str]] = {
+    "relay-settings": lambda _: settings_table(RelaySettings, (KafkaClientSettings,)),
+    "consumer-settings": lambda _: settings_table(ConsumerSettings, (KafkaClientSettings,)),
+    "sweeper-settings": lambda _: settings_table(SweeperSettings, (ConsumerSettings,)),
+    "producer-settings": lambda _: settings_table(ProducerSettings),
+    "worker-settings": lambda _: settings_table(WorkerSettings, (KafkaClientSettings,)),
+    "kafka-settings": lambda _: settings_table(KafkaClientSettings),
+    "admin-cli": lambda _: cli_table(admin_cli.parser()),
+    "producer-cli": lambda _: cli_table(producer_parser()),
+    "relay-metrics": lambda _: metrics_table(relay_metrics),
+    "consumer-metrics": lambda _: metrics_table(consumer_metrics),
+    "event-fields": lambda _: event_table(),
+    "route-settings": lambda _: route_settings_table(),
+    "processes": lambda _: processes_table(),
+    "alerts": alerts_table,
 }
 
 
-def render(text: str) -> str:
-    """``text`` with every generated block rendered afresh; unknown block names fail."""
-    found = set()
+def render(text: str, where: Path = README, found: set[str] | None = None) -> str:
+    """``text`` (the file ``where``) with every generated block rendered afresh.
+
+    Unknown block names fail; the names rendered are added to ``found``.
+    """
 
     def fill(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in BLOCKS:
-            raise ReferenceError(f"README block {name!r} has no renderer")
-        found.add(name)
-        return f"{match.group(1)}{BLOCKS[name]()}\n{match.group(3)}"
+            raise ReferenceError(f"{where.name}: block {name!r} has no renderer")
+        if found is not None:
+            found.add(name)
+        return f"{match.group(1)}{BLOCKS[name](where)}\n{match.group(3)}"
 
-    rendered = _BLOCK.sub(fill, text)
+    return _BLOCK.sub(fill, text)
+
+
+def render_all() -> dict[Path, str]:
+    """Every document rendered; a block that appears in none of them fails."""
+    found: set[str] = set()
+    rendered = {path: render(path.read_text(), path, found) for path in DOCS}
     missing = sorted(set(BLOCKS) - found)
     if missing:
-        raise ReferenceError(f"README has no block for {', '.join(missing)}")
+        raise ReferenceError(f"no document has a block for {', '.join(missing)}")
     return rendered
 
 
 if __name__ == "__main__":
-    README.write_text(render(README.read_text()))
+    for path, text in render_all().items():
+        path.write_text(text)

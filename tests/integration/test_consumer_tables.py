@@ -121,12 +121,12 @@ def test_consumers_starting_at_once_apply_each_migration_once(pg_schema: PgSchem
 
 
 def test_a_batch_route_gives_the_consumer_database_an_outbox(pg_schema: PgSchema) -> None:
-    """A consumer with a batch route makes an outbox in its own database; the README says so."""
+    """A batch route gives the consumer's database an outbox; consumer/README.md says so."""
     with pg_schema.connect(autocommit=True) as conn:
         tables.migrate(conn, tables.migration_sets([KINDS["batch"]]))
         found = conn.execute("SELECT to_regclass('outbox') IS NOT NULL").fetchone()
     assert found == (True,)
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "consumer" / "README.md").read_text().split())
     assert "a consumer with a batch route has an `outbox` table in its own database" in readme
     assert "needs a relay whose `DATABASE_URL` is that database" in readme
 

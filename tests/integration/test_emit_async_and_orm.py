@@ -29,7 +29,7 @@ from producer import (
 )
 from producer import sqlalchemy as orm
 from tests.conftest import PgSchema
-from tests.support.docs import module_of
+from tests.support.docs import PRODUCER, module_of
 
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 
@@ -297,8 +297,8 @@ def test_django_emit_commits_with_the_atomic_block(django_outbox: PgSchema) -> N
 
 
 def test_the_readme_sqlalchemy_example_runs(outbox: PgSchema, tmp_path: Path) -> None:
-    """The README's SQLAlchemy block, run as shown, bumps the row and writes the event."""
-    shown = module_of("sqlalchemy-emit", tmp_path)
+    """producer/README.md's SQLAlchemy block, run as shown, bumps the row and emits."""
+    shown = module_of("sqlalchemy-emit", tmp_path, PRODUCER)
     engine = create_engine(_sa_url(outbox))
     try:
         shown.Base.metadata.create_all(engine)
@@ -312,8 +312,8 @@ def test_the_readme_sqlalchemy_example_runs(outbox: PgSchema, tmp_path: Path) ->
 
 
 def test_the_readme_django_example_runs(django_outbox: PgSchema, tmp_path: Path) -> None:
-    """The README's Django block, run as shown, writes the event in its atomic block."""
-    module_of("django-emit", tmp_path).change_plan("readme-1", 4)
+    """producer/README.md's Django block, run as shown, emits in its atomic block."""
+    module_of("django-emit", tmp_path, PRODUCER).change_plan("readme-1", 4)
     with django_outbox.connect() as conn:
         rows = conn.execute("SELECT seq FROM outbox WHERE entity_id = 'readme-1'").fetchall()
     assert rows == [(4,)]

@@ -10,19 +10,10 @@ import orjson
 import schemas
 from producer import migrate
 from tests.conftest import PgSchema
+from tests.support.docs import PRODUCER, example
 
-# The statement the README shows for producers in other languages.
-PLAIN_SQL = """
-BEGIN;
-UPDATE subscriptions SET plan = 'enterprise', price_cents = 9900, version = version + 1
- WHERE id = 'sql-1' AND NOT deleted
-RETURNING generation, version \\gset
-INSERT INTO outbox (topic, entity_type, entity_id, generation, seq, event_type, event_id, payload)
-VALUES ('inorder.events', 'subscription', 'sql-1', :generation, :version,
-        'subscription.plan_changed', 'subscription:sql-1:' || :generation || ':' || :version,
-        '{"plan": "enterprise", "price_cents": 9900, "status": "active"}');
-COMMIT;
-"""
+# The statement producer/README.md shows for producers in other languages.
+PLAIN_SQL = example("plain-sql", PRODUCER)
 
 
 def test_row_written_with_psql_meets_the_contract(pg_schema: PgSchema) -> None:

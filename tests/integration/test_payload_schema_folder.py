@@ -182,4 +182,4 @@ def test_the_readme_example_emits_an_own_type(
         schemas.default_payload_schemas.cache_clear()
     with outbox.connect() as conn:
         row = conn.execute("SELECT entity_id, seq, event_type, payload FROM outbox").fetchone()
-    assert row == ("o-1", 1, "order.created", {"total_cents": 1200})
+    assert row == ("o-2", 1, "order.created", {"total_cents": 1200})

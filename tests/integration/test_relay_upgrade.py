@@ -11,18 +11,13 @@ from producer import OutboxEvent, emit_many, migrate
 from schemas.runtime import migrate as runner
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import relay_support as rs
+from tests.support.docs import RELAY, example
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
-# The online path of the README: function, column and index made before the migration.
-AHEAD = [
-    "CREATE FUNCTION outbox_slice(entity_type text, entity_id text) RETURNS smallint"
-    " LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT"
-    " RETURN (hashtextextended(entity_type || ':' || entity_id, 0) & 15)::smallint",
-    "ALTER TABLE outbox ADD COLUMN xid xid8 NOT NULL DEFAULT '0'",
-    "CREATE INDEX CONCURRENTLY outbox_slice_xid_idx"
-    " ON outbox (outbox_slice(entity_type, entity_id), xid, id)",
-]
+# The online path of outbox_relay/README.md: function, column and index made before the
+# migration, one statement at a time (CREATE INDEX CONCURRENTLY runs outside a transaction).
+AHEAD = [s.strip() for s in example("upgrade-online", RELAY).split(";") if s.strip()]
 
 
 def _previous_release(schema: PgSchema, topic: str) -> None:

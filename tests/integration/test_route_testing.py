@@ -14,7 +14,7 @@ from consumer.testing import OrderDependenceError, check_order_independence, eve
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import route_checks as rc
-from tests.support.docs import example
+from tests.support.docs import CONSUMER, example
 from tests.support.kafka import wait_until
 from tests.support.services import Services
 
@@ -121,7 +121,7 @@ def _users_pytest(
 
 def test_the_readme_example_runs_as_a_users_test(services: Services, tmp_path: Path) -> None:
     """The README's test file, run by pytest with the inorder plugin's fixtures, passes."""
-    (tmp_path / "test_my_routes.py").write_text(example("routes-test"))
+    (tmp_path / "test_my_routes.py").write_text(example("routes-test", CONSUMER))
     done = _users_pytest(tmp_path, services)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
@@ -131,7 +131,7 @@ def test_the_kit_logs_nothing_below_warning_unless_asked(
     services: Services, tmp_path: Path
 ) -> None:
     """Uncaptured, a user's suite shows no inorder info lines; pytest's log level shows them."""
-    (tmp_path / "test_my_routes.py").write_text(example("routes-test"))
+    (tmp_path / "test_my_routes.py").write_text(example("routes-test", CONSUMER))
     quiet = _users_pytest(tmp_path, services, "-s")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "migration_applied" not in quiet.stdout + quiet.stderr

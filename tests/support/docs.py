@@ -13,6 +13,21 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
+FRONT = ROOT / "README.md"
+PRODUCER = ROOT / "producer" / "README.md"
+CONSUMER = ROOT / "consumer" / "README.md"
+RELAY = ROOT / "outbox_relay" / "README.md"
+DEPLOY = ROOT / "deploy" / "README.md"
+# Every document a user reads, each checked for unmarked or untested code blocks.
+DOCS = (
+    FRONT,
+    PRODUCER,
+    CONSUMER,
+    RELAY,
+    DEPLOY,
+    ROOT / "tests" / "README.md",
+    ROOT / "tests" / "benchmarks" / "README.md",
+)
 _MARKED = re.compile(r"<!-- example: ([\w-]+) -->\n```[\w-]*\n(.*?)\n```", re.DOTALL)
 
 
@@ -25,12 +40,12 @@ def examples(path: Path) -> dict[str, str]:
     return found
 
 
-def example(name: str, path: Path = ROOT / "README.md") -> str:
+def example(name: str, path: Path = FRONT) -> str:
     """The block marked ``name`` in ``path``."""
     return examples(path)[name]
 
 
-def module_of(name: str, folder: Path, path: Path = ROOT / "README.md") -> ModuleType:
+def module_of(name: str, folder: Path, path: Path = FRONT) -> ModuleType:
     """The block marked ``name`` written to ``folder`` and imported as a module of its own."""
     source = folder / f"example_{name.replace('-', '_')}.py"
     source.write_text(example(name, path))

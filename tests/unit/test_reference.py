@@ -1,9 +1,10 @@
-"""The README's reference tables are the code's own: settings, command lines, metrics, events."""
+"""The READMEs' reference tables are the code's own: settings, commands, metrics, alerts."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,33 +30,62 @@ def _reference() -> ModuleType:
 reference = _reference()
 
 
-def test_readme_tables_are_what_the_code_renders() -> None:
-    """README.md equals its own re-rendering; run `make reference` after changing the code."""
-    text = (ROOT / "README.md").read_text()
-    assert reference.render(text) == text, "README reference tables are stale: make reference"
+def test_every_document_is_what_the_code_renders() -> None:
+    """Each README equals its own re-rendering; run `make reference` after changing the code."""
+    for path, text in reference.render_all().items():
+        assert text == path.read_text(), f"{path} reference tables are stale: make reference"
 
 
 def test_a_changed_default_shows_as_drift() -> None:
     """A table edited by hand (a wrong default) is rewritten, so the drift test fails on it."""
-    text = (ROOT / "README.md").read_text()
+    path = ROOT / "deploy" / "README.md"
+    text = path.read_text()
     edited = text.replace(
         "| `INORDER_POLL_TIMEOUT_MS` | 100 |", "| `INORDER_POLL_TIMEOUT_MS` | 500 |"
     )
     assert edited != text
-    assert reference.render(edited) == text
+    assert reference.render(edited, path) == text
 
 
-def test_every_setting_of_every_process_is_in_the_readme() -> None:
-    """Each variable any process reads appears in the README, including group ids."""
-    text = (ROOT / "README.md").read_text()
+def test_every_setting_of_every_process_is_documented() -> None:
+    """Each variable any process reads appears in a settings table, including group ids."""
+    text = "".join(p.read_text() for p in reference.DOCS)
     for name in (
         "INORDER_RELAY_GROUP_ID",
         "INORDER_SWEEPER_GROUP_ID",
         "INORDER_TOPIC_PARTITIONS",
         "INORDER_GAUGE_INTERVAL_S",
         "INORDER_POLL_TIMEOUT_MS",
+        "INORDER_PAYLOAD_SCHEMAS",
     ):
         assert f"| `{name}` |" in text
+
+
+def test_alerts_link_to_their_runbook_entry_from_each_document() -> None:
+    """Every alert row links to a runbook heading that exists, relative to its document."""
+    runbook = (ROOT / "deploy" / "runbook.md").read_text().lower()
+    for path in (ROOT / "README.md", ROOT / "deploy" / "README.md"):
+        table = reference.alerts_table(path)
+        links = re.findall(r"\]\(([^)#]+)#([a-z]+)\)", table)
+        assert len(links) == 14
+        for target, anchor in links:
+            assert (path.parent / target).resolve() == ROOT / "deploy" / "runbook.md"
+            assert f"## {anchor}\n" in runbook
+
+
+def test_every_route_kind_documents_each_setting_it_reads() -> None:
+    """The routes-file table has a row per setting each kind's parser accepts."""
+    table = reference.route_settings_table()
+    for name in ("table", "entity_type_column", "max_parked", "idempotent", "on_incomplete"):
+        assert f"`{name}`" in table
+
+
+def test_the_services_listen_on_ports_of_their_own() -> None:
+    """Relay, consumer and sweeper default to distinct ports, so they can share a host."""
+    table = reference.processes_table()
+    ports = [row.rsplit("|", 2)[1].strip() for row in table.splitlines()[2:]]
+    services = [p for p in ports if p != "none"]
+    assert len(services) == len(set(services)) == 3
 
 
 def test_undocumented_setting_cannot_be_rendered() -> None:
@@ -78,7 +108,7 @@ def test_undocumented_argument_cannot_be_rendered() -> None:
         reference.cli_table(parser)
 
 
-def test_unknown_block_in_the_readme_is_refused() -> None:
+def test_unknown_block_in_a_document_is_refused() -> None:
     """A generated block with no renderer is an error, not silently left as it is."""
     text = (ROOT / "README.md").read_text() + "<!-- generated: nothing -->\n<!-- end: nothing -->"
     with pytest.raises(reference.ReferenceError, match="'nothing'"):
