@@ -101,8 +101,8 @@ def checked(events: Iterable[OutboxEvent], schemas: PayloadSchemas | None) -> li
     return batch
 
 
-def values(event: OutboxEvent) -> tuple[Any, ...]:
-    """The row's values in ``COLUMNS`` order, payload and headers as JSON text."""
+def identity(event: OutboxEvent) -> tuple[Any, ...]:
+    """The row's values up to ``event_id``, in ``COLUMNS`` order (payload and headers follow)."""
     return (
         event.topic,
         event.entity_type,
@@ -111,6 +111,13 @@ def values(event: OutboxEvent) -> tuple[Any, ...]:
         event.seq,
         event.event_type,
         event.resolved_event_id,
+    )
+
+
+def values(event: OutboxEvent) -> tuple[Any, ...]:
+    """The row's values in ``COLUMNS`` order, payload and headers as JSON text."""
+    return (
+        *identity(event),
         orjson.dumps(dict(event.payload)).decode(),
         orjson.dumps(dict(event.headers)).decode(),
     )

@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from schemas import PayloadSchemas
 from schemas.errors import NotInTransactionError
-from schemas.outbox.events import OutboxEvent, checked, duplicate_of
+from schemas.outbox.events import OutboxEvent, checked, duplicate_of, identity
 
 _INSERT = """
 INSERT INTO outbox (topic, entity_type, entity_id, generation, seq,
@@ -41,17 +41,7 @@ def _require_transaction(conn: psycopg.Connection[Any]) -> None:
 
 def row(event: OutboxEvent) -> tuple[Any, ...]:
     """The row's values as psycopg binds them (payload and headers as jsonb)."""
-    return (
-        event.topic,
-        event.entity_type,
-        event.entity_id,
-        event.generation,
-        event.seq,
-        event.event_type,
-        event.resolved_event_id,
-        Jsonb(event.payload),
-        Jsonb(dict(event.headers)),
-    )
+    return (*identity(event), Jsonb(event.payload), Jsonb(dict(event.headers)))
 
 
 def emit_many(

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from schemas.files import ecma_pattern, json_schema, payload_schemas
 from schemas.limits import MAX_DEPTH
+from schemas.outbox.events import COLUMNS
 
 _MARK = "\ue000"
 STORABLE = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
@@ -304,17 +305,7 @@ def protocol(name: str, count: int, entities: list[str], seed: int) -> list[tupl
     return out
 
 
-OUTBOX_COLUMNS = (
-    "topic",
-    "entity_type",
-    "entity_id",
-    "generation",
-    "seq",
-    "event_type",
-    "event_id",
-    "payload",
-    "headers",
-)
+OUTBOX_COLUMNS = COLUMNS
 
 
 def outbox_rows(count: int, topic: str, seed: int) -> list[tuple[str, tuple[Any, ...]]]:
