@@ -36,7 +36,7 @@ from producer import subscriptions as subs
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.verdict import Verdict, judge
-from tests.integration.relay_support import free_port
+from tests.integration.relay_support import TEST_SCHEMAS, free_port
 from tests.integration.sweeper_support import tool
 from tests.support.services import ROOT, Services
 
@@ -118,6 +118,7 @@ class Pipeline:
             REDIS_URL=services.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
             INORDER_ROUTES_FILE=str(routes_file),
+            INORDER_PAYLOAD_SCHEMAS=str(TEST_SCHEMAS),
             INORDER_TOPICS=json.dumps([self.events_topic]),
             INORDER_DEAD_LETTER_TOPIC=topic_factory("dlq"),
             INORDER_HELD_TOPIC=topic_factory("held"),

@@ -65,7 +65,7 @@ def test_sql_looking_strings_are_stored_verbatim(
             for text in SQL_STRINGS:
                 subs.create_subscription(conn, text, "pro", topic=pipe.events_topic)
                 subs.add_seats(conn, text, 2, topic=pipe.events_topic)
-            # Event types with no registered schema: written with plain SQL, as any language may.
+            # The tests' own event types (tests/payload_schemas): plain SQL, as any language may.
             conn.cursor().executemany(
                 "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
                 "payload, headers) VALUES (%s, %s, %s, 1, %s, %s, %s, %s)",

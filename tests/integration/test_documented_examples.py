@@ -93,7 +93,7 @@ def test_the_front_page_commands_run_the_services(
     )
     assert pg_schema.url in block
     assert services.kafka_bootstrap in block
-    _schema_folder(tmp_path)
+    folder = _schema_folder(tmp_path)
     (tmp_path / "routes.toml").write_text(example("own-type-routes"))
     with pg_schema.connect(autocommit=True) as conn:
         conn.execute(ORDERS_VIEW)
@@ -120,13 +120,14 @@ def test_the_front_page_commands_run_the_services(
             start_new_session=True,
         )
     try:
-        wait_until(lambda: _has_outbox(pg_schema), timeout=60)
+        wait_until(lambda: _has_outbox(pg_schema), timeout_s=60)
         with pg_schema.connect() as conn, conn.transaction():
             emit(
                 conn,
                 OutboxEvent("order", "o-1", 1, "order.created", {"total_cents": 7}, topic=topic),
+                schemas=schemas.PayloadSchemas.configured(folder, allow_unknown=False),
             )
-        wait_until(lambda: _projected(pg_schema) == (7, 1), timeout=90)
+        wait_until(lambda: _projected(pg_schema) == (7, 1), timeout_s=90)
         assert shell.poll() is None, (tmp_path / "services.log").read_text()
     finally:
         os.killpg(shell.pid, signal.SIGTERM)
