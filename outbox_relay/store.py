@@ -161,7 +161,7 @@ def check_cluster(conn: Conn) -> None:
             f"the outbox holds transaction id {highest}, ahead of this cluster's {xmax} "
             "(restored from a logical dump into another cluster?); new rows would sort behind "
             "the cursors and never be sent; with no relay running, rebase the outbox once: "
-            "psql -1 -f schemas/outbox/rebase_xids.sql (README: moving the outbox)"
+            "psql -1 -f schemas/outbox/rebase_xids.sql (outbox_relay/README.md, Primary only)"
         )
 
 

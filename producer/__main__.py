@@ -23,7 +23,7 @@ PROGRAM = "inorder-producer"
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line (the README's CLI reference is rendered from it)."""
+    """The command line (producer/README.md's CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
         description=__doc__,

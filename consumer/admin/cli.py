@@ -21,7 +21,7 @@ ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
 
 
 def parser() -> argparse.ArgumentParser:
-    """The whole command line (the README's CLI reference is rendered from it)."""
+    """The whole command line (deploy/README.md's CLI reference is rendered from it)."""
     root = argparse.ArgumentParser(
         prog="inorder-admin",
         description=__doc__,

@@ -1,9 +1,9 @@
 """What a program says of itself: the settings it reads, its help and its version.
 
 The settings come from the program's settings model, the one that reads them: each
-field's environment variable, its default and its description. The README's settings
+field's environment variable, its default and its description. The READMEs' settings
 tables are rendered from the same rows (``deploy/reference.py``), so ``--help`` and the
-README cannot say different things.
+READMEs cannot say different things.
 """
 
 from __future__ import annotations
