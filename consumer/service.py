@@ -26,6 +26,7 @@ from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
+from schemas.runtime import kafka_clients
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
 from schemas.topics import ensure_topics
@@ -133,20 +134,21 @@ class ConsumerService:
                 min_insync=self.settings.topic_min_insync_replicas,
             )
         dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key and headers
-        self._producer = Producer(
-            {
-                **config,
-                "client.id": "inorder-consumer-dlq",
-                "enable.idempotence": True,
-                "acks": "all",
+        self._producer = kafka_clients.producer(
+            self.settings,
+            "inorder-consumer-dlq",
+            fixed={
                 "message.max.bytes": dlq_max,
                 # Dead letters are flushed right after each batch, and a flush sends at once
                 # whatever linger.ms says; lingering would only delay the offset commit.
                 "linger.ms": 0,
-            }
+            },
         )
-        self._consumer = Consumer(
-            {
+        self._consumer = kafka_clients.consumer(
+            self.settings,
+            "inorder-consumer",
+            self.settings.group_id,
+            tunables={
                 # The broker answers a fetch as soon as one byte is there (fetch.min.bytes),
                 # so these do not delay an event; they are set for what they do bound.
                 "fetch.min.bytes": 1,
@@ -156,14 +158,11 @@ class ConsumerService:
                 # queued.min.messages stays at librdkafka's default (100,000 per partition):
                 # above it, the next fetch waits fetch.queue.backoff.ms (1 s), which starved
                 # the consumer of full batches (a quarter of the rate) when it was set lower.
-                **config,
-                "client.id": "inorder-consumer",
-                "group.id": self.settings.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
+            },
+            fixed={
                 "partition.assignment.strategy": "cooperative-sticky",
                 "on_commit": self._offsets.failed,
-            }
+            },
         )
         self._consumer.subscribe(
             self.settings.topics,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -13,6 +12,7 @@ from outbox_relay.rows import MESSAGE_ROW_ID, MESSAGE_VALUE
 from outbox_relay.rows import Message as OutMessage
 from outbox_relay.settings import RelaySettings
 from outbox_relay.topics import TopicCheck
+from schemas.runtime import kafka_clients
 from schemas.runtime.causes import Cause, kafka_cause
 from schemas.runtime.health import Health
 
@@ -40,38 +40,34 @@ def make_producer(
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             health.blocked("kafka", "all brokers down")
 
-    config: dict[str, Any] = {
-        **settings.kafka_config(),
-        "client.id": "inorder-relay",
-        "enable.idempotence": True,
-        "acks": "all",
-        # The next batch is read while this one is in flight, so a lingering batch would
-        # wait for that read: send at once. Messages queued while a request is out still
-        # go together, so large batches stay large.
-        "linger.ms": 0,
-        "compression.type": "lz4",
-        # Same partition for a key as Java clients choose, so mixed producers agree.
-        "partitioner": "murmur2_random",
-        "message.timeout.ms": settings.delivery_timeout_ms,
-        "message.max.bytes": settings.max_message_bytes + 65_536,
-        "error_cb": on_error,
-        "delivery.report.only.error": True,
-        "on_delivery": lambda err, msg: on_failure((err, msg)),
-    }
-    return Producer(config)
+    return kafka_clients.producer(
+        settings,
+        "inorder-relay",
+        fixed={
+            # The next batch is read while this one is in flight, so a lingering batch
+            # would wait for that read: send at once. Messages queued while a request is
+            # out still go together, so large batches stay large.
+            "linger.ms": 0,
+            "compression.type": "lz4",
+            # Same partition for a key as Java clients choose, so mixed producers agree.
+            "partitioner": "murmur2_random",
+            "message.timeout.ms": settings.delivery_timeout_ms,
+            "message.max.bytes": settings.max_message_bytes + 65_536,
+            "error_cb": on_error,
+            "delivery.report.only.error": True,
+            "on_delivery": lambda err, msg: on_failure((err, msg)),
+        },
+    )
 
 
 def make_request_consumer(settings: RelaySettings) -> Consumer:
     """Reader of the republish-request topic; offsets committed only after an answer."""
-    config: dict[str, Any] = {
-        **settings.kafka_config(),
-        "client.id": "inorder-relay",
-        "group.id": settings.relay_group_id,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "cooperative-sticky",
-    }
-    consumer = Consumer(config)
+    consumer = kafka_clients.consumer(
+        settings,
+        "inorder-relay",
+        settings.relay_group_id,
+        fixed={"partition.assignment.strategy": "cooperative-sticky"},
+    )
     consumer.subscribe([settings.republish_requests_topic])
     return consumer
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 from pydantic import Field
 
 from schemas import DEFAULT_TOPICS, DecodeError, PayloadError, decode, default_payload_schemas
 from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
 from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
+from schemas.runtime import kafka_clients
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import KafkaClientSettings, LoggingSettings, PostgresUrl
 from schemas.runtime.logs import first_line
@@ -128,15 +129,7 @@ class Worker:
 
     def run(self) -> None:
         """Work until ``stop``."""
-        consumer = Consumer(
-            {
-                **self.settings.kafka_config(),
-                "group.id": self.settings.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "client.id": "inorder-worker",
-            }
-        )
+        consumer = kafka_clients.consumer(self.settings, "inorder-worker", self.settings.group_id)
         consumer.subscribe([self.settings.work_topic])
         try:
             with psycopg.connect(self.settings.database_url.get_secret_value()) as conn:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 import psycopg
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from psycopg.types.json import set_json_loads
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -42,6 +42,7 @@ from consumer.sweeper import gaps
 from consumer.sweeper.gaps import GapStatus
 from schemas import headers, kafka_key
 from schemas.republish import RepublishRequest, encode
+from schemas.runtime import kafka_clients
 
 
 class Admin:
@@ -86,9 +87,7 @@ class Admin:
     @cached_property
     def producer(self) -> Producer:
         """A producer for republish requests and replayed events (flushed by each command)."""
-        return Producer(
-            {**self.settings.kafka_config(), "client.id": "inorder-admin", "acks": "all"}
-        )
+        return kafka_clients.producer(self.settings, "inorder-admin")
 
     @cached_property
     def batches(self) -> BatchAdmin:
@@ -311,13 +310,8 @@ class Admin:
         """Send the entity's held events back to the events topic and release it."""
         applier, entity_id = self.entity(ref)
         key = kafka_key(applier.route.stream, entity_id)
-        reader = Consumer(
-            {
-                **self.settings.kafka_config(),
-                "group.id": f"inorder-admin-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
+        reader = kafka_clients.consumer(
+            self.settings, "inorder-admin", f"inorder-admin-{uuid.uuid4().hex[:8]}"
         )
         reader.subscribe([self.settings.held_topic])
         sent, idle_since = 0, time.monotonic()

@@ -35,6 +35,7 @@ from consumer.sweeper.lease import Lease
 from schemas import DecodeError, decode
 from schemas.limits import safe_text
 from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
+from schemas.runtime import kafka_clients
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, Outages, waited_out
 from schemas.runtime.redelivery import handle_each
@@ -117,17 +118,10 @@ class Sweeper:
         prefix = self.settings.redis_key_prefix
         lot = ParkingLot(client, prefix, self.settings.park_buckets)
         lease = Lease(client, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000))
-        config = self.settings.kafka_config()
-        results = Consumer(
-            {
-                **config,
-                "group.id": self.settings.sweeper_group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "client.id": "inorder-sweeper",
-            }
+        results = kafka_clients.consumer(
+            self.settings, "inorder-sweeper", self.settings.sweeper_group_id
         )
-        producer = Producer({**config, "client.id": "inorder-sweeper", "acks": "all"})
+        producer = kafka_clients.producer(self.settings, "inorder-sweeper")
         for applier in self.steps.values():
             applier.connect(Links(conn, client, prefix, self.settings.park_buckets))
         self._links = Connections(conn, lot, lease, producer, results)
