@@ -69,10 +69,16 @@ def settings_of(
 ) -> list[Setting]:
     """The settings of ``cls`` not in ``without``: required first, then its own, then inherited.
 
-    Raises ``ValueError`` for a field without a description: every setting must say what
-    it does.
+    A field ``cls`` inherits from ``without`` but gives a default of its own (the sweeper's
+    port) is listed, so each program's table shows its own defaults. Raises ``ValueError``
+    for a field without a description: every setting must say what it does.
     """
-    skipped = {name for base in without for name in base.model_fields}
+    skipped = {
+        name
+        for base in without
+        for name, info in base.model_fields.items()
+        if name in cls.model_fields and default_text(cls.model_fields[name]) == default_text(info)
+    }
     own = list(cls.__annotations__)
     listed = [(n, i) for n, i in cls.model_fields.items() if n not in skipped]
     listed.sort(
