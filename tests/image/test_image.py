@@ -177,7 +177,7 @@ def _deployment_for_host_network(source: Path, port: int) -> dict[str, Any]:
 def test_the_relay_deployment_runs_under_podman_kube_play(
     engine: Engine, services: Services, pg_schema: PgSchema, tmp_path: Path
 ) -> None:
-    """deploy/k8s/relay.yaml, played by podman with its ConfigMap and Secret, becomes ready."""
+    """deploy/k8s/relay.yaml, played by podman with its ConfigMaps and Secret, becomes ready."""
     if engine.command != "podman":
         pytest.skip("podman kube play needs podman; this machine builds with docker")
     tag, port = uuid.uuid4().hex[:8], free_port()
@@ -197,7 +197,20 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
                     "INORDER_HTTP_HOST": "127.0.0.1",
                     "INORDER_RELAY_GROUP_ID": f"kube-{tag}",
                     "INORDER_CREATE_TOPICS": "false",
+                    "INORDER_PAYLOAD_SCHEMAS": "/etc/inorder-event-schemas",
                 },
+            }
+        )
+    )
+    # The mounted schema folder holds one type of the operator's own: read at start-up.
+    schemas = tmp_path / "event-schemas.yaml"
+    schemas.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "inorder-event-schemas"},
+                "data": {"order.created.schema.json": '{"type": "object"}'},
             }
         )
     )
@@ -210,7 +223,17 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
     engine.run("secret", "create", "inorder-secrets", str(secret))
     try:
         engine.run("kube", "down", str(manifest), check=False)  # a pod left by a killed run
-        engine.run("kube", "play", "--network", "host", "--configmap", str(settings), str(manifest))
+        engine.run(
+            "kube",
+            "play",
+            "--network",
+            "host",
+            "--configmap",
+            str(settings),
+            "--configmap",
+            str(schemas),
+            str(manifest),
+        )
         try:
             wait_until(lambda: _http(port, "/readyz") == 200, timeout_s=60)
             assert _http(port, "/healthz") == 200
