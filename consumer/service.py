@@ -20,8 +20,6 @@ from psycopg.types.json import set_json_loads
 from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route, apply_guarded
-from consumer.kinds.steps.connection import RedisClient, durability_problem
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
@@ -29,6 +27,8 @@ from consumer.settings import ConsumerSettings
 from schemas.runtime import kafka_clients
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
+from schemas.runtime.redis_client import RedisClient, durability_problem
+from schemas.runtime.redis_client import connect as connect_redis
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)

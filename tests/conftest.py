@@ -18,8 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from consumer.kinds.steps.connection import RedisClient
-from consumer.kinds.steps.connection import connect as connect_redis
+from schemas.runtime.redis_client import RedisClient
+from schemas.runtime.redis_client import connect as connect_redis
 from schemas.topics import replication
 from tests.support import services as svc
 

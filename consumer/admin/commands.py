@@ -32,8 +32,6 @@ from consumer.kinds import Links
 from consumer.kinds.batches.runner import BatchRunner
 from consumer.kinds.projection import ProjectionRoute, stored_row
 from consumer.kinds.steps import StepApplier, StepRoute
-from consumer.kinds.steps.connection import RedisClient
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
 from consumer.routes import Route, by_kind
@@ -43,6 +41,8 @@ from consumer.sweeper.gaps import GapStatus
 from schemas import headers, kafka_key
 from schemas.republish import RepublishRequest, encode
 from schemas.runtime import kafka_clients
+from schemas.runtime.redis_client import RedisClient
+from schemas.runtime.redis_client import connect as connect_redis
 
 
 class Admin:

@@ -22,7 +22,7 @@ from schemas import Event
 from schemas.runtime.migrate import MigrationSet
 
 if TYPE_CHECKING:
-    from consumer.kinds.steps.connection import RedisClient
+    from schemas.runtime.redis_client import RedisClient
 
 Conn = psycopg.Connection[Any]
 

@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-from consumer.kinds.steps.connection import RedisClient
+from schemas.runtime.redis_client import RedisClient
 
 # Renew only a lease we still hold; a lapsed one may already be someone else's.
 _RENEW = """

@@ -24,7 +24,6 @@ from consumer import metrics, tables
 from consumer.kinds import KINDS, Links
 from consumer.kinds.batches.runner import BatchRunner
 from consumer.kinds.steps import StepApplier
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.plan import Progress
 from consumer.routes import Route, by_kind
@@ -39,6 +38,7 @@ from schemas.runtime import kafka_clients
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, Outages, waited_out
 from schemas.runtime.redelivery import handle_each
+from schemas.runtime.redis_client import connect as connect_redis
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2

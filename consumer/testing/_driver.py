@@ -11,10 +11,10 @@ import psycopg
 
 from consumer import tables
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
-from consumer.kinds.steps.connection import RedisClient
 from consumer.poll import Routing
 from consumer.routes import parse_routes, read_routes
 from schemas import Event, default_event_id, encode
+from schemas.runtime.redis_client import RedisClient
 
 # Timestamps are informational only; tests need not invent them.
 WHEN = "2026-01-01T00:00:00Z"

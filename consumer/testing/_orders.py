@@ -20,10 +20,10 @@ from psycopg import sql
 
 from consumer.errors import ConsumerError
 from consumer.kinds import KINDS, Kind, Route
-from consumer.kinds.steps.connection import RedisClient
 from consumer.testing._driver import RouteDriver
 from consumer.testing._scratch import scratch
 from schemas import Event
+from schemas.runtime.redis_client import RedisClient
 
 Setup = Callable[[psycopg.Connection[Any]], None]
 Arrival = list[list[int]]  # poll batches of indexes into the events given

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from consumer.kinds.steps.connection import RedisClient
+from schemas.runtime.redis_client import RedisClient
 
 
 @contextmanager

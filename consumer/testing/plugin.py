@@ -22,10 +22,10 @@ import pytest
 import structlog
 
 from consumer.kinds import Route
-from consumer.kinds.steps.connection import RedisClient
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.testing._driver import RouteDriver
 from consumer.testing._scratch import scratch
+from schemas.runtime.redis_client import RedisClient
+from schemas.runtime.redis_client import connect as connect_redis
 
 DriverFactory = Callable[..., RouteDriver]
 

@@ -33,13 +33,13 @@ from rich.table import Table
 
 from consumer import examples, tables
 from consumer.admin.audit import Audit
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from producer import loadgen, migrate
 from producer import subscriptions as subs
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from schemas.runtime import logs
+from schemas.runtime.redis_client import connect as connect_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("INORDER_STACK_DIR", ROOT / ".stack")) / "demo"

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from redis.cluster import RedisCluster
 
-from consumer.kinds.steps.connection import connect as connect_redis
+from schemas.runtime.redis_client import connect as connect_redis
 from tests.cluster.control import ClusterControl
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults.conftest import SHORT, Scale

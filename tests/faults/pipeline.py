@@ -29,10 +29,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer import examples, tables
-from consumer.kinds.steps.connection import connect as connect_redis
 from consumer.kinds.steps.parking import ParkingLot
 from producer import loadgen, migrate
 from producer import subscriptions as subs
+from schemas.runtime.redis_client import connect as connect_redis
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.verdict import Verdict, judge

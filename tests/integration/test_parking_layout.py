@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from consumer.errors import RoutesError
-from consumer.kinds.steps.connection import RedisClient
 from consumer.kinds.steps.parking import ParkingLot
 from schemas import encode
+from schemas.runtime.redis_client import RedisClient
 from tests.conftest import PgSchema
 from tests.integration import step_support as ss
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from consumer.kinds.steps.connection import RedisClient, each_node
 from consumer.kinds.steps.parking import ParkingLot
 from schemas import decode, headers
+from schemas.runtime.redis_client import RedisClient, each_node
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import step_support as ss

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from consumer.kinds.steps.connection import connect, seed_nodes
+from schemas.runtime.redis_client import connect, seed_nodes
 from tests.integration.relay_support import free_port
 
 

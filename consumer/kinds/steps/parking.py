@@ -31,7 +31,7 @@ from redis.commands.core import Script
 
 from consumer.errors import RoutesError
 from consumer.kinds._base import DEFAULT_BUCKETS
-from consumer.kinds.steps.connection import RedisClient
+from schemas.runtime.redis_client import RedisClient
 
 # KEYS: set, index. ARGV: member, seq, cap, ttl, entity, now.
 # Index the entity, then ZADD unless the set is at its cap (a member already there may
