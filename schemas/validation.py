@@ -70,8 +70,10 @@ class PayloadSchemas:
         event type, is refused naming it.
         """
         registry = cls(allow_unknown=allow_unknown)
-        for event_type, schema in (folder_schemas(folder) if folder else {}).items():
-            where = folder / f"{event_type}.schema.json" if folder else event_type
+        if folder is None:
+            return registry
+        for event_type, schema in folder_schemas(folder).items():
+            where = folder / f"{event_type}.schema.json"
             problem = field_problem("event_type", event_type)
             if problem is not None:
                 raise SchemaDefinitionError(f"{where}: the file name is not an {problem[1]}")

@@ -30,19 +30,23 @@ COLUMNS = (
     "payload",
     "headers",
 )
+
+
+def _insert(placeholders: tuple[str, ...]) -> str:
+    names = ", ".join(COLUMNS)
+    # Only the constant column names and placeholders above are formatted in.
+    return f"INSERT INTO outbox ({names}) VALUES ({', '.join(placeholders)})"  # noqa: S608
+
+
+_IDENTITY = COLUMNS[:-2]  # the columns before payload and headers
+# For psycopg, which binds payload and headers as ``Jsonb``.
+INSERT = _insert(("%s",) * len(COLUMNS))
 # For drivers reached through another library: JSON as text, cast by the statement.
-INSERT_TEXT = """
-INSERT INTO outbox (topic, entity_type, entity_id, generation, seq,
-                    event_type, event_id, payload, headers)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)
-"""
+INSERT_TEXT = _insert((*("%s" for _ in _IDENTITY), "%s::jsonb", "%s::jsonb"))
 # The same with named parameters (SQLAlchemy's ``text()``).
-INSERT_NAMED = """
-INSERT INTO outbox (topic, entity_type, entity_id, generation, seq,
-                    event_type, event_id, payload, headers)
-VALUES (:topic, :entity_type, :entity_id, :generation, :seq, :event_type, :event_id,
-        CAST(:payload AS jsonb), CAST(:headers AS jsonb))
-"""
+INSERT_NAMED = _insert(
+    (*(f":{c}" for c in _IDENTITY), "CAST(:payload AS jsonb)", "CAST(:headers AS jsonb)")
+)
 _UNIQUE_VIOLATION = "23505"
 
 

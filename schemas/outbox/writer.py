@@ -12,13 +12,7 @@ from psycopg.types.json import Jsonb
 
 from schemas import PayloadSchemas
 from schemas.errors import NotInTransactionError
-from schemas.outbox.events import OutboxEvent, checked, duplicate_of, identity
-
-_INSERT = """
-INSERT INTO outbox (topic, entity_type, entity_id, generation, seq,
-                    event_type, event_id, payload, headers)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
+from schemas.outbox.events import INSERT, OutboxEvent, checked, duplicate_of, identity
 
 
 def refuse_outside(status: TransactionStatus) -> None:
@@ -60,9 +54,9 @@ def emit_many(
     try:
         with conn.cursor() as cur:
             if len(batch) == 1:  # one round trip without executemany's pipeline set-up
-                cur.execute(_INSERT, row(batch[0]))
+                cur.execute(INSERT, row(batch[0]))
             else:
-                cur.executemany(_INSERT, [row(e) for e in batch])
+                cur.executemany(INSERT, [row(e) for e in batch])
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

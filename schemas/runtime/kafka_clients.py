@@ -24,6 +24,16 @@ CONSUMER_GUARANTEES: Mapping[str, Any] = {
 }
 
 
+def _layered(
+    settings: KafkaClientSettings,
+    tunables: Mapping[str, Any] | None,
+    fixed: Mapping[str, Any] | None,
+    own: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The layers in order, each winning over the one before; ``own`` last of all."""
+    return {**(tunables or {}), **settings.kafka_config(), **(fixed or {}), **own}
+
+
 def producer_config(
     settings: KafkaClientSettings,
     client_id: str,
@@ -32,13 +42,7 @@ def producer_config(
     fixed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A producer's configuration: idempotent, ``acks=all``, named ``client_id``."""
-    return {
-        **(tunables or {}),
-        **settings.kafka_config(),
-        **(fixed or {}),
-        "client.id": client_id,
-        **PRODUCER_GUARANTEES,
-    }
+    return _layered(settings, tunables, fixed, {"client.id": client_id, **PRODUCER_GUARANTEES})
 
 
 def consumer_config(
@@ -50,14 +54,8 @@ def consumer_config(
     fixed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A consumer's configuration in group ``group_id``: offsets committed by the program."""
-    return {
-        **(tunables or {}),
-        **settings.kafka_config(),
-        **(fixed or {}),
-        "client.id": client_id,
-        "group.id": group_id,
-        **CONSUMER_GUARANTEES,
-    }
+    own = {"client.id": client_id, "group.id": group_id, **CONSUMER_GUARANTEES}
+    return _layered(settings, tunables, fixed, own)
 
 
 def producer(
