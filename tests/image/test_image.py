@@ -174,6 +174,17 @@ def _deployment_for_host_network(source: Path, port: int) -> dict[str, Any]:
     return deployment
 
 
+def _config_map(folder: Path, name: str, data: dict[str, str]) -> Path:
+    """A ConfigMap file for ``podman kube play --configmap``."""
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+        )
+    )
+    return path
+
+
 def test_the_relay_deployment_runs_under_podman_kube_play(
     engine: Engine, services: Services, pg_schema: PgSchema, tmp_path: Path
 ) -> None:
@@ -185,34 +196,20 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
         migrate.apply(conn)
     manifest = tmp_path / "relay.yaml"
     manifest.write_text(yaml.safe_dump(_deployment_for_host_network(K8S / "relay.yaml", port)))
-    settings = tmp_path / "settings.yaml"
-    settings.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "inorder-settings"},
-                "data": {
-                    "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
-                    "INORDER_HTTP_HOST": "127.0.0.1",
-                    "INORDER_RELAY_GROUP_ID": f"kube-{tag}",
-                    "INORDER_CREATE_TOPICS": "false",
-                    "INORDER_PAYLOAD_SCHEMAS": "/etc/inorder-event-schemas",
-                },
-            }
-        )
+    settings = _config_map(
+        tmp_path,
+        "inorder-settings",
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": services.kafka_bootstrap,
+            "INORDER_HTTP_HOST": "127.0.0.1",
+            "INORDER_RELAY_GROUP_ID": f"kube-{tag}",
+            "INORDER_CREATE_TOPICS": "false",
+            "INORDER_PAYLOAD_SCHEMAS": "/etc/inorder-event-schemas",
+        },
     )
     # The mounted schema folder holds one type of the operator's own: read at start-up.
-    schemas = tmp_path / "event-schemas.yaml"
-    schemas.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "inorder-event-schemas"},
-                "data": {"order.created.schema.json": '{"type": "object"}'},
-            }
-        )
+    schemas = _config_map(
+        tmp_path, "inorder-event-schemas", {"order.created.schema.json": '{"type": "object"}'}
     )
     # podman keeps a Secret's keys as JSON of base64 values, the form a Secret's data has.
     secret = tmp_path / "secret.json"
