@@ -28,7 +28,7 @@ class ClusterControl:
         self.state = Path(os.environ["INORDER_STACK_DIR"])
         self.admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
         self.redis = redis_client
-        self.base = int(os.environ.get("INORDER_CLUSTER_PORT_BASE", "57000"))
+        self.base = int(os.environ.get("INORDER_CLUSTER_PORT_BASE", "17000"))
 
     # ------------------------------------------------------------ kafka
 
