@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -110,9 +111,9 @@ def entity_stopped(route: str) -> None:
 class Gauges:
     """Keeps the lag and review gauges current without querying on every poll."""
 
-    def __init__(self, *, reviews: str | None) -> None:
-        # The statement counting entities stopped for a person (None: no step routes).
-        self._reviews_sql = reviews
+    def __init__(self, *, tables: Sequence[Callable[[psycopg.Connection[Any]], None]]) -> None:
+        # The route kinds' gauges over their tables (the steps' stopped entities).
+        self._tables = list(tables)
         self._labels: set[tuple[str, str]] = set()
         self._next_lag = 0.0
         self._next_review = 0.0
@@ -124,10 +125,11 @@ class Gauges:
             self._next_lag = now + LAG_INTERVAL_S
             self._lag(consumer)
         due = now >= self._next_review or _reviews_changed.is_set()
-        if self._reviews_sql and conn is not None and due:
+        if self._tables and conn is not None and due:
             _reviews_changed.clear()
             self._next_review = now + REVIEW_INTERVAL_S
-            self._reviews(conn)
+            for refresh in self._tables:
+                refresh(conn)
 
     def drop(self, partitions: list[TopicPartition]) -> None:
         """Stop reporting lag for partitions that are no longer ours."""
@@ -147,12 +149,3 @@ class Gauges:
                 label = (position.topic, str(position.partition))
                 LAG.labels(*label).set(high - position.offset)
                 self._labels.add(label)
-
-    def _reviews(self, conn: psycopg.Connection[Any]) -> None:
-        if self._reviews_sql is None:
-            return
-        try:
-            row = conn.execute(self._reviews_sql).fetchone()
-        except psycopg.OperationalError:
-            return  # the next batch notices and pauses
-        NEEDS_REVIEW.set(row[0] if row else 0)

@@ -9,27 +9,16 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from consumer.errors import RoutesError
 from consumer.kinds import KINDS, Kind, Route, Spec
-from consumer.kinds.batches import BatchRoute
-from consumer.kinds.projection import ProjectionRoute
-from consumer.kinds.steps import Handler, StepRoute
 
 STREAM = re.compile(r"[a-z][a-z0-9_]{0,62}\Z")
 
-__all__ = [
-    "BatchRoute",
-    "Handler",
-    "ProjectionRoute",
-    "Route",
-    "StepRoute",
-    "parse_routes",
-    "read_routes",
-]
+__all__ = ["Route", "parse_routes", "read_routes"]
 
 
 def _route(problems: list[str], index: int, values: Any, kinds: Mapping[str, Kind]) -> Route | None:
@@ -84,11 +73,6 @@ def parse_routes(
     if problems:
         raise RoutesError(problems)
     return routes
-
-
-def by_kind(routes: Sequence[Route], kind: str) -> list[Any]:
-    """The routes of one kind (the sweeper and inorder-admin work on steps and batches)."""
-    return [r for r in routes if r.kind == kind]
 
 
 def read_routes(path: Path, kinds: Mapping[str, Kind] = KINDS) -> list[Route]:

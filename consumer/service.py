@@ -20,7 +20,6 @@ from psycopg.types.json import set_json_loads
 from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route, apply_guarded
-from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
@@ -61,8 +60,9 @@ class ConsumerService:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._offsets = Offsets()
-        steps = any(k.name == "step" for k in self.routing.kinds)
-        self._gauges = metrics.Gauges(reviews=NEEDS_REVIEW_COUNT if steps else None)
+        self._gauges = metrics.Gauges(
+            tables=[k.gauges for k in self.routing.kinds if k.gauges is not None]
+        )
         self._outages = Outages("consumption", health, lambda: self._stopping)
         self._paused = False
         self._probe_at = 0.0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from consumer import metrics
+from consumer.kinds._plugin import Commands, Duties, Inspector, Tools
 from consumer.kinds._spec import Spec
 from schemas import Event
 from schemas.runtime.migrate import MigrationSet
@@ -138,3 +139,12 @@ class Kind:
     # The dataclasses whose ``setting`` fields a [[route]] of this kind may set: the
     # route's, then any nested table's (rendered into the routes-file reference).
     settings: tuple[type, ...] = ()
+    # What the active sweeper runs for the kind's routes (None: nothing periodic).
+    duties: Callable[[Sequence[Any], Tools], Duties] | None = None
+    # Its part of inorder-admin's explain, audit and republish (None: outbox only, and
+    # the audit lists its routes as not audited).
+    inspector: Inspector | None = None
+    # Its own inorder-admin commands.
+    commands: Commands | None = None
+    # Gauges the consumer keeps current from the kind's tables, every few seconds.
+    gauges: Callable[[Conn], None] | None = None

@@ -1,6 +1,6 @@
-"""The sweeper: gaps that outlive their deadline are recorded, escalated and repaired.
+"""The sweeper: one active at a time (the Redis ``lease``), running each route kind's duties.
 
-``service`` is the process (one active at a time, by the Redis ``lease``), ``gaps``
-the pure range decisions and the gap table's statements, ``gauges`` the counts over
-every entity that only the active sweeper exports.
+``service`` is the process: the lease, the tick loop, the republish results handed to
+the kind of their stream, and the kinds' gauges. What a sweep does for a kind lives with
+the kind (step routes' gap repair, batch routes' expiry).
 """

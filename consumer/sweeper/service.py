@@ -1,15 +1,15 @@
-"""The sweeper: gaps that outlive their deadline are recorded, escalated and repaired.
+"""The sweeper: the lease, the tick loop, and each route kind's periodic duties.
 
-One sweeper is active at a time (a Redis lease); others wait. Each sweep reads only
-the overdue part of each route's park index, so its cost follows the number of
-overdue gaps, not of parked entities.
+One sweeper is active at a time (a Redis lease); others wait. The active one runs
+every kind's ``Duties`` each sweep interval (step routes repair gaps, batch routes
+expire batches), hands each republish result to the kind of its stream, and exports
+the kinds' gauges.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,29 +21,20 @@ from confluent_kafka import Consumer, Message, Producer
 from psycopg.types.json import set_json_loads
 
 from consumer import metrics, tables
-from consumer.kinds import KINDS, Links
-from consumer.kinds.batches.runner import BatchRunner
-from consumer.kinds.steps import StepApplier
-from consumer.kinds.steps.parking import ParkingLot
-from consumer.kinds.steps.plan import Progress
-from consumer.routes import Route, by_kind
+from consumer.kinds import KINDS, Duties, Kind, Route, SweepReport
 from consumer.settings import SweeperSettings
-from consumer.sweeper import gaps, gauges
-from consumer.sweeper.gaps import GapStatus
 from consumer.sweeper.lease import Lease
-from schemas import DecodeError, decode
 from schemas.limits import safe_text
-from schemas.republish import RepublishRequest, backoff_delays, decode_result, encode
+from schemas.republish import decode_result
 from schemas.runtime import kafka_clients
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, Outages, waited_out
 from schemas.runtime.redelivery import handle_each
+from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
-# The event type recorded for a gap found by its lost parks (no parked event to name it).
-LOST_PARK = "lost_park"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,40 +42,30 @@ class Connections:
     """The sweeper's connections, made by ``connect``."""
 
     conn: psycopg.Connection[Any]
-    lot: ParkingLot
+    redis: RedisClient
     lease: Lease
     producer: Producer
     results: Consumer
 
 
-@dataclass(slots=True)
-class SweepReport:
-    """What one sweep did."""
-
-    overdue: int = 0
-    parks_lost: int = 0
-    escalated: int = 0
-    requested: int = 0
-    healed: int = 0
-    unrecoverable: int = 0
-    batches_expired: int = 0
-
-
 class Sweeper:
     """One sweeper process: active while it holds the lease, standing by otherwise."""
 
-    def __init__(self, settings: SweeperSettings, routes: Sequence[Route], health: Health) -> None:
+    def __init__(
+        self,
+        settings: SweeperSettings,
+        routes: Sequence[Route],
+        health: Health,
+        kinds: Mapping[str, Kind] = KINDS,
+    ) -> None:
         self.settings = settings
         self.health = health
-        # Each step route started as the consumer starts it, to drain what became due.
-        self.steps = {r.stream: StepApplier(r) for r in by_kind(routes, "step")}
-        self.delays = backoff_delays(
-            settings.republish_backoff_base_s,
-            settings.republish_backoff_max_s,
-            settings.republish_max_attempts,
-        )
-        self.batches = BatchRunner(by_kind(routes, "batch"))
-        self._migrations = tables.migration_sets([KINDS[r.kind] for r in routes])
+        self.routes = list(routes)
+        self.kinds = kinds
+        self._migrations = tables.migration_sets([kinds[r.kind] for r in routes])
+        # Each kind's duties, started at connect; and which kind's routes take a stream.
+        self.duties: dict[str, Duties] = {}
+        self._kind_of = {s: r.kind for r in routes for s in r.streams}
         self._stopping = False
         self._reading_results = False
         self._links: Connections | None = None
@@ -116,16 +97,34 @@ class Sweeper:
             self.settings.redis_url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
         )
         prefix = self.settings.redis_key_prefix
-        lot = ParkingLot(client, prefix, self.settings.park_buckets)
         lease = Lease(client, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000))
         results = kafka_clients.consumer(
             self.settings, "inorder-sweeper", self.settings.sweeper_group_id
         )
         producer = kafka_clients.producer(self.settings, "inorder-sweeper")
-        for applier in self.steps.values():
-            applier.connect(Links(conn, client, prefix, self.settings.park_buckets))
-        self._links = Connections(conn, lot, lease, producer, results)
+        self._links = Connections(conn, client, lease, producer, results)
+        for name, kind in self.kinds.items():
+            routes = [r for r in self.routes if r.kind == name]
+            if routes and kind.duties is not None:
+                self.duties[name] = kind.duties(routes, self)
         self.health.cleared("starting")
+
+    # ------------------------------------------------------------------ tools for the kinds
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The consumer's database (reconnected after an outage)."""
+        return self.io.conn
+
+    @property
+    def redis(self) -> RedisClient:
+        """The Redis the lease and the parks live in."""
+        return self.io.redis
+
+    @property
+    def producer(self) -> Producer:
+        """The sweeper's producer (flushed after each sweep)."""
+        return self.io.producer
 
     # ------------------------------------------------------------------ loop
 
@@ -172,13 +171,12 @@ class Sweeper:
         changed = False
         if active and now >= due["sweep"]:
             due["sweep"] = now + self.settings.sweep_interval_s
-            report = self.sweep()
-            changed = bool(report.escalated or report.requested or report.healed)
-            changed = changed or bool(report.unrecoverable)
+            changed = self.sweep().changed
         if active:
             changed = self.answers() or changed
-        if changed:  # gaps moved: their gauge follows now, not at the next interval
-            gauges.export_gaps(io.conn)
+        if changed:  # gaps moved: their gauges follow now, not at the next interval
+            for duty in self.duties.values():
+                duty.gauges(every=False)
         if active and now >= due["gauges"]:
             due["gauges"] = now + self.settings.gauge_interval_s
             self.export_gauges()
@@ -212,178 +210,24 @@ class Sweeper:
         io.results.close()
         io.producer.flush(10)
         io.conn.close()
-        io.lot.client.close()
+        io.redis.close()
 
     # ------------------------------------------------------------------ sweeping
 
     def sweep(self) -> SweepReport:
-        """One pass over every step route: heal, detect, escalate, request."""
+        """One pass of every kind's duties; the requests they made are flushed."""
         started = time.perf_counter()
         report = SweepReport()
-        for route in self.steps:
-            # Parks an older consumer wrote during a rolling upgrade.
-            self.io.lot.adopt_legacy(route)
-            self._heal(route, report)
-            self._overdue(route, report)
-            self._parks_lost(route, report)
-        for stream in self.batches.routes:
-            outcome = self.batches.expire(self.io.conn, stream, self.settings.max_overdue_per_sweep)
-            outcome.count()
-            report.batches_expired += sum(outcome.assembled.values()) + outcome.inconsistent
+        for duty in self.duties.values():
+            duty.sweep(report)
         self.io.producer.flush(30)
         metrics.SWEEP_DURATION.observe(time.perf_counter() - started)
         return report
 
-    def _heal(self, route: str, report: SweepReport) -> None:
-        io = self.io
-        open_gaps = [
-            g for g in gaps.unresolved(io.conn, route) if g.status != GapStatus.UNRECOVERABLE
-        ]
-        progress = self.steps[route].store.read(io.conn, [g.entity_id for g in open_gaps])
-        for gap in open_gaps:
-            now = progress.get(gap.entity_id)
-            if now is not None and gaps.healed(gap, now):
-                gaps.resolve(io.conn, gap, GapStatus.HEALED, "sweeper", "range applied")
-                seconds = time.time() - gap.first_seen.timestamp()
-                metrics.GAP_HEAL_TIME.observe(seconds)
-                report.healed += 1
-                log.info("gap_healed", route=route, entity=gap.entity_id, seconds=round(seconds, 3))
-
-    def _overdue(self, route: str, report: SweepReport) -> None:
-        io = self.io
-        cutoff = time.time() - self.settings.gap_deadline_s
-        entities = io.lot.parked_before(route, cutoff, self.settings.max_overdue_per_sweep)
-        report.overdue += len(entities)
-        if not entities:
-            return
-        firsts = io.lot.fetch(route, entities, 1)
-        empty = [e for e in entities if e not in firsts]
-        if empty:  # index entries left behind by a crash between index and park
-            io.lot.unindex_empty(route, empty)
-        progress = self.steps[route].store.read(io.conn, list(firsts))
-        for entity_id, members in firsts.items():
-            self._entity(route, entity_id, members[0], progress, report)
-
-    def _entity(
-        self,
-        route: str,
-        entity_id: str,
-        member: bytes,
-        progress: dict[str, Progress],
-        report: SweepReport,
-    ) -> None:
-        io = self.io
-        try:
-            first = decode(member)
-        except DecodeError:
-            return
-        current = progress.get(entity_id, Progress(first.generation, 0))
-        span = gaps.missing_range(current, first)
-        if span is None:  # the next seq is parked: a drain was missed, do it now
-            self.steps[route].drain(io.conn, [entity_id]).count(route)
-            return
-        self._escalate(route, entity_id, span, first.event_type, report, parked_from=first.seq)
-
-    def _parks_lost(self, route: str, report: SweepReport) -> None:
-        """Entities whose parks are ahead of progress, quiet past the deadline, nothing parked.
-
-        Their parks were lost (a Redis crash dropped its last writes): the missing range
-        runs to the newest version they parked, and is asked of the relay like any gap.
-        """
-        io = self.io
-        store = self.steps[route].store
-        ahead = store.parked_ahead(
-            io.conn, self.settings.gap_deadline_s, self.settings.max_overdue_per_sweep
-        )
-        if not ahead:
-            return
-        parked = set(io.lot.indexed(route, [entity for entity, _, _ in ahead]))
-        for entity_id, current, (generation, through) in ahead:
-            if entity_id in parked:
-                continue  # still parked: the overdue path above handles it
-            start = current.last_applied + 1 if generation == current.generation else 1
-            report.parks_lost += 1
-            self._escalate(route, entity_id, (generation, start, through), LOST_PARK, report)
-
-    def _escalate(
-        self,
-        route: str,
-        entity_id: str,
-        span: tuple[int, int, int],
-        event_type: str,
-        report: SweepReport,
-        **detail: int,
-    ) -> None:
-        """Record the gap (once), keep its range current, and ask the relay when due."""
-        io = self.io
-        if gaps.open_gap(io.conn, route, entity_id, span, event_type):
-            report.escalated += 1
-            metrics.GAPS_ESCALATED.labels(event_type).inc()
-            log.error(
-                "gap_escalated",
-                route=route,
-                entity=entity_id,
-                generation=span[0],
-                from_seq=span[1],
-                to_seq=span[2],
-                **detail,
-            )
-        gap = gaps.find(io.conn, route, entity_id)
-        if gap is None or gap.status == GapStatus.UNRECOVERABLE:
-            return
-        if (gap.generation, gap.from_seq, gap.to_seq) != span:
-            gaps.move(io.conn, gap, span)
-        if gap.next_attempt_at.timestamp() <= time.time():
-            self._request(route, gap, span, report)
-
-    def _request(
-        self, route: str, gap: gaps.Gap, span: tuple[int, int, int], report: SweepReport
-    ) -> None:
-        io = self.io
-        if gap.attempts >= len(self.delays):
-            self._unrecoverable(gap, f"no repair after {gap.attempts} republish requests", None)
-            report.unrecoverable += 1
-            return
-        request = RepublishRequest(
-            f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}",
-            route,
-            gap.entity_id,
-            span[0],
-            span[1],
-            span[2],
-            f"gap open since {gap.first_seen.isoformat()}",
-        )
-        io.producer.produce(self.settings.republish_requests_topic, encode(request), request.key)
-        gaps.requested(io.conn, gap, self.delays[gap.attempts])
-        metrics.REPUBLISH_REQUESTED.inc()
-        report.requested += 1
-        log.info(
-            "republish_requested",
-            route=route,
-            entity=gap.entity_id,
-            from_seq=span[1],
-            to_seq=span[2],
-            attempt=gap.attempts + 1,
-        )
-
-    def _unrecoverable(self, gap: gaps.Gap, reason: str, missing: list[int] | None) -> None:
-        io = self.io
-        with io.conn.transaction():
-            gaps.resolve(io.conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing)
-            self.steps[gap.route].store.hold(io.conn, gap.entity_id)
-        log.error(
-            "gap_unrecoverable",
-            route=gap.route,
-            entity=gap.entity_id,
-            from_seq=gap.from_seq,
-            to_seq=gap.to_seq,
-            reason=reason,
-        )
-
     # ------------------------------------------------------------------ answers and gauges
 
     def answers(self) -> bool:
-        """Read the relay's answers: seqs it no longer has make their gap unrecoverable.
+        """Read the relay's answers and hand each to the kind whose route takes its stream.
 
         Returns whether any gap changed. A result that cannot be used is counted invalid
         and committed; only an outage leaves it to be read again.
@@ -401,18 +245,10 @@ class Sweeper:
         return changed
 
     def _answer(self, raw: bytes | None) -> bool:
-        """Act on one result; whether its gap changed."""
+        """Act on one result; whether anything changed."""
         result = decode_result(raw)
-        gap = gaps.find(self.io.conn, result.entity_type, result.entity_id)
-        lost = sorted(set(result.missing) | set(result.failed))
-        if (
-            gap is None
-            or gap.status == GapStatus.UNRECOVERABLE
-            or not any(gap.from_seq <= s <= gap.to_seq for s in lost)
-        ):
-            return False
-        self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
-        return True
+        duty = self.duties.get(self._kind_of.get(result.entity_type, ""))
+        return duty is not None and duty.answer(result)
 
     @staticmethod
     def _invalid_result(message: Message, reason: str, detail: str) -> None:
@@ -426,9 +262,6 @@ class Sweeper:
         )
 
     def export_gauges(self) -> None:
-        """Parked events now, the oldest park's age, gaps by status, batches waiting or held."""
-        io = self.io
-        gauges.export_parked(io.lot, list(self.steps))
-        gauges.export_gaps(io.conn)
-        if self.batches.routes:
-            gauges.export_batches(io.conn)
+        """Every kind's gauges (parked events, gaps by status, batches waiting or held)."""
+        for duty in self.duties.values():
+            duty.gauges(every=True)

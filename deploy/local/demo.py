@@ -33,6 +33,7 @@ from rich.table import Table
 
 from consumer import examples, tables
 from consumer.admin.audit import Audit
+from consumer.kinds import KINDS
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from producer import loadgen, migrate
@@ -400,7 +401,7 @@ def _settle(args: argparse.Namespace, console: Console, db: str, group: str) -> 
 def _report(console: Console, db: str, peak: float, lost: str) -> tuple[int, Any]:
     with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
         produced = outbox.execute("SELECT count(*) FROM outbox").fetchone()[0]  # type: ignore[index]
-        audit = Audit(outbox, views).run(parse_routes(ROUTES))
+        audit = Audit(outbox, views, KINDS).run(parse_routes(ROUTES))
     # Alike causes counted together: numbers (generations, ranges) are left out.
     causes = Counter(re.sub(r"\d+", "N", d.cause) for d in audit.divergences if d.cause)
     if causes:

@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 
 from consumer.admin.audit import Audit
+from consumer.kinds import KINDS
 from consumer.routes import parse_routes
 from tests.benchmarks.result import BenchResult
 from tests.support.services import ROOT
@@ -46,7 +47,7 @@ def run() -> list[BenchResult]:
             routes = parse_routes(Path(ROOT, ".stack", "demo", "routes.toml").read_text())
             with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
                 started = time.perf_counter()
-                report = Audit(outbox, views).run(routes)
+                report = Audit(outbox, views, KINDS).run(routes)
                 audit_s = time.perf_counter() - started
         finally:
             threading.Thread(target=_demo, args=("down",)).run()

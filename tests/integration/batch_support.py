@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from consumer import tables
-from consumer.admin.batches import BatchAdmin
+from consumer.kinds.batches import BatchRoute
+from consumer.kinds.batches.commands import BatchAdmin
 from consumer.kinds.batches.runner import BatchRunner
-from consumer.routes import BatchRoute, parse_routes
+from consumer.routes import parse_routes
 from consumer.settings import ConsumerSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper, SweepReport
 from producer import migrate
@@ -199,4 +200,4 @@ def sweep_once(b: BatchSetup) -> SweepReport:
         sweeper.io.producer.flush(10)
         sweeper.io.results.close()
         sweeper.io.conn.close()
-        sweeper.io.lot.client.close()
+        sweeper.io.redis.close()

@@ -419,7 +419,7 @@ def test_sweeper_abandons_pending_positions_past_the_deadline(batch: bs.BatchSet
         batch.send([bs.result(batch_id, p) for p in (1, 2, 3)])
         wait_until(lambda: sum(s == "done" for s in bs.states(batch.db, batch_id).values()) == 3)
     time.sleep(1.2)
-    assert bs.sweep_once(batch).batches_expired == 1
+    assert bs.sweep_once(batch)["batches_expired"] == 1
     [output] = bs.outputs(batch.db, batch_id)
     assert (output["complete"], output["missing_positions"]) == (False, [4, 5])
     assert "deadline passed" in output["reason"]

@@ -11,7 +11,7 @@ import pytest
 from consumer import tables
 from consumer.kinds import KINDS
 from consumer.kinds.batches.decisions import Action, BatchStatus, ItemState, OnIncomplete
-from consumer.sweeper.gaps import GapStatus
+from consumer.kinds.steps.gaps import GapStatus
 from schemas.runtime import migrate
 from tests.conftest import PgSchema
 from tests.support.services import ROOT

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from consumer import metrics
 from consumer.kinds.steps.plan import Progress
-from consumer.kinds.steps.store import NEEDS_REVIEW_COUNT
+from consumer.kinds.steps import gauges as step_gauges
 from producer import migrate
 from schemas import encode
 from tests.conftest import PgSchema
@@ -331,7 +331,7 @@ def test_review_gauge_moves_at_the_next_poll_after_a_stop(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     """An entity stopped by a failing step shows in steps_needs_review at the next refresh."""
-    gauges = metrics.Gauges(reviews=NEEDS_REVIEW_COUNT)
+    gauges = metrics.Gauges(tables=[step_gauges.refresh])
     run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_at_13"))
     with steps_db.connect(autocommit=True) as conn:
         gauges.refresh(None, conn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.admin.audit import _step_cause
+from consumer.kinds.steps.inspect import step_cause
 
 
 @pytest.mark.parametrize(
@@ -45,4 +45,4 @@ def test_each_known_state_explains_a_missing_step(
     cause: str | None,
 ) -> None:
     """Each state that accounts for a missing step is named; anything else is unexplained."""
-    assert _step_cause(state, generation, seq, unpublished, failure) == cause
+    assert step_cause(state, generation, seq, unpublished, failure) == cause

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from consumer.kinds.steps.gaps import Gap, healed, missing_range
 from consumer.kinds.steps.plan import Progress
-from consumer.sweeper.gaps import Gap, healed, missing_range
 from schemas import Event
 
 

@@ -6,9 +6,8 @@ from itertools import permutations
 from typing import Any
 
 from consumer.deadletter import DeadLetter, letter
-from consumer.kinds.projection import field_value, newest_per_entity, record
+from consumer.kinds.projection import ProjectionRoute, field_value, newest_per_entity, record
 from consumer.poll import next_offsets
-from consumer.routes import ProjectionRoute
 from schemas import Event, headers
 
 

@@ -7,9 +7,11 @@ from confluent_kafka import Message
 
 from consumer.deadletter import UNKNOWN_STREAM
 from consumer.errors import RoutesError
-from consumer.kinds.projection import ProjectionApplier
+from consumer.kinds.batches import BatchRoute
+from consumer.kinds.projection import ProjectionApplier, ProjectionRoute
+from consumer.kinds.steps import Handler, StepRoute
 from consumer.poll import Routing, prepare
-from consumer.routes import BatchRoute, Handler, ProjectionRoute, StepRoute, parse_routes
+from consumer.routes import parse_routes
 from schemas import Event, encode
 
 VALID = """

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from consumer.kinds.steps import Handler
 from consumer.kinds.steps.plan import calls
 from consumer.kinds.steps.route import Entry
-from consumer.routes import Handler
 from schemas import Event
 
 

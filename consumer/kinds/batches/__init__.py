@@ -2,15 +2,28 @@
 
 Following one poll batch down: ``route`` (settings), ``runner`` (the route's applier,
 and the sweeper's and operator's entry points), ``decisions`` (pure verdicts and
-branches, the statuses as enums), ``store`` (every statement).
+branches, the statuses as enums), ``store`` (every statement). Beside the loop:
+``duties`` (expiry, run by the sweeper), ``inspect`` (explain), ``commands``
+(``inorder-admin batches``).
 """
 
 from consumer.kinds._base import Kind
+from consumer.kinds.batches import commands, duties
+from consumer.kinds.batches.inspect import BatchInspector
 from consumer.kinds.batches.route import BatchRoute, parse
 from consumer.kinds.batches.runner import BatchApplier
 from schemas import outbox
 
 # Assembled output and re-dispatched work leave through the consumer's own outbox.
-KIND = Kind("batch", parse, BatchApplier, migrations=(outbox.MIGRATIONS,), settings=(BatchRoute,))
+KIND = Kind(
+    "batch",
+    parse,
+    BatchApplier,
+    migrations=(outbox.MIGRATIONS,),
+    settings=(BatchRoute,),
+    duties=duties.duties,
+    inspector=BatchInspector(),
+    commands=commands.COMMANDS,
+)
 
 __all__ = ["KIND", "BatchApplier", "BatchRoute"]

@@ -3,13 +3,27 @@
 Following one poll batch down: ``route`` (settings, handlers imported), ``runner``
 (the route's applier), ``apply`` (transactions, retries, external calls), ``plan``
 (the pure decisions), ``store`` (every statement), ``parking`` (the Redis keys and
-scripts), ``connection`` (one Redis or a Redis Cluster, and whether it keeps parks).
+scripts), ``transaction`` (pipelined commits). Beside the loop: ``duties`` (what the
+sweeper repairs: ``gaps``), ``inspect`` (explain and audit), ``commands`` (gaps,
+parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 """
 
 from consumer.kinds._base import Kind
+from consumer.kinds.steps import commands, duties, gauges
+from consumer.kinds.steps.inspect import StepInspector
 from consumer.kinds.steps.route import Handler, StepRoute, parse
 from consumer.kinds.steps.runner import StepApplier
 
-KIND = Kind("step", parse, StepApplier, needs_redis=True, settings=(StepRoute, Handler))
+KIND = Kind(
+    "step",
+    parse,
+    StepApplier,
+    needs_redis=True,
+    settings=(StepRoute, Handler),
+    duties=duties.duties,
+    inspector=StepInspector(),
+    commands=commands.COMMANDS,
+    gauges=gauges.refresh,
+)
 
 __all__ = ["KIND", "Handler", "StepApplier", "StepRoute"]

@@ -396,4 +396,3 @@ NEEDS_REVIEW = (
     "stopped_at_seq AS stopped_at, stop_reason AS reason "
     "FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL ORDER BY updated_at"
 )
-NEEDS_REVIEW_COUNT = "SELECT count(*) FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL"

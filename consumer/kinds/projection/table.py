@@ -1,4 +1,4 @@
-"""The ``projection`` kind: last writer wins, the newest event of each entity, one upsert per batch.
+"""A projection route and its table: last writer wins, the newest event of each entity, one upsert.
 
 The upsert writes a row only when its ``(generation, seq)`` is newer than the stored
 one, so stale and duplicate events change nothing, whatever order they arrive in.
@@ -27,7 +27,7 @@ from psycopg import sql
 
 from consumer.deadletter import PROJECTION_REJECTED
 from consumer.errors import RoutesError
-from consumer.kinds._base import Conn, Kind, Links, OneStream, Outcome, Refusal
+from consumer.kinds._base import Conn, Links, OneStream, Outcome, Refusal
 from consumer.kinds._spec import Spec, default, names, setting
 from schemas import Event
 from schemas.runtime.logs import first_line
@@ -362,6 +362,3 @@ class ProjectionApplier:
                 pass  # some event does not fit the table: find which, one by one
         with conn.transaction():
             return apply(conn, self._table, events)
-
-
-KIND = Kind("projection", parse, ProjectionApplier, settings=(ProjectionRoute,))

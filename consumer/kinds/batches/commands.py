@@ -6,12 +6,15 @@ is decided again at once, under its lock, with the consumer's own code.
 
 from __future__ import annotations
 
+import argparse
+import getpass
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
 from consumer.errors import BatchAdminError
+from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.batches.decisions import Action, BatchStatus, Item, ItemState
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner, BatchTally
@@ -172,3 +175,60 @@ def _item_row(item: Item) -> dict[str, Any]:
         "finished_at": item.finished_at,
         "error": item.error,
     }
+
+
+def add(sub: Any) -> None:
+    """``batches list|show|decide|confirm-retry`` in inorder-admin's command line."""
+    b = sub.add_parser("batches", help="batch manifests and decisions").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    listing = b.add_parser("list", help="batches with their counts by state")
+    listing.add_argument("--status", choices=list(BatchStatus), help="only batches in this status")
+    listing.add_argument("--limit", type=int, default=50, help="most rows (default 50)")
+    show = b.add_parser("show", help="a manifest, position by position")
+    decide = b.add_parser(
+        "decide",
+        help="release a held batch: assemble it now, marked incomplete, missing positions listed",
+    )
+    retry = b.add_parser(
+        "confirm-retry",
+        help="a position that failed, was abandoned or needs review: without --applied the "
+        "earlier write did not take effect, so dispatch it again (the batch's wait restarts)",
+    )
+    retry.add_argument(
+        "--applied",
+        metavar="RESULT_REF",
+        help="the earlier write did take effect, with this result: the position is done",
+    )
+    for cmd in (listing, show, decide, retry):
+        cmd.add_argument("--route", help="the batch route's stream (needed when there are several)")
+    for cmd in (show, decide, retry):
+        cmd.add_argument("batch_id", metavar="BATCH", help="the batch's id")
+    retry.add_argument("position", type=int, metavar="POSITION", help="the position, from 1")
+    for cmd in (decide, retry):
+        cmd.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+        cmd.add_argument("--reason", required=True, help="why (required, not empty)")
+
+
+def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[BatchRoute]) -> None:
+    """Run one parsed ``batches`` command."""
+    batches = BatchAdmin(BatchRunner(routes), tools.conn, tools.show)
+    match args.action:
+        case "list":
+            batches.listing(args.route, args.status, args.limit)
+        case "show":
+            batches.manifest(args.route, args.batch_id)
+        case "decide":
+            batches.decide(args.route, args.batch_id, args.by, args.reason)
+        case "confirm-retry":
+            batches.confirm_retry(
+                args.route,
+                args.batch_id,
+                args.position,
+                applied_ref=args.applied,
+                by=args.by,
+                reason=args.reason,
+            )
+
+
+COMMANDS = Commands(("batches",), add, run)

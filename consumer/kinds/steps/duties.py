@@ -1,0 +1,238 @@
+"""What the active sweeper does for step routes: heal, detect, escalate and repair gaps.
+
+Each sweep reads only the overdue part of each route's park index, so its cost follows
+the number of overdue gaps, not of parked entities. A gap is recorded once, asked of the
+relay with backoff, and made unrecoverable (the entity held) when the relay no longer
+has its seqs or the attempts run out.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+import structlog
+
+from consumer import metrics
+from consumer.kinds._base import Links
+from consumer.kinds._plugin import SweepReport, Tools
+from consumer.kinds.steps import gaps
+from consumer.kinds.steps.gaps import GapStatus
+from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.route import StepRoute
+from consumer.kinds.steps.runner import StepApplier
+from schemas import DecodeError, decode
+from schemas.republish import RepublishRequest, RepublishResult, backoff_delays, encode
+
+log = structlog.get_logger(__name__)
+# The event type recorded for a gap found by its lost parks (no parked event to name it).
+LOST_PARK = "lost_park"
+
+
+class StepDuties:
+    """The step routes' gap repair, run by the sweeper holding the lease."""
+
+    def __init__(self, routes: Sequence[StepRoute], tools: Tools) -> None:
+        self.tools = tools
+        settings = tools.settings
+        self.delays = backoff_delays(
+            settings.republish_backoff_base_s,
+            settings.republish_backoff_max_s,
+            settings.republish_max_attempts,
+        )
+        self.lot = ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)
+        # Each step route started as the consumer starts it, to drain what became due.
+        self.steps = {r.stream: StepApplier(r) for r in routes}
+        links = Links(tools.conn, tools.redis, settings.redis_key_prefix, settings.park_buckets)
+        for applier in self.steps.values():
+            applier.connect(links)
+
+    # ------------------------------------------------------------------ sweeping
+
+    def sweep(self, report: SweepReport) -> None:
+        """One pass over every step route: heal, detect, escalate, request."""
+        for route in self.steps:
+            # Parks an older consumer wrote during a rolling upgrade.
+            self.lot.adopt_legacy(route)
+            self._heal(route, report)
+            self._overdue(route, report)
+            self._parks_lost(route, report)
+
+    def _heal(self, route: str, report: SweepReport) -> None:
+        conn = self.tools.conn
+        open_gaps = [g for g in gaps.unresolved(conn, route) if g.status != GapStatus.UNRECOVERABLE]
+        progress = self.steps[route].store.read(conn, [g.entity_id for g in open_gaps])
+        for gap in open_gaps:
+            now = progress.get(gap.entity_id)
+            if now is not None and gaps.healed(gap, now):
+                gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
+                seconds = time.time() - gap.first_seen.timestamp()
+                metrics.GAP_HEAL_TIME.observe(seconds)
+                report["healed"] += 1
+                log.info("gap_healed", route=route, entity=gap.entity_id, seconds=round(seconds, 3))
+
+    def _overdue(self, route: str, report: SweepReport) -> None:
+        settings = self.tools.settings
+        cutoff = time.time() - settings.gap_deadline_s
+        entities = self.lot.parked_before(route, cutoff, settings.max_overdue_per_sweep)
+        report["overdue"] += len(entities)
+        if not entities:
+            return
+        firsts = self.lot.fetch(route, entities, 1)
+        empty = [e for e in entities if e not in firsts]
+        if empty:  # index entries left behind by a crash between index and park
+            self.lot.unindex_empty(route, empty)
+        progress = self.steps[route].store.read(self.tools.conn, list(firsts))
+        for entity_id, members in firsts.items():
+            self._entity(route, entity_id, members[0], progress, report)
+
+    def _entity(
+        self,
+        route: str,
+        entity_id: str,
+        member: bytes,
+        progress: dict[str, Progress],
+        report: SweepReport,
+    ) -> None:
+        try:
+            first = decode(member)
+        except DecodeError:
+            return
+        current = progress.get(entity_id, Progress(first.generation, 0))
+        span = gaps.missing_range(current, first)
+        if span is None:  # the next seq is parked: a drain was missed, do it now
+            self.steps[route].drain(self.tools.conn, [entity_id]).count(route)
+            return
+        self._escalate(route, entity_id, span, first.event_type, report, parked_from=first.seq)
+
+    def _parks_lost(self, route: str, report: SweepReport) -> None:
+        """Entities whose parks are ahead of progress, quiet past the deadline, nothing parked.
+
+        Their parks were lost (a Redis crash dropped its last writes): the missing range
+        runs to the newest version they parked, and is asked of the relay like any gap.
+        """
+        settings = self.tools.settings
+        ahead = self.steps[route].store.parked_ahead(
+            self.tools.conn, settings.gap_deadline_s, settings.max_overdue_per_sweep
+        )
+        if not ahead:
+            return
+        parked = set(self.lot.indexed(route, [entity for entity, _, _ in ahead]))
+        for entity_id, current, (generation, through) in ahead:
+            if entity_id in parked:
+                continue  # still parked: the overdue path above handles it
+            start = current.last_applied + 1 if generation == current.generation else 1
+            report["parks_lost"] += 1
+            self._escalate(route, entity_id, (generation, start, through), LOST_PARK, report)
+
+    def _escalate(
+        self,
+        route: str,
+        entity_id: str,
+        span: tuple[int, int, int],
+        event_type: str,
+        report: SweepReport,
+        **detail: int,
+    ) -> None:
+        """Record the gap (once), keep its range current, and ask the relay when due."""
+        conn = self.tools.conn
+        if gaps.open_gap(conn, route, entity_id, span, event_type):
+            report["escalated"] += 1
+            metrics.GAPS_ESCALATED.labels(event_type).inc()
+            log.error(
+                "gap_escalated",
+                route=route,
+                entity=entity_id,
+                generation=span[0],
+                from_seq=span[1],
+                to_seq=span[2],
+                **detail,
+            )
+        gap = gaps.find(conn, route, entity_id)
+        if gap is None or gap.status == GapStatus.UNRECOVERABLE:
+            return
+        if (gap.generation, gap.from_seq, gap.to_seq) != span:
+            gaps.move(conn, gap, span)
+        if gap.next_attempt_at.timestamp() <= time.time():
+            self._request(route, gap, span, report)
+
+    def _request(
+        self, route: str, gap: gaps.Gap, span: tuple[int, int, int], report: SweepReport
+    ) -> None:
+        if gap.attempts >= len(self.delays):
+            self._unrecoverable(gap, f"no repair after {gap.attempts} republish requests", None)
+            report["unrecoverable"] += 1
+            return
+        request = RepublishRequest(
+            f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}",
+            route,
+            gap.entity_id,
+            span[0],
+            span[1],
+            span[2],
+            f"gap open since {gap.first_seen.isoformat()}",
+        )
+        topic = self.tools.settings.republish_requests_topic
+        self.tools.producer.produce(topic, encode(request), request.key)
+        gaps.requested(self.tools.conn, gap, self.delays[gap.attempts])
+        metrics.REPUBLISH_REQUESTED.inc()
+        report["requested"] += 1
+        log.info(
+            "republish_requested",
+            route=route,
+            entity=gap.entity_id,
+            from_seq=span[1],
+            to_seq=span[2],
+            attempt=gap.attempts + 1,
+        )
+
+    def _unrecoverable(self, gap: gaps.Gap, reason: str, missing: list[int] | None) -> None:
+        conn = self.tools.conn
+        with conn.transaction():
+            gaps.resolve(conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing)
+            self.steps[gap.route].store.hold(conn, gap.entity_id)
+        log.error(
+            "gap_unrecoverable",
+            route=gap.route,
+            entity=gap.entity_id,
+            from_seq=gap.from_seq,
+            to_seq=gap.to_seq,
+            reason=reason,
+        )
+
+    # ------------------------------------------------------------------ answers and gauges
+
+    def answer(self, result: RepublishResult) -> bool:
+        """Seqs the relay no longer has make their gap unrecoverable; whether one did."""
+        gap = gaps.find(self.tools.conn, result.entity_type, result.entity_id)
+        lost = sorted(set(result.missing) | set(result.failed))
+        if (
+            gap is None
+            or gap.status == GapStatus.UNRECOVERABLE
+            or not any(gap.from_seq <= s <= gap.to_seq for s in lost)
+        ):
+            return False
+        self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
+        return True
+
+    def gauges(self, *, every: bool) -> None:
+        """Gaps by status; with ``every``, also parked events now and the oldest park's age."""
+        counts = gaps.status_counts(self.tools.conn)
+        for status in GapStatus:
+            metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
+        if not every:
+            return
+        total, oldest = 0, None
+        for stream in self.steps:
+            for _, size, since in self.lot.sizes(stream):
+                total += size
+                oldest = since if oldest is None else min(oldest, since)
+        metrics.PARKED_CURRENT.set(total)
+        metrics.PARKED_OLDEST_AGE.set(time.time() - oldest if oldest else 0)
+
+
+def duties(routes: Sequence[StepRoute], tools: Tools) -> StepDuties:
+    """The step kind's duties over its routes."""
+    return StepDuties(routes, tools)
