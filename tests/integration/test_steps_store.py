@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from consumer import metrics
-from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps import gauges as step_gauges
+from consumer.kinds.steps.plan import Progress
 from producer import migrate
 from schemas import encode
 from tests.conftest import PgSchema

@@ -1,4 +1,4 @@
-"""Outside ``consumer/kinds/`` nothing names a kind: no import of its modules, no test of its type."""
+"""Outside ``consumer/kinds/`` nothing names a kind: no import of its modules, no type test."""
 
 from __future__ import annotations
 
