@@ -11,11 +11,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 import psycopg
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from psycopg.types.json import set_json_loads
 
 from consumer import deadletter, metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
@@ -23,7 +21,7 @@ from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route, apply_gu
 from consumer.offsets import Offsets, commit
 from consumer.poll import Prepared, Routing, next_offsets, prepare, take
 from consumer.settings import ConsumerSettings
-from schemas.runtime import kafka_clients
+from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
 from schemas.runtime.redis_client import RedisClient, durability_problem
@@ -96,9 +94,7 @@ class ConsumerService:
             self._routes_connected = True
 
     def _connect_postgres(self) -> None:
-        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
-        set_json_loads(orjson.loads, conn)
-        self._conn = conn
+        self._conn = postgres.connect(self.settings.database_url, "inorder-consumer")
         self.health.cleared("postgres")
 
     def _connect_redis(self) -> None:

@@ -19,6 +19,7 @@ import structlog
 from outbox_relay import metrics, store
 from outbox_relay.frontier import Cursor
 from outbox_relay.settings import RelaySettings
+from schemas.runtime import postgres
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +72,7 @@ class Housekeeper:
     def _db(self) -> psycopg.Connection[Any]:
         if self._conn is None:
             url = self.settings.database_url.get_secret_value()
-            self._conn = psycopg.connect(url, autocommit=True)
+            self._conn = postgres.connect(url, "inorder-relay")
         return self._conn
 
     def _close(self) -> None:

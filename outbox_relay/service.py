@@ -28,6 +28,7 @@ from outbox_relay.settings import RelaySettings
 from schemas import PayloadSchemas
 from schemas.limits import safe_text
 from schemas.republish import decode_request
+from schemas.runtime import postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import Outages, dependency, waited_out
 from schemas.runtime.payloads import registry_of
@@ -254,7 +255,7 @@ class Relay:
             self._conn = conn
             self._next_share = 0.0  # leases may have lapsed while away: look again now
             if self.listen:
-                self._listener = psycopg.connect(url, autocommit=True)
+                self._listener = postgres.connect(url, "inorder-relay")
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
             self.health.cleared("postgres")
             log.info("postgres_connected", listen=self.listen, relay_id=self.relay_id)

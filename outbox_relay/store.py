@@ -11,14 +11,13 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-import orjson
 import psycopg
-from psycopg.types.json import set_json_loads
 
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
 from outbox_relay.rows import COLUMNS, FIELDS, ID, SLICE, TRANSACTION, XID, OutboxRow, Row
 from outbox_relay.weighing import CUT, Bounds, weighed
+from schemas.runtime import postgres
 
 Conn = psycopg.Connection[Any]
 
@@ -96,8 +95,7 @@ def connect(url: str, *, reading: bool = False) -> Conn:
     off here too. Both are set by statements, not start-up options, which poolers may
     refuse.
     """
-    conn = psycopg.connect(url, autocommit=True)
-    set_json_loads(orjson.loads, conn)
+    conn = postgres.connect(url, "inorder-relay")
     if reading:
         try:
             conn.execute("SET enable_sort TO off")

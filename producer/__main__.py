@@ -15,7 +15,7 @@ from producer import loadgen, migrate
 from producer.settings import ProducerSettings
 from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas.batches import BatchItem, BatchTopics, create_batch
-from schemas.runtime import logs
+from schemas.runtime import logs, postgres
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.usage import program_version, settings_block
 
@@ -73,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
-    with psycopg.connect(conninfo) as conn:
+    with postgres.connect(conninfo, PROGRAM, autocommit=False) as conn:
         for n in range(args.count):
             items = [BatchItem(f"item-{i:04d}", {"n": i}) for i in range(1, args.items + 1)]
             with conn.transaction():
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     conninfo = settings.database_url.get_secret_value()
     sets = (migrate.OUTBOX, migrate.EXAMPLE)
     try:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with postgres.connect(conninfo, PROGRAM) as conn:
             migrate.apply(
                 conn,
                 sets if args.command == "loadgen" or getattr(args, "example", False) else sets[:1],

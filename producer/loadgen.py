@@ -24,6 +24,7 @@ import structlog
 
 from producer import subscriptions as subs
 from producer.errors import EntityExistsError
+from schemas.runtime import postgres
 from schemas.runtime.backoff import Backoff
 from schemas.runtime.logs import first_line
 
@@ -184,7 +185,7 @@ class _Writers:
     def _connect(self, backoff: Backoff) -> psycopg.Connection[Any]:
         while True:
             try:
-                return psycopg.connect(self.conninfo)
+                return postgres.connect(self.conninfo, "inorder-loadgen", autocommit=False)
             except psycopg.OperationalError as exc:
                 self._retry_later(backoff, None, exc)
 

@@ -24,7 +24,7 @@ from schemas import DEFAULT_TOPICS, DecodeError, PayloadError, decode, default_p
 from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
 from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
-from schemas.runtime import kafka_clients
+from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import KafkaClientSettings, LoggingSettings, PostgresUrl
 from schemas.runtime.logs import first_line
@@ -132,7 +132,9 @@ class Worker:
         consumer = kafka_clients.consumer(self.settings, "inorder-worker", self.settings.group_id)
         consumer.subscribe([self.settings.work_topic])
         try:
-            with psycopg.connect(self.settings.database_url.get_secret_value()) as conn:
+            with postgres.connect(
+                self.settings.database_url, "inorder-worker", autocommit=False
+            ) as conn:
                 while not self._stopping:
                     messages = [m for m in consumer.consume(100, 0.2) if m.error() is None]
                     if messages:

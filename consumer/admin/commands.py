@@ -16,10 +16,8 @@ from dataclasses import asdict
 from functools import cached_property
 from typing import Any
 
-import orjson
 import psycopg
 from confluent_kafka import Producer
-from psycopg.types.json import set_json_loads
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -29,7 +27,7 @@ from consumer.errors import AdminError
 from consumer.kinds import KINDS, Kind, Route
 from consumer.settings import SweeperSettings
 from schemas.republish import RepublishRequest, encode
-from schemas.runtime import kafka_clients
+from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
 
@@ -57,8 +55,7 @@ class Admin:
     @cached_property
     def conn(self) -> psycopg.Connection[Any]:
         """The consumer's database (autocommit; commands open their own transactions)."""
-        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
-        set_json_loads(orjson.loads, conn)
+        conn = postgres.connect(self.settings.database_url, "inorder-admin")
         self._opened.append(conn)
         return conn
 
@@ -127,7 +124,7 @@ class Admin:
         """One entity's whole story: outbox, applied, parked, held, stopped, gaps, audit."""
         route, entity_id = self.routed(ref)
         source = self.settings.outbox_database_url or self.settings.database_url
-        with psycopg.connect(source.get_secret_value(), autocommit=True) as outbox:
+        with postgres.connect(source, "inorder-admin") as outbox:
             try:
                 story = explain.gather(route, entity_id, outbox, self, self.kinds)
             except psycopg.errors.UndefinedTable as exc:
@@ -163,7 +160,7 @@ class Admin:
         source = self.settings.outbox_database_url or self.settings.database_url
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with (
-            psycopg.connect(source.get_secret_value()) as outbox,
+            postgres.connect(source, "inorder-admin", autocommit=False) as outbox,
             Progress(*columns, console=self.console, disable=self.as_json) as progress,
         ):
             audit = Audit(outbox, self.conn, self.kinds, lambda: progress.advance(task))

@@ -14,11 +14,9 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
 import psycopg
 import structlog
 from confluent_kafka import Consumer, Message, Producer
-from psycopg.types.json import set_json_loads
 
 from consumer import metrics, tables
 from consumer.kinds import KINDS, Duties, Kind, Route, SweepReport
@@ -26,7 +24,7 @@ from consumer.settings import SweeperSettings
 from consumer.sweeper.lease import Lease
 from schemas.limits import safe_text
 from schemas.republish import decode_result
-from schemas.runtime import kafka_clients
+from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, Outages, waited_out
 from schemas.runtime.redelivery import handle_each
@@ -84,9 +82,8 @@ class Sweeper:
 
     def connect(self) -> None:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
-        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
+        conn = postgres.connect(self.settings.database_url, "inorder-sweeper")
         try:
-            set_json_loads(orjson.loads, conn)
             tables.migrate(conn, self._migrations)
         except BaseException:
             conn.close()
@@ -195,8 +192,7 @@ class Sweeper:
         self._reading_results = active
 
     def _reconnect_postgres(self) -> None:
-        conn = psycopg.connect(self.settings.database_url.get_secret_value(), autocommit=True)
-        set_json_loads(orjson.loads, conn)
+        conn = postgres.connect(self.settings.database_url, "inorder-sweeper")
         self._links = replace(self.io, conn=conn)
         log.info("postgres_reconnected")
 

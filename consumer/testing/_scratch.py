@@ -10,7 +10,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from schemas.runtime import postgres
 from schemas.runtime.redis_client import RedisClient
+
+PROGRAM = "inorder-testing"
 
 
 @contextmanager
@@ -19,15 +22,13 @@ def scratch(
 ) -> Iterator[tuple[psycopg.Connection[Any], str]]:
     """A connection to a new schema, and a Redis key prefix, both removed afterwards."""
     name = f"inorder_scratch_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
+    with postgres.connect(database_url, PROGRAM) as admin:
         admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     try:
-        with psycopg.connect(
-            database_url, autocommit=True, options=f"-c search_path={name}"
-        ) as conn:
+        with postgres.connect(database_url, PROGRAM, options=f"-c search_path={name}") as conn:
             yield conn, name
     finally:
-        with psycopg.connect(database_url, autocommit=True) as admin:
+        with postgres.connect(database_url, PROGRAM) as admin:
             admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
         if client is not None:
             keys = list(client.scan_iter(match=f"{name}:*", count=1000))

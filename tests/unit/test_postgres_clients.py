@@ -1,0 +1,71 @@
+"""Every PostgreSQL connection the programs open comes from one factory, named and bounded."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from schemas.runtime import postgres
+from tests.support.services import ROOT
+
+PACKAGES = ("schemas", "producer", "outbox_relay", "consumer")
+FACTORY = ROOT / "schemas" / "runtime" / "postgres.py"
+
+
+def test_a_plain_url_gets_the_name_the_timeout_and_keepalives() -> None:
+    """Nothing in the URL: the program's name and every default are added."""
+    added = postgres.parameters("postgresql://u@db:5432/app", "inorder-relay")
+    assert added == {**postgres.DEFAULTS, "application_name": "inorder-relay"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@db/app?application_name=billing&connect_timeout=3&keepalives_idle=5",
+        "host=db dbname=app application_name=billing connect_timeout=3 keepalives_idle=5",
+    ],
+)
+def test_what_the_url_sets_wins(url: str) -> None:
+    """A value the operator put in the URL, in either form, is never overridden."""
+    added = postgres.parameters(url, "inorder-consumer")
+    assert not {"application_name", "connect_timeout", "keepalives_idle"} & set(added)
+    assert added["keepalives"] == "1"
+
+
+def test_libpq_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PGAPPNAME and PGCONNECT_TIMEOUT, libpq's own, are left to libpq."""
+    monkeypatch.setenv("PGAPPNAME", "ops")
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "2")
+    added = postgres.parameters("postgresql://db/app", "inorder-sweeper")
+    assert "application_name" not in added
+    assert "connect_timeout" not in added
+
+
+def test_a_url_libpq_cannot_read_adds_nothing() -> None:
+    """An unreadable URL is left whole for the connection to report, never rewritten."""
+    assert postgres.parameters("host=db port", "inorder-admin") == {}
+
+
+def _connects(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = getattr(node.func.value, "id", None)
+            if node.func.attr == "connect" and owner in {"psycopg", "AsyncConnection"}:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_program_opens_postgresql_by_hand() -> None:
+    """Connections are opened only by the factory, so each is named and bounded."""
+    by_hand = [
+        where
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != FACTORY
+        for where in _connects(path)
+    ]
+    assert by_hand == []
+    assert _connects(FACTORY), "the factory itself connects"
