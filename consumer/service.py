@@ -1,7 +1,8 @@
-"""The consumer's main loop: poll a batch, apply it, dead-letter what cannot be used, commit.
+"""The consumer's main loop: poll a batch, apply each route's share, settle, commit.
 
-Commit order per batch: PostgreSQL, then the dead letters, then the Kafka offsets.
-When a dependency fails the batch is kept, the assignment paused, and the batch
+Commit order per batch: PostgreSQL (each route's apply), then ``settle`` (dead letters
+and held copies, counts, the offsets now done), then the Kafka offsets. When a
+dependency fails the batch is kept, the assignment paused (``pausing``), and the batch
 retried with backoff; nothing is skipped and no offset passes unapplied work.
 """
 
@@ -15,12 +16,14 @@ import psycopg
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from consumer import deadletter, metrics, tables
+from consumer import metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
-from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route, apply_guarded
+from consumer.kinds import KINDS, Kind, Links, Route, apply_guarded
 from consumer.offsets import Offsets, commit
-from consumer.poll import Prepared, Routing, next_offsets, prepare, take
+from consumer.pausing import Pausing
+from consumer.poll import Prepared, Routing, prepare, take
 from consumer.settings import ConsumerSettings
+from consumer.settle import settle
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
@@ -61,8 +64,9 @@ class ConsumerService:
         self._gauges = metrics.Gauges(
             tables=[k.gauges for k in self.routing.kinds if k.gauges is not None]
         )
-        self._outages = Outages("consumption", health, lambda: self._stopping)
-        self._paused = False
+        self._pausing = Pausing(
+            self._offsets, Outages("consumption", health, lambda: self._stopping)
+        )
         self._probe_at = 0.0
         self._next_commit = 0.0
 
@@ -160,6 +164,7 @@ class ConsumerService:
                 "on_commit": self._offsets.failed,
             },
         )
+        self._pausing.consumer = self._consumer
         self._consumer.subscribe(
             self.settings.topics,
             on_assign=self._on_assign,
@@ -187,8 +192,7 @@ class ConsumerService:
         log.info("partitions_assigned", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
         self._offsets.assigned(partitions)
         consumer.incremental_assign(partitions)
-        if self._paused:  # a batch is waiting on a dependency: new partitions wait too
-            consumer.pause(partitions)
+        self._pausing.assigned(consumer, partitions)  # a batch waiting on an outage: they wait
         self._ready_if_assigned()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -224,7 +228,7 @@ class ConsumerService:
                     self.connect()
                     self._start_kafka()
                 except DOWN as exc:
-                    self._outages.wait(exc)
+                    self._pausing.outages.wait(exc)
             while not self._stopping:
                 self._poll_once()
         finally:
@@ -257,7 +261,7 @@ class ConsumerService:
     def _commit_offsets(self, *, idle: bool) -> None:
         """Hand the done offsets to Kafka, at most every commit interval or once idle.
 
-        A pause on an outage counts as idle too (see ``_pause``).
+        A pause on an outage counts as idle too (see ``Pausing.pause``).
 
         Every commit is a write to the group's offsets topic; under a steady stream one
         per batch was most of the broker's requests. The effects are committed already,
@@ -284,18 +288,18 @@ class ConsumerService:
             except Exception as exc:
                 if not waited_out(exc):  # an input's own error was refused by the barrier
                     raise
-                self._pause()
+                self._pausing.pause()
                 self._wait_out(exc)
                 if self._stopping:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return
                 messages = [m for m in messages if self._offsets.ours(m)]
                 prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
-        self._resume()
+        self._pausing.resume()
         metrics.BATCH_DURATION.observe(time.perf_counter() - started)
 
     def _commit_batch(self, prepared: Prepared) -> None:
-        """Every route's share, then dead letters and held copies, then the offsets."""
+        """Every route's share, then ``settle`` (letters, counts), then the offsets are done."""
         if self._conn is None:
             self._connect_postgres()
         if self._conn is None or self._producer is None:
@@ -304,35 +308,8 @@ class ConsumerService:
             (applier, apply_guarded(applier, self._conn, events, prepared.raw))
             for applier, events in prepared.shares
         ]
-        refused = prepared.dead + prepared.letters([r for _, o in outcomes for r in o.refused])
-        held = prepared.letters([h for _, o in outcomes for h in o.held])
-        limit = self.settings.dead_letter_max_value_bytes
-        deadletter.send(self._producer, self.settings.dead_letter_topic, refused, limit)
-        deadletter.send(self._producer, self.settings.held_topic, held, limit)
-        deadletter.record(self._conn, refused)
-        self._count(prepared, outcomes)
-        for dead in refused:
-            log.warning(
-                "event_dead_lettered",
-                reason=dead.reason,
-                detail=dead.detail[:200],
-                topic=dead.message.topic(),
-                partition=dead.message.partition(),
-                offset=dead.message.offset(),
-            )
-        self._offsets.done(next_offsets(prepared.messages))  # committed by _commit_offsets
-
-    @staticmethod
-    def _count(prepared: Prepared, outcomes: list[tuple[Applier, Outcome]]) -> None:
-        now = time.time()
-        for applier, outcome in outcomes:
-            outcome.count(applier.route.stream)
-            # Latency per entity: how late its state shows its newest event of this batch
-            # (drained events arrived in an earlier batch and have no message here).
-            newest = {e.entity_id: e for e in outcome.applied if e.event_id in prepared.by_event}
-            for event in newest.values():
-                sent_at = prepared.by_event[event.event_id].timestamp()[1] / 1000
-                metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
+        done = settle(self._conn, self._producer, self.settings, prepared, outcomes)
+        self._offsets.done(done)  # committed by _commit_offsets
 
     # ------------------------------------------------------------------ dependencies
 
@@ -348,56 +325,16 @@ class ConsumerService:
                     self._redis.ping()
                 break
             except (psycopg.OperationalError, *REDIS_DOWN) as exc:
-                self._pause()
+                self._pausing.pause()
                 self._wait_out(exc)
-        self._resume()
+        self._pausing.resume()
         self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
-
-    def _pause(self) -> None:
-        consumer = self._kafka_consumer
-        # A paused consumer is idle: what it applied before the outage is committed now,
-        # not left to a revoke or to the end of the outage.
-        commit(consumer, self._offsets.take_unsent(), wait=False)
-        assignment = consumer.assignment()
-        if assignment:
-            consumer.pause(assignment)
-        self._paused = True
-        metrics.PAUSED.set(1)
-
-    def _resume(self) -> None:
-        self._outages.recovered()
-        if not self._paused:
-            return
-        consumer = self._kafka_consumer
-        assignment = consumer.assignment()
-        if assignment:
-            consumer.resume(assignment)
-        self._paused = False
-        metrics.PAUSED.set(0)
 
     def _wait_out(self, exc: BaseException) -> None:
         if dependency(exc) == "postgres" and self._conn is not None:
             self._conn.close()
             self._conn = None
-        self._outages.wait(exc, paused=True, waiting=self._keep_polling)
-
-    def _keep_polling(self, deadline: float) -> None:
-        """While waiting out an outage: stay in the group, serve rebalances, lose nothing."""
-        if self._consumer is None:
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-            return
-        # Paused partitions return nothing, and anything that does arrive is fetched again later.
-        for message in self._consumer.consume(num_messages=1, timeout=0.2):
-            if message.error() is None:
-                self._put_back(message)
-
-    def _put_back(self, message: Message) -> None:
-        """Fetch ``message`` again once consumption resumes, instead of dropping it."""
-        where = TopicPartition(
-            message.topic() or "", message.partition() or 0, message.offset() or 0
-        )
-        self._kafka_consumer.seek(where)
-        self._kafka_consumer.pause([where])
+        self._pausing.wait(exc)
 
 
 def _skip(message: Message) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from consumer.kinds.batches.runner import BatchApplier
 from schemas import headers
@@ -51,6 +52,25 @@ def test_shuffled_completion_orders_always_assemble_by_position(batch: bs.BatchS
         assert output["revision"] == 1
         assert bs.positions(output) == LETTERS
         assert output["missing_positions"] == []
+
+
+def _samples(stream: str) -> tuple[float, float]:
+    applied = REGISTRY.get_sample_value("events_applied_total", {"route": stream}) or 0.0
+    latency = REGISTRY.get_sample_value("event_apply_latency_seconds_count") or 0.0
+    return applied, latency
+
+
+def test_batch_events_are_counted_applied_with_their_latency(batch: bs.BatchSetup) -> None:
+    """A manifest and its results count in events_applied_total and the apply latency."""
+    batch_id = bs.new_id()
+    applied_before, latency_before = _samples(batch.route.stream)
+    with cs.running(batch.settings):
+        batch.send([bs.accepted(batch_id)])
+        batch.send([bs.result(batch_id, p) for p in range(1, 6)])
+        wait_until(lambda: _finished(batch.db, batch_id))
+    applied, latency = _samples(batch.route.stream)
+    assert applied - applied_before == 6
+    assert latency > latency_before
 
 
 def test_earlier_finished_at_for_a_later_position_does_not_reorder(batch: bs.BatchSetup) -> None:

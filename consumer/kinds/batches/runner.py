@@ -53,6 +53,7 @@ class BatchTally:
     assembled: Counter[str] = field(default_factory=Counter)  # complete / incomplete
     inconsistent: int = 0
     refused: list[tuple[Event, str]] = field(default_factory=list)
+    ignored: list[Event] = field(default_factory=list)  # the route's own output read back
 
     def count(self) -> None:
         """Add this outcome to the Prometheus metrics."""
@@ -137,6 +138,7 @@ class BatchRunner:
             wanted = (batches.ACCEPTED,) if event.entity_type == route.stream else RESULT_TYPES
             if kind == batches.ASSEMBLED and event.entity_type == route.stream:
                 outcome.results["own_output"] += 1  # an output read back: nothing to do
+                outcome.ignored.append(event)
                 continue
             if kind not in wanted:
                 outcome.refused.append(
@@ -445,4 +447,9 @@ class BatchApplier:
         """Store manifests, apply results, decide and assemble; refused events are named."""
         done = self.runner.process(conn, {self.route.stream: events})
         refused = [Refusal(event, BATCH_REJECTED, reason) for event, reason in done.refused]
-        return Outcome(refused=refused, committed=[done.count])
+        # Every other event was taken into its batch's state (a repeated answer changes
+        # nothing, which is the point): counted applied like any route's; the route's
+        # own output read back is stale.
+        aside = {id(event) for event, _ in done.refused} | {id(e) for e in done.ignored}
+        applied = [event for event in events if id(event) not in aside]
+        return Outcome(applied=applied, stale=done.ignored, refused=refused, committed=[done.count])
