@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
-from consumer.kinds import KINDS, Applier, Kind, Links, Refusal, Route
+from consumer.kinds import KINDS, Applier, Kind, Links, Route
 from schemas import DecodeError, Event, decode
 
 
@@ -63,26 +63,24 @@ class Prepared:
     # The message each event came in (by event id), and its value, for parking.
     by_event: Mapping[str, Message]
     raw: Mapping[str, bytes]
-
-    def letters(self, refusals: Sequence[Refusal]) -> list[DeadLetter]:
-        """Dead-letter copies of the messages the routes refused (or held), with the reason."""
-        return [DeadLetter(self.by_event[r.event.event_id], r.reason, r.detail) for r in refusals]
+    # What to commit once the whole batch is done: last offset + 1 per partition.
+    offsets: list[TopicPartition]
 
 
-def take(consumer: Consumer, batch_size: int, wait_s: float, linger_s: float) -> list[Message]:
+def take(consumer: Consumer, most: int, wait_s: float, linger_s: float) -> list[Message]:
     """The next poll batch: what has arrived, without waiting for more.
 
     Blocks only while nothing at all has been fetched (up to ``wait_s``); once one
     message is there, takes what else is already in the local queue, up to
-    ``batch_size``. A quiet topic is handled event by event and a backlog still comes
+    ``most``. A quiet topic is handled event by event and a backlog still comes
     in full batches, so batching costs latency only when there is something to batch.
     ``linger_s`` > 0 waits instead up to that long after the first message for the
     batch to fill.
     """
     first = consumer.consume(num_messages=1, timeout=wait_s)
-    if not first or batch_size == 1:
+    if not first or most == 1:
         return list(first)
-    return [*first, *consumer.consume(num_messages=batch_size - 1, timeout=linger_s)]
+    return [*first, *consumer.consume(num_messages=most - 1, timeout=linger_s)]
 
 
 def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Prepared:
@@ -104,7 +102,7 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
     for event in unrouted:
         detail = f"no route for stream {event.entity_type!r}"
         dead.append(DeadLetter(by_event[event.event_id], deadletter.UNKNOWN_STREAM, detail))
-    return Prepared(messages, shares, dead, by_event, raw)
+    return Prepared(messages, shares, dead, by_event, raw, next_offsets(messages))
 
 
 def next_offsets(messages: Sequence[Message]) -> list[TopicPartition]:

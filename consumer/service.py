@@ -21,7 +21,7 @@ from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Kind, Links, Route, apply_guarded
 from consumer.offsets import Offsets, commit
 from consumer.pausing import Pausing
-from consumer.poll import Prepared, Routing, prepare, take
+from consumer.poll import Routing, prepare, take
 from consumer.settings import ConsumerSettings
 from consumer.settle import settle
 from schemas.runtime import kafka_clients, postgres
@@ -243,9 +243,9 @@ class ConsumerService:
     def _poll_once(self) -> None:
         messages = take(
             self._kafka_consumer,
-            self.settings.batch_size,
+            self.settings.poll_max_messages,
             self.settings.poll_timeout_ms / 1000,
-            self.settings.batch_linger_ms / 1000,
+            self.settings.poll_linger_ms / 1000,
         )
         self.health.beat()
         self._gauges.refresh(self._consumer, self._conn)
@@ -280,10 +280,9 @@ class ConsumerService:
         started = time.perf_counter()
         metrics.CONSUMED.inc(len(messages))
         metrics.BATCH_SIZE.observe(len(messages))
-        prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         while messages:
             try:
-                self._commit_batch(prepared)
+                self._commit_batch(messages)
                 break
             except Exception as exc:
                 if not waited_out(exc):  # an input's own error was refused by the barrier
@@ -294,16 +293,16 @@ class ConsumerService:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return
                 messages = [m for m in messages if self._offsets.ours(m)]
-                prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         self._pausing.resume()
         metrics.BATCH_DURATION.observe(time.perf_counter() - started)
 
-    def _commit_batch(self, prepared: Prepared) -> None:
+    def _commit_batch(self, messages: list[Message]) -> None:
         """Every route's share, then ``settle`` (letters, counts), then the offsets are done."""
         if self._conn is None:
             self._connect_postgres()
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
+        prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         outcomes = [
             (applier, apply_guarded(applier, self._conn, events, prepared.raw))
             for applier, events in prepared.shares

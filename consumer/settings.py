@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
@@ -42,6 +43,11 @@ RedisUrl = Annotated[
 
 class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettings):
     """Everything the consumer needs; the addresses and the routes file are required."""
+
+    renamed: ClassVar[Mapping[str, str]] = {
+        "INORDER_BATCH_SIZE": "INORDER_POLL_MAX_MESSAGES",
+        "INORDER_BATCH_LINGER_MS": "INORDER_POLL_LINGER_MS",
+    }
 
     database_url: PostgresUrl
     routes_file: Path = Field(
@@ -87,12 +93,13 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
     held_topic: str = Field(
         default=DEFAULT_TOPICS.held, description="Events refused by a full parking set go here"
     )
-    batch_size: int = Field(
+    poll_max_messages: int = Field(
         default=1000,
         ge=1,
         le=100_000,
-        description="Most messages applied in one batch; a batch is what has already arrived, "
-        "so a quiet topic is applied event by event and a backlog in batches of this size",
+        description="Most messages in one poll batch; a poll batch is what has already "
+        "arrived, so a quiet topic is applied event by event and a backlog in batches of this "
+        "size (INORDER_BATCH_SIZE before 0.2.0)",
     )
     poll_timeout_ms: int = Field(
         default=100,
@@ -109,12 +116,12 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
         "the consumer falls idle (0: after every batch); a commit lost in a crash only means "
         "a redelivery, which changes nothing",
     )
-    batch_linger_ms: int = Field(
+    poll_linger_ms: int = Field(
         default=0,
         ge=0,
         le=60_000,
         description="0: apply what has arrived at once; above 0, after its first message a "
-        "batch waits up to this long to fill (100 is the fixed wait of earlier releases)",
+        "poll batch waits up to this long to fill (INORDER_BATCH_LINGER_MS before 0.2.0)",
     )
     max_message_bytes: int = Field(
         default=MAX_MESSAGE_BYTES,

@@ -18,8 +18,9 @@ import structlog
 from confluent_kafka import Producer, TopicPartition
 
 from consumer import deadletter, metrics
-from consumer.kinds import Applier, Outcome
-from consumer.poll import Prepared, next_offsets
+from consumer.deadletter import DeadLetter
+from consumer.kinds import Applier, Outcome, Refusal
+from consumer.poll import Prepared
 from consumer.settings import ConsumerSettings
 
 log = structlog.get_logger(__name__)
@@ -32,14 +33,17 @@ def settle(
     prepared: Prepared,
     outcomes: Sequence[tuple[Applier, Outcome]],
 ) -> list[TopicPartition]:
-    """Send and record the batch's letters, count it, and return the offsets it may commit."""
-    refused = prepared.dead + prepared.letters([r for _, o in outcomes for r in o.refused])
-    held = prepared.letters([h for _, o in outcomes for h in o.held])
+    """Send and record the batch's letters, count it, and return the offsets it may commit.
+
+    The counts come after the letters: a batch applied again after an outage in between
+    is counted once.
+    """
+    refused = prepared.dead + _letters(prepared, [r for _, o in outcomes for r in o.refused])
+    held = _letters(prepared, [h for _, o in outcomes for h in o.held])
     limit = settings.dead_letter_max_value_bytes
     deadletter.send(producer, settings.dead_letter_topic, refused, limit)
     deadletter.send(producer, settings.held_topic, held, limit)
     deadletter.record(conn, refused)
-    count(prepared, outcomes)
     for dead in refused:
         log.warning(
             "event_dead_lettered",
@@ -49,15 +53,8 @@ def settle(
             partition=dead.message.partition(),
             offset=dead.message.offset(),
         )
-    return next_offsets(prepared.messages)
-
-
-def count(prepared: Prepared, outcomes: Sequence[tuple[Applier, Outcome]]) -> None:
-    """Each route's applied and stale events, its kind's own counters, the apply latency.
-
-    Latency is per entity: how late its state shows its newest event of this batch
-    (events drained from parking arrived in an earlier batch and have no message here).
-    """
+    # Latency is per entity: how late its state shows its newest event of this batch
+    # (events drained from parking arrived in an earlier batch and have no message here).
     now = time.time()
     for applier, outcome in outcomes:
         outcome.count(applier.route.stream)
@@ -65,3 +62,10 @@ def count(prepared: Prepared, outcomes: Sequence[tuple[Applier, Outcome]]) -> No
         for event in newest.values():
             sent_at = prepared.by_event[event.event_id].timestamp()[1] / 1000
             metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
+    return prepared.offsets
+
+
+def _letters(prepared: Prepared, refusals: Sequence[Refusal]) -> list[DeadLetter]:
+    """Dead-letter copies of the messages the routes refused (or held), with the reason."""
+    by_event = prepared.by_event
+    return [DeadLetter(by_event[r.event.event_id], r.reason, r.detail) for r in refusals]

@@ -79,7 +79,7 @@ class Publisher:
         self.settings = settings
         self.schemas = schemas
         self.owner = owner
-        self.bounds = Bounds.of(settings, settings.batch_size)
+        self.bounds = Bounds.of(settings, settings.read_rows)
 
     def publish(
         self, owned: dict[int, Cursor], budget_s: float, stopping: Callable[[], bool]
@@ -140,7 +140,7 @@ class Publisher:
 
     def _batch(self, cursors: dict[int, Cursor], found: Read) -> Batch:
         """The batch a read past ``cursors`` makes: its rows and new cursors."""
-        limit = self.settings.batch_size
+        limit = self.settings.read_rows
         batch = Batch(dict(cursors))
         for slice_, cursor in cursors.items():
             rows = found.rows.get(slice_, [])[:limit]

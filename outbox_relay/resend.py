@@ -35,7 +35,7 @@ def pending(conn: Conn) -> bool:
 def drain(conn: Conn, sender: Sender, settings: RelaySettings, schemas: PayloadSchemas) -> int:
     """Send one batch of the oldest listed rows; strike off what Kafka took or never will."""
     with conn.transaction():
-        params = Bounds.of(settings, settings.batch_size).params()
+        params = Bounds.of(settings, settings.read_rows).params()
         claimed, _ = unmarked(conn.execute(_CLAIM, params).fetchall())
         rows = [OutboxRow._make(row) for row in claimed]
         if not rows:

@@ -271,7 +271,7 @@ class Relay:
             self._sender = Sender(self.settings, self.health)
             self._requests = make_request_consumer(self.settings)
             self.health.cleared("starting")
-            log.info("relay_started", batch_size=self.settings.batch_size)
+            log.info("relay_started", read_rows=self.settings.read_rows)
 
     def _close_postgres(self) -> None:
         for conn in (self._conn, self._listener):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Self
+from collections.abc import Mapping
+from typing import ClassVar, Self
 
 from pydantic import Field, model_validator
 
@@ -21,13 +22,15 @@ class RelaySettings(
 ):
     """Everything the relay needs; every field has a default but the two addresses."""
 
+    renamed: ClassVar[Mapping[str, str]] = {"INORDER_BATCH_SIZE": "INORDER_READ_ROWS"}
+
     database_url: PostgresUrl
-    batch_size: int = Field(
+    read_rows: int = Field(
         default=500,
         ge=1,
         le=10_000,
-        description="Rows read per slice and part (past the cursor, per remembered "
-        "transaction) per batch",
+        description="Most rows one read takes per slice and part (past the cursor, per "
+        "remembered transaction); INORDER_BATCH_SIZE before 0.2.0",
     )
     read_bytes: int = Field(
         default=64 * 1024 * 1024,

@@ -7,9 +7,11 @@ variable is ``INORDER_<FIELD>`` unless it names another (``DATABASE_URL``,
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from typing import Annotated, Any, Literal, Self, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -30,9 +32,15 @@ ENV_PREFIX = "INORDER_"
 
 
 class InorderSettings(BaseSettings):
-    """Base of every settings class: frozen, ``INORDER_`` prefix, unknown variables ignored."""
+    """Base of every settings class: frozen, ``INORDER_`` prefix, unknown variables ignored.
+
+    ``renamed`` maps a variable an earlier release read to the one that replaced it: a
+    program started with the old name set stops at once, naming the new one, rather than
+    run on a default the operator meant to change.
+    """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+    renamed: ClassVar[Mapping[str, str]] = {}
 
 
 class LoggingSettings(InorderSettings):
@@ -223,8 +231,22 @@ def describe_parse_error(exc: SettingsError, cls: type[BaseSettings]) -> str:
     return f"{variable}: not valid JSON ({cause}); write a JSON list or object"
 
 
+def renamed_in(cls: type[BaseSettings], environ: Mapping[str, str]) -> str | None:
+    """One line naming every variable set under a name ``cls`` no longer reads, or None."""
+    old = [
+        f"{name} was renamed: set {new} instead"
+        for name, new in sorted(getattr(cls, "renamed", {}).items())
+        if name in environ
+    ]
+    return "; ".join(old) or None
+
+
 def load_or_exit(cls: type[S], program: str) -> S:
     """Read ``cls`` from the environment or stop with exit code 2 and one line saying why."""
+    line = renamed_in(cls, os.environ)
+    if line is not None:
+        sys.stderr.write(f"{program}: bad configuration: {line}\n")
+        raise SystemExit(2)
     try:
         return cls()
     except ValidationError as exc:

@@ -158,9 +158,9 @@ def _settings(
         create_topics=False,
         http_port=0,
         dead_letter_topic=f"{topic}.dlq",
-        batch_size=1000,
+        poll_max_messages=1000,
         poll_timeout_ms=100,
-        batch_linger_ms=linger_ms,
+        poll_linger_ms=linger_ms,
     )
 
 
@@ -226,7 +226,7 @@ def _peak_rss_mib(url: str, bootstrap: str, topic: str, workdir: Path) -> float:
         INORDER_GROUP_ID=settings.group_id,
         INORDER_CREATE_TOPICS="false",
         INORDER_HTTP_PORT="0",
-        INORDER_BATCH_SIZE="1000",
+        INORDER_POLL_MAX_MESSAGES="1000",
         INORDER_DEAD_LETTER_TOPIC=settings.dead_letter_topic,
         INORDER_LOG_LEVEL="WARNING",
     )
@@ -268,7 +268,7 @@ def run() -> list[BenchResult]:
             "projection_per_s.fixed_wait",
             fixed,
             "events/s",
-            "same, INORDER_BATCH_LINGER_MS=100 (each batch waits to fill)",
+            "same, INORDER_POLL_LINGER_MS=100 (each batch waits to fill)",
         ),
         BenchResult("projection_adaptive_vs_fixed_wait", projection / fixed, "x", "goal >= 0.9"),
         BenchResult("naive_per_s", naive, "events/s", f"one upsert + commit per event, {NAIVE:,}"),

@@ -13,7 +13,7 @@ transaction that wrote the row, both on the server's clock.
 Then, on the same processes, 100 seat ledgers arrive with their second event 50 ms
 before the first (produced straight to the topic): how long the early event stays
 parked, and how soon after its predecessor arrives it is applied. The headline run is
-repeated with ``INORDER_BATCH_LINGER_MS=100`` (each batch waits up to 100 ms to fill,
+repeated with ``INORDER_POLL_LINGER_MS=100`` (each batch waits up to 100 ms to fill,
 as batches did before they became adaptive). The floor is a plain produce-to-consume
 round trip on the same broker plus a plain one-row PostgreSQL commit.
 """
@@ -388,7 +388,7 @@ def _results(m: Measured) -> list[BenchResult]:
             "e2e_latency_p50_ms.fixed_wait",
             _q(m.fixed.projection, 50),
             "ms",
-            "the same stream, INORDER_BATCH_LINGER_MS=100",
+            "the same stream, INORDER_POLL_LINGER_MS=100",
         ),
         BenchResult("e2e_latency_p99_ms.fixed_wait", _q(m.fixed.projection, 99), "ms", "same"),
         BenchResult("e2e_step_latency_p99_ms.fixed_wait", _q(m.fixed.steps, 99), "ms", "same"),
@@ -454,7 +454,7 @@ def run() -> list[BenchResult]:
                     mixed = _measure(pipe, 1000, 15, "mixed")
                     steps = _measure(pipe, 1000, 10, "step")
                     parked, after = _early_arrivals(pipe)
-                with _consumer(pipe, INORDER_BATCH_LINGER_MS="100"):
+                with _consumer(pipe, INORDER_POLL_LINGER_MS="100"):
                     fixed = _measure(pipe, 1000, 15, "mixed")
     finally:
         delete_topics(bootstrap, topic)

@@ -155,7 +155,7 @@ def publish_backlog(
         processes, ports = [], []
         for _ in range(relays):
             port = free_port()
-            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_BATCH_SIZE="1000")
+            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_READ_ROWS="1000")
             processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
             ports.append(port)
         deadline = time.monotonic() + 60

@@ -136,7 +136,21 @@ ROUTES = {
     "not TOML": ("route = = 1\n", "not valid TOML"),
 }
 SETTINGS = {
-    "batch size zero": ("inorder-consumer", {"INORDER_BATCH_SIZE": "0"}, "INORDER_BATCH_SIZE"),
+    "poll size zero": (
+        "inorder-consumer",
+        {"INORDER_POLL_MAX_MESSAGES": "0"},
+        "INORDER_POLL_MAX_MESSAGES",
+    ),
+    "a name renamed": (
+        "inorder-consumer",
+        {"INORDER_BATCH_SIZE": "10"},
+        "INORDER_BATCH_SIZE was renamed: set INORDER_POLL_MAX_MESSAGES instead",
+    ),
+    "a relay name renamed": (
+        "inorder-relay",
+        {"INORDER_BATCH_SIZE": "10"},
+        "INORDER_BATCH_SIZE was renamed: set INORDER_READ_ROWS instead",
+    ),
     "topics not JSON": ("inorder-consumer", {"INORDER_TOPICS": "events"}, "INORDER_TOPICS"),
     "no database": ("inorder-consumer", {"DATABASE_URL": ""}, "DATABASE_URL"),
     "database not a URL": ("inorder-relay", {"DATABASE_URL": "host=x"}, "postgresql://"),

@@ -119,7 +119,7 @@ def consumer_env(settings: ConsumerSettings) -> dict[str, str]:
         INORDER_GROUP_ID=settings.group_id,
         INORDER_CREATE_TOPICS="false",
         INORDER_HTTP_PORT=str(settings.http_port),
-        INORDER_BATCH_SIZE=str(settings.batch_size),
+        INORDER_POLL_MAX_MESSAGES=str(settings.poll_max_messages),
         INORDER_KAFKA_EXTRA=orjson.dumps(settings.kafka_extra).decode(),
         INORDER_REDIS_KEY_PREFIX=settings.redis_key_prefix,
     )

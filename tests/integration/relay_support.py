@@ -125,7 +125,7 @@ def relay_env(settings: RelaySettings) -> dict[str, str]:
         INORDER_REPUBLISH_RESULTS_TOPIC=settings.republish_results_topic,
         INORDER_RELAY_GROUP_ID=settings.relay_group_id,
         INORDER_CREATE_TOPICS="false",
-        INORDER_BATCH_SIZE=str(settings.batch_size),
+        INORDER_READ_ROWS=str(settings.read_rows),
         INORDER_LEASE_S=str(settings.lease_s),
         INORDER_HTTP_PORT=str(settings.http_port),
         INORDER_UNKNOWN_EVENT_TYPES=settings.unknown_event_types,

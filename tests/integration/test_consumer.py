@@ -112,7 +112,7 @@ def test_kill_9_mid_batch_then_restart_ends_correct(
     # A short session lets the restarted consumer take the dead one's partitions quickly.
     fast = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
     settings = cs.settings_for(
-        view, services.kafka_bootstrap, routes, topic, dlq, batch_size=200, kafka_extra=fast
+        view, services.kafka_bootstrap, routes, topic, dlq, poll_max_messages=200, kafka_extra=fast
     )
     env = cs.consumer_env(settings)
     first = cs.spawn(env, tmp_path / "consumer.log")

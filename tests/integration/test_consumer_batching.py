@@ -40,9 +40,9 @@ def _two_events_half_a_second_apart(
         routes,
         topic,
         dlq,
-        batch_size=500,
+        poll_max_messages=500,
         poll_timeout_ms=1000,
-        batch_linger_ms=linger_ms,
+        poll_linger_ms=linger_ms,
     )
     with cs.running(settings) as service:
         wait_until(lambda: not service.health.problems)
@@ -64,7 +64,7 @@ def test_events_on_a_quiet_topic_are_applied_one_batch_each(
 def test_batch_linger_holds_a_batch_open_for_the_next_event(
     view: PgSchema, services: Services, topic_factory: TopicFactory, routes: Path
 ) -> None:
-    """With INORDER_BATCH_LINGER_MS the same two events share one batch: it waited to fill."""
+    """With INORDER_POLL_LINGER_MS the same two events share one batch: it waited to fill."""
     assert _two_events_half_a_second_apart(view, services, topic_factory, routes, 5000) == (1, 2)
 
 
@@ -76,7 +76,13 @@ def test_a_backlog_is_taken_in_full_batches(
     events = [cs.plan_event(f"backlog-{i}", 1) for i in range(300)]
     cs.send_events(services.kafka_bootstrap, topic, events)
     settings = cs.settings_for(
-        view, services.kafka_bootstrap, routes, topic, dlq, batch_size=100, poll_timeout_ms=1000
+        view,
+        services.kafka_bootstrap,
+        routes,
+        topic,
+        dlq,
+        poll_max_messages=100,
+        poll_timeout_ms=1000,
     )
     before = _batches()
     with cs.running(settings):

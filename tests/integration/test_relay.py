@@ -32,7 +32,7 @@ def test_every_committed_row_arrives_exactly_once(
 ) -> None:
     """With one relay, each committed row is delivered once, keyed by entity, and counted sent."""
     ids = rs.write_rows(outbox, topics.events, 600)
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=100)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, read_rows=100)
     with rs.running(settings):
         wait_until(lambda: rs.unsent(outbox) == 0)
     assert rs.count_rows(outbox, rs.SENT) == 600
@@ -49,7 +49,7 @@ def test_one_relay_publishes_each_entity_in_seq_order(
 ) -> None:
     """Over many batches, each read while the one before is in flight, seqs stay in order."""
     rs.write_rows(outbox, topics.events, 3000, entities=40)
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=100)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, read_rows=100)
     with rs.running(settings):
         wait_until(lambda: rs.unsent(outbox) == 0, timeout_s=90)
     seqs: dict[str, list[int]] = {}
@@ -65,7 +65,7 @@ def test_two_relays_publish_every_row_once(
 ) -> None:
     """Two relays share the slices of one outbox: every row arrives, once."""
     ids = rs.write_rows(outbox, topics.events, 4000, entities=50)
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=200)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, read_rows=200)
     with rs.running(settings), rs.running(settings):
         wait_until(lambda: rs.unsent(outbox) == 0, timeout_s=90)
     assert _event_ids(services, topics.events, 4000) == Counter(ids)
@@ -77,7 +77,7 @@ def test_kill_9_mid_batch_loses_nothing(
     """A relay killed with SIGKILL while publishing loses no row; a new relay finishes the job."""
     total = 30_000
     ids = rs.write_rows(outbox, topics.events, total, entities=300)
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, batch_size=50)
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, read_rows=50)
     env = rs.relay_env(settings)
     first = rs.spawn(env, tmp_path / "relay.log")
     wait_until(lambda: _in_kafka(services, topics.events) > 0, timeout_s=60, interval_s=0.005)
@@ -303,7 +303,7 @@ def test_sigterm_finishes_the_batch_and_exits_zero(
     ids = rs.write_rows(outbox, topics.events, 20_000, entities=100)
     port = rs.free_port()
     settings = rs.settings_for(
-        outbox, services.kafka_bootstrap, topics, batch_size=500, http_port=port
+        outbox, services.kafka_bootstrap, topics, read_rows=500, http_port=port
     )
     log = tmp_path / "relay.log"
     process = rs.spawn(rs.relay_env(settings), log)

@@ -31,10 +31,10 @@ def test_retention_shorter_than_gap_repair_is_refused() -> None:
 
 def test_bad_values_are_named_one_line_each() -> None:
     """Several bad settings are all named on one line."""
-    done = _relay(INORDER_BATCH_SIZE="0", INORDER_KAFKA_SECURITY_PROTOCOL="TLS")
+    done = _relay(INORDER_READ_ROWS="0", INORDER_KAFKA_SECURITY_PROTOCOL="TLS")
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
-    assert "INORDER_BATCH_SIZE: Input should be greater than or equal to 1 (got '0')" in line
+    assert "INORDER_READ_ROWS: Input should be greater than or equal to 1 (got '0')" in line
     assert "INORDER_KAFKA_SECURITY_PROTOCOL" in line
 
 

@@ -198,9 +198,7 @@ def test_writers_racing_two_relays_and_a_kill_lose_nothing(
     """Racing writers, two relays, one SIGKILLed: all committed rows out, no rolled-back row,
     duplicates only from the killed relay's slices, at most its batch in hand."""
     batch = 50
-    settings = rs.settings_for(
-        outbox, services.kafka_bootstrap, topics, batch_size=batch, lease_s=2
-    )
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, read_rows=batch, lease_s=2)
     env = rs.relay_env(settings)
     victim = rs.spawn(env, tmp_path / "relay.log")
     survivor = rs.spawn(env, tmp_path / "relay.log")

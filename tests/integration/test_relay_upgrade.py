@@ -69,7 +69,7 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
                 for e in range(3)
             ],
         )
-    settings = rs.settings_for(pg_schema, services.kafka_bootstrap, topics, batch_size=4)
+    settings = rs.settings_for(pg_schema, services.kafka_bootstrap, topics, read_rows=4)
     with rs.running(settings):
         wait_until(lambda: rs.unsent(pg_schema) == 0)
     messages = [

@@ -86,8 +86,8 @@ def test_two_consumers_racing_apply_every_step_exactly_once(
     topic, dlq = topic_factory("events", partitions=3), topic_factory("dlq")
     events = [ss.step(s, f"e{e}") for e in range(20) for s in range(1, 51)]
     random.Random(4).shuffle(events)
-    first = _settings(steps_db, services, routes, topic, dlq, redis_prefix, batch_size=37)
-    second = _settings(steps_db, services, routes, topic, dlq, redis_prefix, batch_size=53)
+    first = _settings(steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=37)
+    second = _settings(steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=53)
     with cs.running(first), cs.running(second):
         cs.send_events(services.kafka_bootstrap, topic, events)
         wait_until(lambda: _done(steps_db, 20, 50), timeout_s=90)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from consumer.settings import ConsumerSettings, SweeperSettings
+from outbox_relay.settings import RelaySettings
 from schemas.runtime.config import (
     KafkaClientSettings,
     PostgresUrl,
     RepairTimingSettings,
     describe,
     load_or_exit,
+    renamed_in,
 )
 
 
@@ -111,4 +114,33 @@ def test_database_port_must_be_a_number(monkeypatch: pytest.MonkeyPatch) -> None
     line = _problem(_Db)
     assert line == (
         "DATABASE_URL: the port after host: must be a number from 1 to 65535 (value hidden)"
+    )
+
+
+def test_every_renamed_variable_set_is_named_with_its_new_name() -> None:
+    """Old names set are all named on one line with what to set; names not set say nothing."""
+    both = {"INORDER_BATCH_SIZE": "10", "INORDER_BATCH_LINGER_MS": "5"}
+    assert renamed_in(ConsumerSettings, both) == (
+        "INORDER_BATCH_LINGER_MS was renamed: set INORDER_POLL_LINGER_MS instead; "
+        "INORDER_BATCH_SIZE was renamed: set INORDER_POLL_MAX_MESSAGES instead"
+    )
+    assert renamed_in(SweeperSettings, both) == renamed_in(ConsumerSettings, both)
+    assert renamed_in(RelaySettings, both) == (
+        "INORDER_BATCH_SIZE was renamed: set INORDER_READ_ROWS instead"
+    )
+    assert renamed_in(RelaySettings, {"INORDER_READ_ROWS": "10"}) is None
+
+
+def test_a_renamed_variable_stops_start_up_before_anything_else(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Even with required settings missing, the old name is what the one line names."""
+    monkeypatch.setenv("INORDER_BATCH_SIZE", "10")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        load_or_exit(RelaySettings, "inorder-relay")
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "inorder-relay: bad configuration: INORDER_BATCH_SIZE was renamed: "
+        "set INORDER_READ_ROWS instead\n"
     )
