@@ -3,7 +3,7 @@
 Every lease time comes from PostgreSQL's clock, so relays on different machines agree.
 A relay holds a slice until it gives it back or lets its lease expire; another relay
 may take a slice only when it is free or its lease has expired, and every cursor write
-is fenced by the owner (``store.advance``), so a relay that lost a slice cannot move it.
+is fenced by the owner (``store.save_cursors``), so a relay that lost a slice cannot move it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Publishing: read past the cursors, send, and advance the cursors once Kafka has everything.
 
-One write per batch, none per row. Reads run ahead of sending, each from where the
-batch before it will leave the cursors: while one batch is in flight, the next one's
+One write per delivery, none per row. Reads run ahead of sending, each from where the
+delivery before it will leave the cursors: while one delivery is in flight, the next one's
 messages are made here and PostgreSQL finds the rows of the one after. The read ahead
 when a call's time is up is the next call's first (while a backlog lasts, no read keeps
-this thread waiting from its start; measured: 9 % more rows/s). A batch is sent
+this thread waiting from its start; measured: 9 % more rows/s). A delivery is sent
 only after the one before it was acknowledged and its cursors stored, so a failure
-never lets a later batch pass an earlier one, and a crash re-sends at most the batch in
+never lets a later delivery pass an earlier one, and a crash re-sends at most the delivery in
 hand: the stored cursors are behind it.
 """
 
@@ -39,7 +39,7 @@ _ID, _XID, _OCCURRED_AT = itemgetter(ID), itemgetter(XID), itemgetter(OCCURRED_A
 
 
 @dataclass(slots=True)
-class Batch:
+class Delivery:
     """One read, ready to send: its rows and messages, and where it leaves each cursor."""
 
     cursors: dict[int, Cursor]
@@ -54,11 +54,11 @@ class Batch:
 
 
 @dataclass(slots=True)
-class Outcome:
+class Published:
     """What one call to ``publish`` did."""
 
     rows: int = 0
-    full: bool = False  # the last batch filled a slice: more is waiting
+    full: bool = False  # the last delivery filled a slice: more is waiting
 
 
 class Publisher:
@@ -83,126 +83,126 @@ class Publisher:
 
     def publish(
         self, owned: dict[int, Cursor], budget_s: float, stopping: Callable[[], bool]
-    ) -> Outcome:
-        """Send batches until a read finds nothing or ``budget_s`` is spent.
+    ) -> Published:
+        """Send deliveries until a read finds nothing or ``budget_s`` is spent.
 
         ``owned`` is updated as cursors are stored; a slice whose lease was lost is
         dropped from it. Raises ``KafkaException`` when a delivery failed: the slices
         concerned keep their cursors and are read again.
         """
-        outcome = Outcome()
+        outcome = Published()
         deadline = time.monotonic() + budget_s
         bounds = self.bounds
 
-        def read_after(batch: Batch) -> bool:
-            # A batch that filled no slice took everything there was: the next rows come
+        def read_after(delivery: Delivery) -> bool:
+            # A delivery that filled no slice took everything there was: the next rows come
             # with their NOTIFY, so reading again at once would only find nothing. A read
             # started here is taken by this call or, past the deadline, by the next one.
-            if not batch.full or stopping():
+            if not delivery.full or stopping():
                 return False
-            self.reader.ahead(self._still_owned(batch, owned), bounds)
+            self.reader.ahead(self._still_owned(delivery, owned), bounds)
             return True
 
-        batch = self._batch(owned, self.reader.take(owned, bounds))
-        self._prepare(batch)
-        more = read_after(batch)
-        while batch.rows and owned:
-            if len(owned) < len(batch.cursors):  # a slice was lost: send none of its rows
-                lost = {row_id for row_id, s in batch.slice_of().items() if s not in owned}
-                batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] not in lost]
-            self.sender.produce(batch.messages)
+        delivery = self._delivery(owned, self.reader.take(owned, bounds))
+        self._prepare(delivery)
+        more = read_after(delivery)
+        while delivery.rows and owned:
+            if len(owned) < len(delivery.cursors):  # a slice was lost: send none of its rows
+                lost = {row_id for row_id, s in delivery.slice_of().items() if s not in owned}
+                delivery.messages = [m for m in delivery.messages if m[MESSAGE_ROW_ID] not in lost]
+            self.sender.produce(delivery.messages)
             ahead = None
             if more and time.monotonic() < deadline:
-                # While Kafka takes this batch: the next one's rows, the read after it
+                # While Kafka takes this delivery: the next one's rows, the read after it
                 # started at once (PostgreSQL works on it meanwhile), the next messages.
-                cursors = self._still_owned(batch, owned)
-                ahead = self._batch(cursors, self.reader.take(cursors, bounds))
+                cursors = self._still_owned(delivery, owned)
+                ahead = self._delivery(cursors, self.reader.take(cursors, bounds))
                 more = read_after(ahead)
                 self._prepare(ahead)
-            self._settle(batch, owned, outcome)
+            self._settle(delivery, owned, outcome)
             if ahead is None:
                 break
-            batch = ahead
-        if not batch.rows:
-            self._forget_finished(batch, owned)
+            delivery = ahead
+        if not delivery.rows:
+            self._forget_finished(delivery, owned)
         return outcome
 
-    def _forget_finished(self, batch: Batch, owned: dict[int, Cursor]) -> None:
+    def _forget_finished(self, delivery: Delivery, owned: dict[int, Cursor]) -> None:
         """Store cursors that an empty read changed (remembered transactions that finished)."""
-        changed = {s: c for s, c in batch.cursors.items() if s in owned and c != owned[s]}
+        changed = {s: c for s, c in delivery.cursors.items() if s in owned and c != owned[s]}
         if changed:
-            stored = store.advance(self.conn, self.owner, changed, self.settings.lease_s)
+            stored = store.save_cursors(self.conn, self.owner, changed, self.settings.lease_s)
             owned.update({s: c for s, c in changed.items() if s in stored})
 
     @staticmethod
-    def _still_owned(batch: Batch, owned: dict[int, Cursor]) -> dict[int, Cursor]:
-        return {s: c for s, c in batch.cursors.items() if s in owned}
+    def _still_owned(delivery: Delivery, owned: dict[int, Cursor]) -> dict[int, Cursor]:
+        return {s: c for s, c in delivery.cursors.items() if s in owned}
 
-    def _batch(self, cursors: dict[int, Cursor], found: Read) -> Batch:
-        """The batch a read past ``cursors`` makes: its rows and new cursors."""
+    def _delivery(self, cursors: dict[int, Cursor], found: Read) -> Delivery:
+        """The delivery a read past ``cursors`` makes: its rows and new cursors."""
         limit = self.settings.read_rows
-        batch = Batch(dict(cursors))
+        delivery = Delivery(dict(cursors))
         for slice_, cursor in cursors.items():
             rows = found.rows.get(slice_, [])[:limit]
             taken = list(zip(map(_XID, rows), map(_ID, rows), strict=True))
             cut = len(rows) >= limit or slice_ in found.cut
-            batch.cursors[slice_] = advance(cursor, found.snapshot, taken, cut)
-            batch.full = batch.full or cut
+            delivery.cursors[slice_] = advance(cursor, found.snapshot, taken, cut)
+            delivery.full = delivery.full or cut
             # Write order: an entity's rows in seq order even where transaction ids are
             # not. All of an entity's rows are in one slice, so each slice is sorted alone.
             rows.sort(key=_ID)
-            batch.rows += rows
-        if not batch.rows:
-            return batch
+            delivery.rows += rows
+        if not delivery.rows:
+            return delivery
         # One session time zone renders every timestamp alike: the least text is the oldest.
-        oldest = min(map(_OCCURRED_AT, batch.rows))
-        batch.oldest = datetime.fromisoformat(orjson.loads(oldest)).timestamp()
-        return batch
+        oldest = min(map(_OCCURRED_AT, delivery.rows))
+        delivery.oldest = datetime.fromisoformat(orjson.loads(oldest)).timestamp()
+        return delivery
 
-    def _prepare(self, batch: Batch) -> None:
-        """The batch's messages; rows that can never be sent are marked failed.
+    def _prepare(self, delivery: Delivery) -> None:
+        """The delivery's messages; rows that can never be sent are marked failed.
 
         A slice with a row whose topic is not there yet is held back whole: none of its
-        rows is sent and its cursor stays, so the row is read again by the next batch.
+        rows is sent and its cursor stays, so the row is read again by the next delivery.
         """
-        if not batch.rows:
+        if not delivery.rows:
             return
-        ready = prepare(self.conn, self.sender, batch.rows, self.settings, self.schemas)
-        batch.messages = ready.messages
+        ready = prepare(self.conn, self.sender, delivery.rows, self.settings, self.schemas)
+        delivery.messages = ready.messages
         if ready.waiting:
             held = {row[SLICE] for row in ready.waiting}
-            kept = {row[ID] for row in batch.rows if row[SLICE] not in held}
-            batch.messages = [m for m in batch.messages if m[MESSAGE_ROW_ID] in kept]
-            batch.rows = [row for row in batch.rows if row[SLICE] not in held]
+            kept = {row[ID] for row in delivery.rows if row[SLICE] not in held}
+            delivery.messages = [m for m in delivery.messages if m[MESSAGE_ROW_ID] in kept]
+            delivery.rows = [row for row in delivery.rows if row[SLICE] not in held]
             for slice_ in held:
-                batch.cursors.pop(slice_, None)
+                delivery.cursors.pop(slice_, None)
 
-    def _settle(self, batch: Batch, owned: dict[int, Cursor], outcome: Outcome) -> None:
+    def _settle(self, delivery: Delivery, owned: dict[int, Cursor], outcome: Published) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)
         if sent.rejected or sent.failed:
-            settle(self.conn, {row[ID]: row for row in batch.rows}, sent)
-        slice_of = batch.slice_of() if sent.failed else {}
+            settle(self.conn, {row[ID]: row for row in delivery.rows}, sent)
+        slice_of = delivery.slice_of() if sent.failed else {}
         retry = {slice_of[row_id] for row_id, _ in sent.failed}
         # Only cursors that moved are written: every write leaves a row version that a long
         # transaction elsewhere keeps vacuum from removing.
         done = {
             s: c
-            for s, c in batch.cursors.items()
+            for s, c in delivery.cursors.items()
             if s in owned and s not in retry and c != owned[s]
         }
         lease_s = self.settings.lease_s
-        stored = store.advance(self.conn, self.owner, done, lease_s) if done else set()
+        stored = store.save_cursors(self.conn, self.owner, done, lease_s) if done else set()
         for slice_, cursor in done.items():
             if slice_ in stored:
                 owned[slice_] = cursor
             else:
                 del owned[slice_]
                 log.warning("slice_lost", slice=slice_, reason="lease taken by another relay")
-        delivered = len(batch.messages) - len(sent.missing())
+        delivered = len(delivery.messages) - len(sent.missing())
         metrics.PUBLISHED.inc(delivered)
-        if batch.oldest is not None and delivered:
-            metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - batch.oldest))
-        outcome.full = batch.full
+        if delivery.oldest is not None and delivered:
+            metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - delivery.oldest))
+        outcome.full = delivery.full
         outcome.rows += delivered
         if sent.failed:
             log.warning(

@@ -70,7 +70,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, seq, {", ".join(["NULL"] * (CUT - 6))}, fal
   FROM outbox WHERE {_RANGE_WHERE} AND failed_at IS NOT NULL
 """  # noqa: S608 - the columns are constants, values are parameters
 
-_ADVANCE = """
+_SAVE_CURSORS = """
 UPDATE outbox_relay_slices s
    SET cursor_xid = n.x, cursor_id = n.i, running = n.r::xid8[], running_pos = n.p::bigint[],
        lease_until = now() + make_interval(secs => %(lease_s)s), advanced_at = now()
@@ -199,10 +199,10 @@ def read(conn: Conn, cursors: Mapping[int, Cursor], bounds: Bounds) -> Read:
     return result
 
 
-def advance(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:
+def save_cursors(conn: Conn, owner: str, cursors: Mapping[int, Cursor], lease_s: float) -> set[int]:
     """Store the cursors of slices ``owner`` still holds, renewing their leases; those stored."""
     params = _cursor_params(cursors) | {"owner": owner, "lease_s": lease_s}
-    return {row[0] for row in conn.execute(_ADVANCE, params, prepare=True)}
+    return {row[0] for row in conn.execute(_SAVE_CURSORS, params, prepare=True)}
 
 
 def _cursor_params(cursors: Mapping[int, Cursor]) -> dict[str, list[Any]]:

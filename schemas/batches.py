@@ -17,9 +17,10 @@ so no worker can see an item of a batch whose manifest is not committed.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 
@@ -35,7 +36,42 @@ FAILED = "batch.item_failed"
 ASSEMBLED = "batch.assembled"
 # So that ``batch_id#position`` stays within the envelope's 256-character entity_id.
 MAX_BATCH_ID = 240
-OnIncomplete = Literal["assemble_incomplete", "hold"]
+
+
+class OnIncomplete(enum.StrEnum):
+    """What a batch with missing positions does (``batch.accepted``'s ``on_incomplete``)."""
+
+    ASSEMBLE_INCOMPLETE = "assemble_incomplete"
+    HOLD = "hold"
+
+
+class BatchStatus(enum.StrEnum):
+    """Where one batch stands (``inorder_batches.status``)."""
+
+    WAITING = "waiting"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    HELD = "held"
+    INCONSISTENT = "inconsistent"
+    HALTED = "halted"
+
+
+class ItemState(enum.StrEnum):
+    """Where one position stands (``inorder_batch_items.state``)."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    NEEDS_REVIEW = "needs_review"
+
+
+class Action(enum.StrEnum):
+    """A person's decision about a batch (``inorder_batch_actions.action``)."""
+
+    RELEASE_INCOMPLETE = "release_incomplete"
+    CONFIRMED_APPLIED = "confirmed_applied"
+    RETRIED = "retried"
 
 
 def item_stream(stream: str) -> str:
@@ -144,7 +180,7 @@ def batch_events(
     items: Sequence[BatchItem],
     *,
     deadline_s: int | None = None,
-    on_incomplete: OnIncomplete | None = None,
+    on_incomplete: OnIncomplete | str | None = None,
     where: BatchTopics = BatchTopics(),
 ) -> list[OutboxEvent]:
     """A new batch's events: the manifest, then one work item per position 1..n (pure)."""
@@ -161,7 +197,7 @@ def batch_events(
     if deadline_s is not None:
         manifest["deadline_s"] = deadline_s
     if on_incomplete is not None:
-        manifest["on_incomplete"] = on_incomplete
+        manifest["on_incomplete"] = str(on_incomplete)
     accepted = OutboxEvent(where.stream, batch_id, 1, ACCEPTED, manifest, topic=where.topic)
     return [
         accepted,
@@ -175,7 +211,7 @@ def create_batch(
     items: Sequence[BatchItem],
     *,
     deadline_s: int | None = None,
-    on_incomplete: OnIncomplete | None = None,
+    on_incomplete: OnIncomplete | str | None = None,
     where: BatchTopics = BatchTopics(),
 ) -> None:
     """Write a batch's manifest and its work items (positions 1..n) in the caller's transaction.

@@ -10,8 +10,8 @@ import pytest
 
 from consumer import tables
 from consumer.kinds import KINDS
-from consumer.kinds.batches.decisions import Action, BatchStatus, ItemState, OnIncomplete
 from consumer.kinds.steps.gaps import GapStatus
+from schemas.batches import Action, BatchStatus, ItemState, OnIncomplete
 from schemas.runtime import migrate
 from tests.conftest import PgSchema
 from tests.support.services import ROOT

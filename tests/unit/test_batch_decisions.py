@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from consumer.kinds.batches.decisions import (
     Branch,
     Item,
-    ItemState,
     Result,
     Verdict,
     assemble,
@@ -21,6 +20,7 @@ from consumer.kinds.batches.decisions import (
     judge,
     manifest_problem,
 )
+from schemas.batches import ItemState
 
 KEYS = "ABCDEFGHIJ"
 

@@ -15,10 +15,11 @@ import psycopg
 
 from consumer.errors import BatchAdminError
 from consumer.kinds._plugin import AdminTools, Commands
-from consumer.kinds.batches.decisions import Action, BatchStatus, Item, ItemState
+from consumer.kinds.batches.decisions import Item
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner, BatchTally
 from consumer.kinds.batches.store import Batch, BatchStore
+from schemas.batches import Action, BatchStatus, ItemState
 
 Show = Callable[[str, Sequence[dict[str, Any]]], None]
 RETRYABLE = (ItemState.NEEDS_REVIEW, ItemState.FAILED, ItemState.ABANDONED)

@@ -22,42 +22,7 @@ from typing import Any
 
 import orjson
 
-
-class ItemState(enum.StrEnum):
-    """Where one position stands (``inorder_batch_items.state``)."""
-
-    PENDING = "pending"
-    DONE = "done"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-    NEEDS_REVIEW = "needs_review"
-
-
-class BatchStatus(enum.StrEnum):
-    """Where one batch stands (``inorder_batches.status``)."""
-
-    WAITING = "waiting"
-    COMPLETE = "complete"
-    INCOMPLETE = "incomplete"
-    HELD = "held"
-    INCONSISTENT = "inconsistent"
-    HALTED = "halted"
-
-
-class OnIncomplete(enum.StrEnum):
-    """What a batch with missing positions does (``inorder_batches.on_incomplete``)."""
-
-    ASSEMBLE_INCOMPLETE = "assemble_incomplete"
-    HOLD = "hold"
-
-
-class Action(enum.StrEnum):
-    """A person's decision about a batch (``inorder_batch_actions.action``)."""
-
-    RELEASE_INCOMPLETE = "release_incomplete"
-    CONFIRMED_APPLIED = "confirmed_applied"
-    RETRIED = "retried"
-
+from schemas.batches import BatchStatus, ItemState, OnIncomplete
 
 # Nothing more happens to a batch in these until a person looks.
 STOPPED = (BatchStatus.INCONSISTENT, BatchStatus.HALTED)

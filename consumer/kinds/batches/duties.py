@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from consumer import metrics
 from consumer.kinds._plugin import SweepReport, Tools
-from consumer.kinds.batches.decisions import BatchStatus, ItemState
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner
+from schemas.batches import BatchStatus, ItemState
 from schemas.republish import RepublishResult
 
 # Positions still pending in waiting batches, and batches held for a person.

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from consumer.kinds._spec import Spec, default, names, setting
-from consumer.kinds.batches.decisions import OnIncomplete
 from schemas import DEFAULT_TOPICS, batches
+from schemas.batches import OnIncomplete
 
 # So that "<stream>_result" and "<stream>_item" stay within a 63-character entity_type.
 MAX_STREAM = 56

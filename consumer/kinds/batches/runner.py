@@ -20,12 +20,9 @@ from consumer import metrics
 from consumer.deadletter import BATCH_REJECTED
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
 from consumer.kinds.batches.decisions import (
-    BatchStatus,
     Branch,
     Item,
-    ItemState,
     Judged,
-    OnIncomplete,
     Result,
     Verdict,
     assemble,
@@ -37,7 +34,14 @@ from consumer.kinds.batches.decisions import (
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.store import Batch, BatchStore, Manifest
 from schemas import Event, PayloadError, batches
-from schemas.batches import WorkItem, item_entity_id, work_item_event
+from schemas.batches import (
+    BatchStatus,
+    ItemState,
+    OnIncomplete,
+    WorkItem,
+    item_entity_id,
+    work_item_event,
+)
 from schemas.outbox import OutboxEvent, emit_many
 from schemas.validation import default_payload_schemas
 

@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from consumer.kinds.batches.decisions import STOPPED, BatchStatus, Item, ItemState, Result
+from consumer.kinds.batches.decisions import STOPPED, Item, Result
+from schemas.batches import BatchStatus, ItemState
 
 _LOCK = """
 SELECT pg_advisory_xact_lock(k)
