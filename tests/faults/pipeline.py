@@ -14,6 +14,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import tarfile
 import threading
 import time
 import urllib.error
@@ -47,7 +49,35 @@ COMMANDS = {
     # The example worker finishes batch items out of order, in a consumer group of its own.
     "worker": ["inorder-producer", "worker", "--max-delay-ms", "100"],
 }
+# The same programs of an earlier release, run from its source (``release``) by the
+# entry points its pyproject names, on this machine's interpreter and libraries.
+RELEASE_ENTRY_POINTS = {
+    "relay": "outbox_relay.__main__:main",
+    "consumer": "consumer.__main__:main",
+    "sweeper": "consumer.__main__:sweeper_main",
+    "producer": "producer.__main__:main",
+}
 STEP_STREAM = "seat_ledger"
+RELEASES = Path(__file__).parent / "releases"
+
+
+def unpack_release(version: str, into: Path) -> Path:
+    """The source of an earlier release (its four packages), unpacked under ``into``."""
+    with tarfile.open(RELEASES / f"inorder-{version}.tar.gz") as packed:
+        packed.extractall(into, filter="data")
+    return into / f"inorder-{version}"
+
+
+def release_command(release: Path, kind: str, *arguments: str) -> list[str]:
+    """The command line that runs ``kind`` of the release unpacked at ``release``."""
+    module, function = RELEASE_ENTRY_POINTS[kind].split(":")
+    code = f"import sys; from {module} import {function}; sys.exit({function}())"
+    return [sys.executable, "-c", code, *arguments]
+
+
+def release_env(env: dict[str, str], release: Path) -> dict[str, str]:
+    """``env`` with the release's packages ahead of this checkout's (whose tests stay found)."""
+    return {**env, "PYTHONPATH": f"{release}{os.pathsep}{ROOT}"}
 
 
 class Load:
@@ -101,6 +131,7 @@ class Pipeline:
         logs: Path,
         *,
         routes: str = effects.ROUTES,
+        release: Path | None = None,
         **overrides: str,
     ) -> None:
         self.db = db
@@ -140,28 +171,49 @@ class Pipeline:
         )
         self.env.update(overrides)
         self.processes: dict[str, Process] = {}
+        if release is not None:  # the release's own migrations make the outbox
+            self.run_release(release, "producer", "migrate", "--example")
         with db.connect(autocommit=True) as conn:
-            migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
-            tables.migrate(conn)
+            if release is None:
+                migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
+                tables.migrate(conn)
             conn.execute(examples.BILLING_VIEW)
             conn.execute(examples.SEAT_TABLES)
             conn.execute(effects.TABLE)
 
     # ------------------------------------------------------------ processes
 
-    def start(self, name: str) -> None:
-        """Start ``name`` (``relay-1``, ``consumer-2``, ``worker-1`` ...) as its console script."""
+    def start(self, name: str, release: Path | None = None) -> None:
+        """Start ``name`` (``relay-1``, ``consumer-2``, ``worker-1`` ...) as its console script.
+
+        With ``release``, the same program of that earlier release's source instead.
+        """
         kind = name.split("-", maxsplit=1)[0]
         port = free_port()
         env = {**self.env, "INORDER_HTTP_PORT": str(port)}
         if kind == "worker":
             env["INORDER_GROUP_ID"] = f"{self.group}-worker"
         program, *arguments = COMMANDS[kind]
+        command, cwd = [tool(program), *arguments], ROOT
+        if release is not None:
+            command, cwd = release_command(release, kind), release
+            env = release_env(env, release)
         with (self.logs / f"{name}.log").open("ab") as sink:
-            popen = subprocess.Popen(
-                [tool(program), *arguments], env=env, stdout=sink, stderr=sink, cwd=ROOT
-            )
+            popen = subprocess.Popen(command, env=env, stdout=sink, stderr=sink, cwd=cwd)
         self.processes[name] = Process(kind, popen, port)
+
+    def run_release(self, release: Path, kind: str, *arguments: str) -> None:
+        """Run one command of an earlier release to its end (``producer migrate``)."""
+        done = subprocess.run(
+            release_command(release, kind, *arguments),
+            env=release_env(self.env, release),
+            cwd=release,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, f"{kind} {arguments} of {release.name}: {done.stderr}"
 
     def kill(self, name: str) -> None:
         """SIGKILL: no clean-up, no last commit."""
@@ -248,18 +300,20 @@ class Pipeline:
         plan = loadgen.LoadPlan(entities, ops, writers=4, seed=seed, rate=rate)
         return Load(self.db.conninfo, plan, self.events_topic)
 
-    def lose_one_event(self, entity: str) -> tuple[int, int]:
+    def lose_one_event(self, entity: str, *, marked: bool = False) -> tuple[int, int]:
         """A new subscription whose next seat change the relay passes unsent; its version.
 
         One more change follows, so the consumer parks it behind the gap until the
-        sweeper has the lost one republished.
+        sweeper has the lost one republished. ``marked``: the outbox of 0.1.0, whose
+        relay passes a row already marked published.
         """
         with self.db.connect() as conn:
             subs.create_subscription(conn, entity, loadgen.PLANS[0], topic=self.events_topic)
             with conn.transaction():
                 version = subs.add_seats(conn, entity, 3, topic=self.events_topic)
+                sent = "published_at = now(), publish_count = 1" if marked else "xid = '0'"
                 conn.execute(  # transaction id 0: behind every cursor, taken as sent
-                    "UPDATE outbox SET xid = '0' WHERE entity_type "
+                    f"UPDATE outbox SET {sent} WHERE entity_type "  # noqa: S608
                     "= 'seat_ledger' AND entity_id = %s AND generation = %s AND seq = %s",
                     (entity, version.generation, version.seq),
                 )

@@ -9,6 +9,7 @@ producer's seat totals against the consumer's, and ``inorder-admin audit``.
 from __future__ import annotations
 
 import random
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -16,12 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import redis
 
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.conftest import Scale, report
-from tests.faults.pipeline import Pipeline
+from tests.faults.pipeline import STEP_STREAM, Pipeline, unpack_release
+from tests.integration.sweeper_support import tool
 from tests.support.services import Services, stack_control
 
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
@@ -160,6 +163,62 @@ def test_consumer_cut_off_from_postgres_pauses(pipeline: Pipeline, scale: Scale)
         return 1
 
     run(pipeline, scale, "postgres stopped for a while", inject)
+
+
+def test_upgrade_from_0_1_0_under_load(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    scale: Scale,
+) -> None:
+    """0.1.0's relay, consumers and sweeper replaced one by one under load, a gap open."""
+    release = unpack_release("0.1.0", tmp_path / "release")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pipeline = Pipeline(pg_schema, services, topic_factory, logs, release=release)
+
+    def _parked_by_0_1_0() -> list[str]:
+        """Entities in 0.1.0's park index (one key per route, before buckets)."""
+        client = redis.Redis.from_url(services.redis_url)
+        try:
+            index = f"{pipeline.prefix}:parkindex:{STEP_STREAM}"
+            return [m.decode() for m in client.zrange(index, 0, -1)]
+        finally:
+            client.close()
+
+    try:
+        for name in STANDARD:
+            pipeline.start(name, release=release)
+        for name in STANDARD:
+            pipeline.wait_for(f"{name} up", lambda n=name: pipeline.http(n, "/healthz")[0] == 200)
+
+        def inject() -> int:
+            # A row 0.1.0's relay passes: its successor parks behind it, in 0.1.0's keys.
+            pipeline.lose_one_event("lost-upgrade", marked=True)
+            pipeline.wait_for("0.1.0 parked", lambda: "lost-upgrade" in _parked_by_0_1_0())
+            # The documented order: relays stopped, the outbox migrated, new relays started;
+            # then each consumer and the sweeper, one at a time, while the load goes on.
+            assert pipeline.stop("relay-1") == 0
+            migrated = subprocess.run(
+                [tool("inorder-producer"), "migrate", "--example"],
+                env=pipeline.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert migrated.returncode == 0, migrated.stderr
+            start(pipeline, "relay-1")
+            for name in ("consumer-1", "consumer-2", "sweeper-1"):
+                assert pipeline.stop(name) == 0, f"0.1.0's {name} did not stop cleanly"
+                start(pipeline, name)
+            return len(STANDARD)
+
+        run(pipeline, scale, "upgrade from 0.1.0", inject)
+        assert _parked_by_0_1_0() == [], "parks in 0.1.0's keys were left behind"
+    finally:
+        pipeline.close()
 
 
 def test_verdict_sees_lost_doubled_and_wrong_totals(pipeline: Pipeline, scale: Scale) -> None:
