@@ -102,9 +102,9 @@ BATCH_ITEMS_PENDING = Gauge("batch_items_pending", "Positions still pending in w
 BATCHES_HELD = Gauge("batches_held", "Batches held for a person to decide")
 
 
-def entity_stopped(route: str) -> None:
-    """Count a stopped entity and have the review gauge refreshed at the next poll."""
-    STOPPED.labels(route).inc()
+def entity_stopped(route: str, n: int = 1) -> None:
+    """Count stopped entities and have the review gauge refreshed at the next poll."""
+    STOPPED.labels(route).inc(n)
     _reviews_changed.set()
 
 

@@ -13,6 +13,7 @@ makes a half applied again after its sibling failed harmless.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 
 import psycopg
 import structlog
@@ -48,13 +49,9 @@ def apply_guarded(
 
 
 def merge(first: Outcome, second: Outcome) -> Outcome:
-    """One outcome holding both."""
+    """One outcome holding both (lists joined, counts added)."""
     return Outcome(
-        first.applied + second.applied,
-        first.stale + second.stale,
-        first.refused + second.refused,
-        first.held + second.held,
-        first.committed + second.committed,
+        **{f.name: getattr(first, f.name) + getattr(second, f.name) for f in fields(Outcome)}
     )
 
 

@@ -81,24 +81,45 @@ class Refusal:
 class Outcome:
     """What a route did with its share of a poll batch, once its work is committed.
 
-    ``applied`` and ``stale`` are counted; ``refused`` go to the dead-letter topic
-    and ``held`` to the held topic, each with its reason; ``committed`` are the kind's
-    own counters, called once the whole poll batch is done.
+    A kind only reports; ``count``, called once the whole poll batch is done, is the one
+    place its figures become metrics. ``refused`` go to the dead-letter topic and
+    ``held`` to the held topic, each with its reason.
     """
 
     applied: list[Event] = field(default_factory=list)
     stale: list[Event] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     held: list[Refusal] = field(default_factory=list)
-    committed: list[Callable[[], None]] = field(default_factory=list)
+    # Early events parked, each with how far ahead of its entity's next seq it came.
+    parked: list[tuple[Event, int]] = field(default_factory=list)
+    # The event type of each entity newly given up on (held: its parking set is full).
+    escalated: list[str] = field(default_factory=list)
+    # Entities stopped until a person looks.
+    stopped: int = 0
+    # Batch routes: worker results by verdict, batches assembled by outcome, and
+    # batches found inconsistent.
+    batch_results: Counter[str] = field(default_factory=Counter)
+    batches_assembled: Counter[str] = field(default_factory=Counter)
+    batches_inconsistent: int = 0
 
     def count(self, stream: str) -> None:
-        """Add what the route applied and ignored to the metrics, and the kind's own counters."""
+        """Add everything the route reported to the metrics."""
         metrics.APPLIED.labels(stream).inc(len(self.applied))
         for event_type, n in Counter(e.event_type for e in self.stale).items():
             metrics.STALE.labels(event_type).inc(n)
-        for counter in self.committed:
-            counter()
+        for event, distance in self.parked:
+            metrics.PARKED.labels(event.event_type).inc()
+            metrics.REORDER_DISTANCE.observe(distance)
+        for event_type in self.escalated:
+            metrics.GAPS_ESCALATED.labels(event_type).inc()
+        if self.stopped:
+            metrics.entity_stopped(stream, self.stopped)
+        for verdict, n in self.batch_results.items():
+            metrics.BATCH_RESULTS.labels(verdict).inc(n)
+        for assembled, n in self.batches_assembled.items():
+            metrics.BATCHES_ASSEMBLED.labels(assembled).inc(n)
+        if self.batches_inconsistent:
+            metrics.BATCHES_INCONSISTENT.inc(self.batches_inconsistent)
 
 
 @dataclass(frozen=True, slots=True)

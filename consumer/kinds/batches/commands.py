@@ -101,7 +101,7 @@ class BatchAdmin:
             self.runner.settle(
                 self.conn, route, [batch_id], outcome, release=True, reason=f"released by {by}"
             )
-        outcome.count()
+        outcome.outcome().count(route.stream)
         self.show("decided", [{"batch": batch_id, "assembled": dict(outcome.assembled), "by": by}])
 
     def confirm_retry(
@@ -150,7 +150,7 @@ class BatchAdmin:
                 self.runner.dispatch(self.conn, route, {batch_id: batch}, [(batch_id, settled)])
             store.record_action(self.conn, batch_id, position, action, by, reason)
             decided = self.runner.settle(self.conn, route, [batch_id], outcome)
-        outcome.count()
+        outcome.outcome().count(route.stream)
         self.show(
             "settled",
             [

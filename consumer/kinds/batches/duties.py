@@ -31,7 +31,7 @@ class BatchDuties:
         limit = self.tools.settings.max_overdue_per_sweep
         for stream in self.runner.routes:
             outcome = self.runner.expire(self.tools.conn, stream, limit)
-            outcome.count()
+            outcome.outcome().count(stream)
             report["batches_expired"] += sum(outcome.assembled.values()) + outcome.inconsistent
 
     def answer(self, result: RepublishResult) -> bool:

@@ -16,7 +16,6 @@ from typing import Any
 import psycopg
 import structlog
 
-from consumer import metrics
 from consumer.deadletter import BATCH_REJECTED
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
 from consumer.kinds.batches.decisions import (
@@ -59,13 +58,13 @@ class BatchTally:
     refused: list[tuple[Event, str]] = field(default_factory=list)
     ignored: list[Event] = field(default_factory=list)  # the route's own output read back
 
-    def count(self) -> None:
-        """Add this outcome to the Prometheus metrics."""
-        for verdict, n in self.results.items():
-            metrics.BATCH_RESULTS.labels(verdict).inc(n)
-        for outcome, n in self.assembled.items():
-            metrics.BATCHES_ASSEMBLED.labels(outcome).inc(n)
-        metrics.BATCHES_INCONSISTENT.inc(self.inconsistent)
+    def outcome(self) -> Outcome:
+        """What the transaction did, as the route's ``Outcome`` (counted by its caller)."""
+        return Outcome(
+            batch_results=Counter(self.results),
+            batches_assembled=Counter(self.assembled),
+            batches_inconsistent=self.inconsistent,
+        )
 
 
 def _missing_reason(items: Iterable[Item]) -> str:
@@ -455,5 +454,8 @@ class BatchApplier:
         # nothing, which is the point): counted applied like any route's; the route's
         # own output read back is stale.
         aside = {id(event) for event, _ in done.refused} | {id(e) for e in done.ignored}
-        applied = [event for event in events if id(event) not in aside]
-        return Outcome(applied=applied, stale=done.ignored, refused=refused, committed=[done.count])
+        outcome = done.outcome()
+        outcome.applied = [event for event in events if id(event) not in aside]
+        outcome.stale = done.ignored
+        outcome.refused = refused
+        return outcome

@@ -85,32 +85,41 @@ def _apply_together(
     return plans
 
 
-def _apply_single(conn: Conn, store: StepStore, start: Progress, event: Event) -> bool:
-    """One step in its own transaction; an external call is recorded, committed, before it."""
+def _stop(conn: Conn, store: StepStore, entity_id: str, seq: int, reason: str) -> str:
+    """Stop the entity before ``seq`` for a person, in its own transaction; the reason."""
+    with conn.transaction():
+        store.stop(conn, entity_id, seq, reason)
+    log.error("step_stopped", route=store.route.stream, entity=entity_id, seq=seq, reason=reason)
+    return reason
+
+
+def _apply_single(
+    conn: Conn, store: StepStore, start: Progress, event: Event
+) -> tuple[bool, str | None]:
+    """One step in its own transaction; an external call is recorded, committed, before it.
+
+    Whether it applied, and why the entity was stopped for a person when it was.
+    """
     entry = store.functions.get(event.event_type)
     external = entry is not None and entry[0].external
     if entry is not None and external:
         with conn.transaction():
             fresh = store.begin_attempt(conn, event)
         if not fresh and not entry[0].idempotent:
-            with conn.transaction():
-                store.stop(
-                    conn,
-                    event.entity_id,
-                    event.seq,
-                    f"needs_review: an earlier call of {entry[0].function} may have taken "
-                    "effect; confirm it before the step is retried",
-                )
-            return False
+            reason = (
+                f"needs_review: an earlier call of {entry[0].function} may have taken "
+                "effect; confirm it before the step is retried"
+            )
+            return False, _stop(conn, store, event.entity_id, event.seq, reason)
     with conn.transaction():
         store.lock(conn, {event.entity_id: event})
         if not store.claim(conn, event.entity_id, start, Progress(event.generation, event.seq)):
-            return False
+            return False, None
         store.run(conn, {event.entity_id: [event]})
         if external:
             store.finish_attempt(conn, event.entity_id, event.generation, event.seq)
         store.record(conn, [event])
-    return True
+    return True, None
 
 
 def _apply_one_by_one(
@@ -130,7 +139,8 @@ def _apply_one_by_one(
             break
         event = step_plan.apply[0]
         pending = [e for e in pending if e is not event and e not in step_plan.stale]
-        if not _apply_single(conn, store, progress, event):
+        applied, done.stopped = _apply_single(conn, store, progress, event)
+        if not applied:
             done.park += [event, *pending]  # it waits too, for a person or the next try
             break
         done.apply.append(event)
@@ -169,8 +179,7 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
         # Cannot happen (every try cuts a step or changes mode); the barrier bisects it.
         raise StepsUnsettledError("step functions kept failing after every step was cut")
     for entity_id, limit in limits.items():
-        with conn.transaction():
-            store.stop(conn, entity_id, limit[1], reasons[entity_id])
+        plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reasons[entity_id])
     for entity_id in skip:
         if plans[entity_id].apply:
             plans[entity_id] = _apply_one_by_one(conn, store, entity_id, events[entity_id])

@@ -40,6 +40,8 @@ class Plan:
     stale: list[Event] = field(default_factory=list)
     start: Progress | None = None
     end: Progress | None = None
+    # Why the entity was stopped for a person while this plan was applied (None: it was not).
+    stopped: str | None = None
 
 
 def plan(progress: Progress, events: Iterable[Event]) -> Plan:

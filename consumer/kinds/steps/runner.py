@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 
-from consumer import metrics
 from consumer.deadletter import PARK_CAP_REACHED
 from consumer.errors import RoutesError
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
@@ -46,6 +45,7 @@ def _add(outcome: Outcome, plans: Mapping[str, Plan]) -> None:
     for entity_plan in plans.values():
         outcome.applied += entity_plan.apply
         outcome.stale += entity_plan.stale
+        outcome.stopped += entity_plan.stopped is not None
 
 
 class StepApplier:
@@ -97,9 +97,8 @@ class StepApplier:
         held = [event for (_, event), size in zip(early, sizes, strict=True) if size < 0]
         for entity_plan, event in early:
             assert entity_plan.end is not None
-            metrics.PARKED.labels(event.event_type).inc()
-            metrics.REORDER_DISTANCE.observe(reorder_distance(entity_plan.end, event))
-        self._hold(conn, held)
+            outcome.parked.append((event, reorder_distance(entity_plan.end, event)))
+        outcome.escalated += self._hold(conn, held)
         outcome.held += [
             Refusal(
                 e,
@@ -143,12 +142,14 @@ class StepApplier:
         self._drain(conn, sorted(entity_ids), outcome)
         return outcome
 
-    def _hold(self, conn: Conn, held: Sequence[Event]) -> None:
+    def _hold(self, conn: Conn, held: Sequence[Event]) -> list[str]:
+        """Hold the entities whose parking set is full; the event type of each newly held."""
+        escalated = []
         for event in held:
             with conn.transaction():
                 newly = self.store.hold(conn, event.entity_id)
             if newly:
-                metrics.GAPS_ESCALATED.labels(event.event_type).inc()
+                escalated.append(event.event_type)
                 log.error(
                     "entity_held",
                     route=self.route.stream,
@@ -156,6 +157,7 @@ class StepApplier:
                     seq=event.seq,
                     max_parked=self.route.max_parked,
                 )
+        return escalated
 
     def _drain(self, conn: Conn, candidates: Sequence[str], outcome: Outcome) -> None:
         route = self.route.stream

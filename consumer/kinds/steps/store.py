@@ -13,9 +13,7 @@ from typing import Any
 
 import orjson
 import psycopg
-import structlog
 
-from consumer import metrics
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import Progress, calls
 from consumer.kinds.steps.route import Entry, StepRoute
@@ -23,7 +21,6 @@ from consumer.kinds.steps.transaction import Sync
 from schemas import Event
 from schemas.limits import safe_text
 
-log = structlog.get_logger(__name__)
 Conn = psycopg.Connection[Any]
 
 
@@ -233,8 +230,6 @@ class StepStore:
             "updated_at = now() WHERE route = %s AND entity_id = %s",
             (seq, safe_text(reason[:1000]), self.route.stream, entity_id),
         )
-        metrics.entity_stopped(self.route.stream)
-        log.error("step_stopped", route=self.route.stream, entity=entity_id, seq=seq, reason=reason)
 
     def mark_parked(self, conn: Conn, early: Sequence[Event]) -> None:
         """Record in one statement the newest version each entity is about to park."""
