@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from consumer import metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
-from consumer.kinds import KINDS, Kind, Links, Route, apply_guarded
+from consumer.kinds import KINDS, Kind, Links, Need, Route, apply_guarded
 from consumer.offsets import Offsets, commit
 from consumer.pausing import Pausing
 from consumer.poll import Routing, prepare, take
@@ -52,7 +52,7 @@ class ConsumerService:
         self.health = health
         # Started once: an unimportable handler is a start-up error.
         self.routing = Routing.start(routes, kinds)
-        self._needs_redis = any(k.needs_redis for k in self.routing.kinds)
+        self._needs = frozenset(n for k in self.routing.kinds for n in k.needs)
         self._migrations = tables.migration_sets(self.routing.kinds)
         self._stopping = False
         self._conn: psycopg.Connection[Any] | None = None
@@ -96,6 +96,8 @@ class ConsumerService:
             )
             tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
+            if Need.RELAY in self._needs:
+                _say_if_no_relay(self._conn)
 
     def _connect_postgres(self) -> None:
         self._conn = postgres.connect(self.settings.database_url, "inorder-consumer")
@@ -103,7 +105,7 @@ class ConsumerService:
 
     def _connect_redis(self) -> None:
         """Connect the parking store when a route parks, refusing one that can lose data."""
-        if not self._needs_redis or self._redis is not None:
+        if Need.REDIS not in self._needs or self._redis is not None:
             return
         if self.settings.redis_url is None:
             return  # the routes that park say so when they are connected
@@ -334,6 +336,22 @@ class ConsumerService:
             self._conn.close()
             self._conn = None
         self._pausing.wait(exc)
+
+
+def _say_if_no_relay(conn: psycopg.Connection[Any]) -> None:
+    """Warn once at start-up when no relay holds a slice of the consumer's own outbox.
+
+    A batch route's assembled output and re-dispatched work go through that outbox; with
+    no relay on it they wait there, and nothing else would say why.
+    """
+    row = conn.execute(
+        "SELECT count(*) FROM outbox_relay_slices WHERE lease_until > now() - interval '1 minute'"
+    ).fetchone()
+    if not row or not row[0]:
+        log.warning(
+            "outbox_relay_not_seen",
+            hint="batch routes write to the outbox in DATABASE_URL: run inorder-relay on it",
+        )
 
 
 def _skip(message: Message) -> bool:

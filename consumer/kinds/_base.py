@@ -9,6 +9,7 @@ the offsets only after all of that.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,6 +147,15 @@ class Applier(Protocol):
         """Apply the route's events of one poll batch and commit them (``raw``: by event id)."""
 
 
+class Need(enum.StrEnum):
+    """What a kind's routes need besides the consumer's own PostgreSQL and Kafka."""
+
+    # They park events in Redis: REDIS_URL is required and checked for durability.
+    REDIS = "redis"
+    # They write events to the consumer's own outbox: a relay must publish it.
+    RELAY = "relay"
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """A registry entry: parse a route of this kind, start its applier (imports, no I/O)."""
@@ -153,8 +163,8 @@ class Kind:
     name: str
     parse: Callable[[Spec], Route]
     start: Callable[[Any], Applier]
-    # Its routes park events in Redis: REDIS_URL is required and checked for durability.
-    needs_redis: bool = False
+    # What its routes need besides PostgreSQL and Kafka.
+    needs: frozenset[Need] = frozenset()
     # Tables its routes write besides the consumer's own (migrated at start-up).
     migrations: tuple[MigrationSet, ...] = ()
     # The dataclasses whose ``setting`` fields a [[route]] of this kind may set: the

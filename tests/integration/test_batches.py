@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from consumer.kinds.batches.runner import BatchApplier
 from schemas import headers
@@ -71,6 +72,27 @@ def test_batch_events_are_counted_applied_with_their_latency(batch: bs.BatchSetu
     applied, latency = _samples(batch.route.stream)
     assert applied - applied_before == 6
     assert latency > latency_before
+
+
+def test_a_consumer_with_batch_routes_says_when_no_relay_publishes_its_outbox(
+    batch: bs.BatchSetup,
+) -> None:
+    """Start-up warns once while no relay holds the outbox's slices, and not once one does."""
+
+    def warned() -> list[dict[str, object]]:
+        with capture_logs() as logs, cs.running(batch.settings) as service:
+            wait_until(lambda: "starting" not in service.health.problems)
+        return [entry for entry in logs if entry["event"] == "outbox_relay_not_seen"]
+
+    [warning] = warned()
+    assert "run inorder-relay" in str(warning["hint"])
+    with batch.db.connect() as conn:  # a relay holds the slices now
+        conn.execute(
+            "UPDATE outbox_relay_slices SET owner = 'relay-a', "
+            "lease_until = now() + interval '1 minute'"
+        )
+        conn.commit()
+    assert warned() == []
 
 
 def test_earlier_finished_at_for_a_later_position_does_not_reorder(batch: bs.BatchSetup) -> None:

@@ -7,7 +7,7 @@ branches, the statuses as enums), ``store`` (every statement). Beside the loop:
 (``inorder-admin batches``).
 """
 
-from consumer.kinds._base import Kind
+from consumer.kinds._base import Kind, Need
 from consumer.kinds.batches import commands, duties
 from consumer.kinds.batches.inspect import BatchInspector
 from consumer.kinds.batches.route import BatchRoute, parse
@@ -20,6 +20,7 @@ KIND = Kind(
     parse,
     BatchApplier,
     migrations=(outbox.MIGRATIONS,),
+    needs=frozenset({Need.RELAY}),
     settings=(BatchRoute,),
     duties=duties.duties,
     inspector=BatchInspector(),

@@ -8,7 +8,7 @@ sweeper repairs: ``gaps``), ``inspect`` (explain and audit), ``commands`` (gaps,
 parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 """
 
-from consumer.kinds._base import Kind
+from consumer.kinds._base import Kind, Need
 from consumer.kinds.steps import commands, duties, gauges
 from consumer.kinds.steps.inspect import StepInspector
 from consumer.kinds.steps.route import Handler, StepRoute, parse
@@ -18,7 +18,7 @@ KIND = Kind(
     "step",
     parse,
     StepApplier,
-    needs_redis=True,
+    needs=frozenset({Need.REDIS}),
     settings=(StepRoute, Handler),
     duties=duties.duties,
     inspector=StepInspector(),
