@@ -60,8 +60,9 @@ def runner(client: redis.Redis, prefix: str, text: str) -> StepApplier:
 
 
 def feed(run: StepApplier, conn: Any, events: list[Event]) -> list[Event]:
-    """Give one batch to the route; return events it could not park (held)."""
+    """Give one batch to the route, counted as the loop counts it; the events it held."""
     outcome = run.apply(conn, events, {e.event_id: encode(e) for e in events})
+    outcome.count(run.route.stream)
     return [held.event for held in outcome.held]
 
 

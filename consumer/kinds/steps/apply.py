@@ -8,6 +8,7 @@ import psycopg
 import structlog
 
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
+from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.plan import Plan, Progress, plan
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
@@ -15,9 +16,6 @@ from schemas import Event
 
 log = structlog.get_logger(__name__)
 
-# Tries beyond one per event: each failed step cuts its entity short, and the two
-# changes of mode (unpipelined, one step per call) happen at most once each.
-EXTRA_TRIES = 3
 Events = Mapping[str, Sequence[Event]]
 
 
@@ -153,33 +151,42 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
     A function that raises rolls the batch back; the batch is applied again with that
     entity's earlier steps only, and the entity is stopped at the failing seq for a person.
     A ``many`` call that raises is first run again one step per call to find that step.
+    How to try again after each failure is ``ladder.climb``'s to decide.
     """
-    skip: set[str] = set()
-    limits: dict[str, tuple[int, int]] = {}
-    reasons: dict[str, str] = {}
-    pipelined, single = True, False
-    for _ in range(sum(map(len, events.values())) + EXTRA_TRIES):
+    skip: set[str] = set()  # entities with an external call: applied one by one after
+    rung = Rung()
+    for _ in range(tries(sum(map(len, events.values())))):
         try:
             plans = _apply_together(
-                conn, store, events, skip, limits, pipelined=pipelined, single=single
+                conn,
+                store,
+                events,
+                skip,
+                rung.limits,
+                pipelined=rung.pipelined,
+                single=rung.single,
             )
             break
         except (PipelinedError, psycopg.errors.InFailedSqlTransaction):
-            pipelined = False  # find out, statement by statement, whose step failed
+            climbed = climb(rung, Failure.UNTRACED)
         except ManyFailedError:
-            pipelined, single = False, True  # and, step by step, which one
+            climbed = climb(rung, Failure.MANY)
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError) or not pipelined:
+            lost = isinstance(exc, psycopg.OperationalError)
+            climbed = climb(rung, Failure.DATABASE, connection_lost=lost)
+            if climbed is None:
                 raise
-            pipelined = False
         except StepFailedError as failed:
-            limits[failed.entity_id] = failed.event.version
-            reasons[failed.entity_id] = f"step failed: {failed.error!r}"
+            cut = (failed.entity_id, failed.event.version, f"step failed: {failed.error!r}")
+            climbed = climb(rung, Failure.STEP, step=cut)
+        assert climbed is not None
+        rung = climbed
     else:
         # Cannot happen (every try cuts a step or changes mode); the barrier bisects it.
         raise StepsUnsettledError("step functions kept failing after every step was cut")
-    for entity_id, limit in limits.items():
-        plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reasons[entity_id])
+    for entity_id, limit in rung.limits.items():
+        reason = rung.reasons[entity_id]
+        plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reason)
     for entity_id in skip:
         if plans[entity_id].apply:
             plans[entity_id] = _apply_one_by_one(conn, store, entity_id, events[entity_id])
