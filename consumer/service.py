@@ -19,11 +19,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from consumer import metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import KINDS, Kind, Links, Need, Route, apply_guarded
-from consumer.offsets import Offsets, commit
-from consumer.pausing import Pausing
-from consumer.poll import Routing, prepare, take
+from consumer.loop.offsets import Offsets, commit
+from consumer.loop.pausing import Pausing
+from consumer.loop.poll import Routing, prepare, take
+from consumer.loop.settle import settle
 from consumer.settings import ConsumerSettings
-from consumer.settle import settle
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out

@@ -11,7 +11,7 @@ import psycopg
 
 from consumer import tables
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
-from consumer.poll import Routing
+from consumer.loop.poll import Routing
 from consumer.routes import parse_routes, read_routes
 from schemas import Event, default_event_id, encode
 from schemas.runtime.redis_client import RedisClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from consumer.offsets import Offsets
+from consumer.loop.offsets import Offsets
 
 
 def _tp(partition: int, offset: int = -1001) -> TopicPartition:

@@ -10,7 +10,7 @@ from consumer.errors import RoutesError
 from consumer.kinds.batches import BatchRoute
 from consumer.kinds.projection import ProjectionApplier, ProjectionRoute
 from consumer.kinds.steps import Handler, StepRoute
-from consumer.poll import Routing, prepare
+from consumer.loop.poll import Routing, prepare
 from consumer.routes import parse_routes
 from schemas import Event, encode
 

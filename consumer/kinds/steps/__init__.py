@@ -1,9 +1,11 @@
 """The ``step`` kind: every event applied once, in seq order; early arrivals parked in Redis.
 
 Following one poll batch down: ``route`` (settings, handlers imported), ``runner``
-(the route's applier), ``apply`` (transactions, retries, external calls), ``plan``
-(the pure decisions), ``store`` (every statement), ``parking`` (the Redis keys and
-scripts), ``transaction`` (pipelined commits). Beside the loop: ``duties`` (what the
+(the route's applier), ``apply`` (transactions, external calls one by one), ``plan``
+and ``ladder`` (the pure decisions: what applies, parks or is stale; how to try again),
+``handlers`` (the one module calling the users' functions), ``store`` (every
+statement), ``parking`` (the Redis keys and scripts), ``transaction`` (pipelined
+commits). Beside the loop: ``duties`` (what the
 sweeper repairs: ``gaps``), ``inspect`` (explain and audit), ``commands`` (gaps,
 parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 """

@@ -8,6 +8,7 @@ import psycopg
 import structlog
 
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
+from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.plan import Plan, Progress, plan
 from consumer.kinds.steps.store import Conn, StepStore
@@ -34,18 +35,18 @@ def _cut(entity_plan: Plan, limit: tuple[int, int]) -> None:
 def _apply_together(
     conn: Conn,
     store: StepStore,
+    handlers: Handlers,
     events: Events,
     skip: set[str],
-    limits: Mapping[str, tuple[int, int]],
-    *,
-    pipelined: bool,
-    single: bool,
+    rung: Rung,
 ) -> dict[str, Plan]:
     """One transaction: lock, plan, claim all runs in one statement, run the functions.
 
     Entities whose due steps include an external call are added to ``skip``; an entity
-    in ``limits`` applies only the steps before its limit.
+    in the rung's ``limits`` applies only the steps before its limit; the rung says
+    whether the transaction is pipelined and whether each step gets its own call.
     """
+    pipelined, single, limits = rung.pipelined, rung.single, rung.limits
     plans: dict[str, Plan] = {}
     # Pipelined, the whole transaction takes two round trips: BEGIN with the locks, then
     # the claims, the functions' statements, the log and COMMIT. (Unless a function reads
@@ -60,7 +61,7 @@ def _apply_together(
                 _cut(entity_plan, limits[entity_id])
             if entity_id in skip or not entity_plan.apply or entity_plan.end is None:
                 continue
-            if any(store.external(e) for e in entity_plan.apply):
+            if any(handlers.external(e) for e in entity_plan.apply):
                 skip.add(entity_id)
                 continue
             claims.append((entity_id, progress[entity_id], entity_plan.end))
@@ -78,7 +79,7 @@ def _apply_together(
             else:
                 applied += entity_plan.apply
         applies = {entity_id: plans[entity_id].apply for entity_id in claimed}
-        store.run(conn, applies, pipelined=pipelined, single=single)
+        handlers.run(conn, applies, pipelined=pipelined, single=single)
         store.record(conn, applied)
     return plans
 
@@ -92,13 +93,13 @@ def _stop(conn: Conn, store: StepStore, entity_id: str, seq: int, reason: str) -
 
 
 def _apply_single(
-    conn: Conn, store: StepStore, start: Progress, event: Event
+    conn: Conn, store: StepStore, handlers: Handlers, start: Progress, event: Event
 ) -> tuple[bool, str | None]:
     """One step in its own transaction; an external call is recorded, committed, before it.
 
     Whether it applied, and why the entity was stopped for a person when it was.
     """
-    entry = store.functions.get(event.event_type)
+    entry = handlers.entry(event)
     external = entry is not None and entry[0].external
     if entry is not None and external:
         with conn.transaction():
@@ -113,7 +114,7 @@ def _apply_single(
         store.lock(conn, {event.entity_id: event})
         if not store.claim(conn, event.entity_id, start, Progress(event.generation, event.seq)):
             return False, None
-        store.run(conn, {event.entity_id: [event]})
+        handlers.run(conn, {event.entity_id: [event]})
         if external:
             store.finish_attempt(conn, event.entity_id, event.generation, event.seq)
         store.record(conn, [event])
@@ -121,7 +122,7 @@ def _apply_single(
 
 
 def _apply_one_by_one(
-    conn: Conn, store: StepStore, entity_id: str, events: Sequence[Event]
+    conn: Conn, store: StepStore, handlers: Handlers, entity_id: str, events: Sequence[Event]
 ) -> Plan:
     """Apply an entity's due steps in separate transactions, in order."""
     done = Plan()
@@ -137,7 +138,7 @@ def _apply_one_by_one(
             break
         event = step_plan.apply[0]
         pending = [e for e in pending if e is not event and e not in step_plan.stale]
-        applied, done.stopped = _apply_single(conn, store, progress, event)
+        applied, done.stopped = _apply_single(conn, store, handlers, progress, event)
         if not applied:
             done.park += [event, *pending]  # it waits too, for a person or the next try
             break
@@ -145,7 +146,9 @@ def _apply_one_by_one(
     return done
 
 
-def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]:
+def apply_steps(
+    conn: Conn, store: StepStore, handlers: Handlers, events: Events
+) -> dict[str, Plan]:
     """Apply every entity's due steps; return each entity's plan (applied, to park, stale).
 
     A function that raises rolls the batch back; the batch is applied again with that
@@ -157,15 +160,7 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
     rung = Rung()
     for _ in range(tries(sum(map(len, events.values())))):
         try:
-            plans = _apply_together(
-                conn,
-                store,
-                events,
-                skip,
-                rung.limits,
-                pipelined=rung.pipelined,
-                single=rung.single,
-            )
+            plans = _apply_together(conn, store, handlers, events, skip, rung)
             break
         except (PipelinedError, psycopg.errors.InFailedSqlTransaction):
             climbed = climb(rung, Failure.UNTRACED)
@@ -189,5 +184,7 @@ def apply_steps(conn: Conn, store: StepStore, events: Events) -> dict[str, Plan]
         plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reason)
     for entity_id in skip:
         if plans[entity_id].apply:
-            plans[entity_id] = _apply_one_by_one(conn, store, entity_id, events[entity_id])
+            plans[entity_id] = _apply_one_by_one(
+                conn, store, handlers, entity_id, events[entity_id]
+            )
     return plans

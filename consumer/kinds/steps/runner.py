@@ -16,6 +16,7 @@ from consumer.deadletter import PARK_CAP_REACHED
 from consumer.errors import RoutesError
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
 from consumer.kinds.steps.apply import apply_steps
+from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.kinds.steps.plan import Plan, reorder_distance
 from consumer.kinds.steps.route import StepRoute, resolve
@@ -54,7 +55,8 @@ class StepApplier:
     def __init__(self, route: StepRoute) -> None:
         self.route = route
         # Handlers are imported once; an unimportable one is a start-up error.
-        self.store = StepStore(route, resolve(route))
+        self.store = StepStore(route)
+        self.handlers = Handlers(resolve(route))
         self._lot: ParkingLot | None = None
         self._marks_checked = False
 
@@ -82,7 +84,7 @@ class StepApplier:
         """Apply, park and drain; events a full parking set refused come back ``held``."""
         outcome = Outcome()
         self._check_marks(conn)
-        plans = apply_steps(conn, self.store, _by_entity(events))
+        plans = apply_steps(conn, self.store, self.handlers, _by_entity(events))
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
@@ -166,7 +168,7 @@ class StepApplier:
             if not fetched:
                 return
             events, members, broken = _decode(fetched)
-            plans = apply_steps(conn, self.store, events) if events else {}
+            plans = apply_steps(conn, self.store, self.handlers, events) if events else {}
             _add(outcome, plans)
             done = {
                 entity: [members[id(e)] for e in plan.apply + plan.stale]

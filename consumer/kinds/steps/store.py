@@ -14,9 +14,8 @@ from typing import Any
 import orjson
 import psycopg
 
-from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
-from consumer.kinds.steps.plan import Progress, calls
-from consumer.kinds.steps.route import Entry, StepRoute
+from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.transaction import Sync
 from schemas import Event
 from schemas.limits import safe_text
@@ -65,14 +64,8 @@ _ADVANCE_ALL = (
 class StepStore:
     """PostgreSQL side of one step route."""
 
-    def __init__(self, route: StepRoute, functions: Mapping[str, Entry]) -> None:
+    def __init__(self, route: StepRoute) -> None:
         self.route = route
-        self.functions = functions
-
-    def external(self, event: Event) -> bool:
-        """True when the event's function acts outside PostgreSQL."""
-        entry = self.functions.get(event.event_type)
-        return entry is not None and entry[0].external
 
     def lock(
         self, conn: Conn, first_events: Mapping[str, Event], sync: Sync | None = None
@@ -171,33 +164,6 @@ class StepStore:
             for e, s, n in claims
         ]
         return {"claims": _json(rows), "route": self.route.stream}
-
-    def run(
-        self,
-        conn: Conn,
-        applies: Mapping[str, Sequence[Event]],
-        *,
-        pipelined: bool = False,
-        single: bool = False,
-    ) -> None:
-        """Call the functions of every entity's due steps (see ``calls``).
-
-        A function's own failure becomes ``StepFailedError`` naming the step, or
-        ``ManyFailedError`` for a ``many`` call of several steps; a lost connection stays
-        what it is. In pipeline mode a database error may belong to another statement,
-        so it becomes ``PipelinedError`` and the caller runs the batch again unpipelined.
-        """
-        for (handler, function), events in calls(applies, self.functions, single=single):
-            try:
-                function(conn, events if handler.many else events[0])
-            except psycopg.OperationalError:
-                raise
-            except Exception as exc:  # a user function's failure, reported upward
-                if pipelined and isinstance(exc, psycopg.Error):
-                    raise PipelinedError(str(exc)) from exc
-                if len(events) > 1:
-                    raise ManyFailedError(f"{handler.function}: {exc!r}") from exc
-                raise StepFailedError(events[0].entity_id, events[0], exc) from exc
 
     def record(self, conn: Conn, applied: Sequence[Event]) -> None:
         """Write the step log of everything applied in this transaction, in one statement."""

@@ -20,7 +20,7 @@ from confluent_kafka import Producer, TopicPartition
 from consumer import deadletter, metrics
 from consumer.deadletter import DeadLetter
 from consumer.kinds import Applier, Outcome, Refusal
-from consumer.poll import Prepared
+from consumer.loop.poll import Prepared
 from consumer.settings import ConsumerSettings
 
 log = structlog.get_logger(__name__)

@@ -14,7 +14,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from consumer import metrics
-from consumer.offsets import Offsets, commit
+from consumer.loop.offsets import Offsets, commit
 from schemas.runtime.outages import Outages
 
 
