@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import psycopg
 import structlog
@@ -10,26 +10,12 @@ import structlog
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
-from consumer.kinds.steps.plan import Plan, Progress, plan
+from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
 
 log = structlog.get_logger(__name__)
-
-Events = Mapping[str, Sequence[Event]]
-
-
-def _firsts(events: Events) -> dict[str, Event]:
-    return {entity: min(evs, key=lambda e: e.version) for entity, evs in events.items()}
-
-
-def _cut(entity_plan: Plan, limit: tuple[int, int]) -> None:
-    """Apply only the steps before ``limit``; park that one and those after it."""
-    keep = [e for e in entity_plan.apply if e.version < limit]
-    entity_plan.park = [e for e in entity_plan.apply if e.version >= limit] + entity_plan.park
-    entity_plan.apply = keep
-    entity_plan.end = Progress(keep[-1].generation, keep[-1].seq) if keep else entity_plan.start
 
 
 def _apply_together(
@@ -40,48 +26,28 @@ def _apply_together(
     skip: set[str],
     rung: Rung,
 ) -> dict[str, Plan]:
-    """One transaction: lock, plan, claim all runs in one statement, run the functions.
+    """One transaction: load the locked progress, decide the share (pure), write.
 
     Entities whose due steps include an external call are added to ``skip``; an entity
     in the rung's ``limits`` applies only the steps before its limit; the rung says
     whether the transaction is pipelined and whether each step gets its own call.
     """
-    pipelined, single, limits = rung.pipelined, rung.single, rung.limits
-    plans: dict[str, Plan] = {}
     # Pipelined, the whole transaction takes two round trips: BEGIN with the locks, then
     # the claims, the functions' statements, the log and COMMIT. (Unless a function reads
     # a result: that takes one more.)
-    with pipelined_transaction(conn) if pipelined else plain_transaction(conn) as sync:
-        progress = store.lock(conn, _firsts(events), sync)
-        claims = []
-        for entity_id in sorted(events):
-            entity_plan = plan(progress[entity_id], events[entity_id])
-            plans[entity_id] = entity_plan
-            if entity_id in limits:
-                _cut(entity_plan, limits[entity_id])
-            if entity_id in skip or not entity_plan.apply or entity_plan.end is None:
-                continue
-            if any(handlers.external(e) for e in entity_plan.apply):
-                skip.add(entity_id)
-                continue
-            claims.append((entity_id, progress[entity_id], entity_plan.end))
-        if pipelined:  # planned under the locks: every claim applies, or the batch fails
-            store.advance(conn, claims)
-            claimed = {entity_id for entity_id, _, _ in claims}
+    with pipelined_transaction(conn) if rung.pipelined else plain_transaction(conn) as sync:
+        progress = store.lock(conn, firsts(events), sync)
+        decided = share(progress, events, rung.limits, skip, handlers.external)
+        skip |= decided.one_by_one
+        if rung.pipelined:  # decided under the locks: every claim applies, or the batch fails
+            store.advance(conn, decided.claims)
+            won = {entity_id for entity_id, _, _ in decided.claims}
         else:
-            claimed = store.claim_many(conn, claims)
-        applied: list[Event] = []
-        for entity_id, _, _ in claims:
-            entity_plan = plans[entity_id]
-            if entity_id not in claimed:  # another consumer applied these meanwhile
-                entity_plan.stale += entity_plan.apply
-                entity_plan.apply = []
-            else:
-                applied += entity_plan.apply
-        applies = {entity_id: plans[entity_id].apply for entity_id in claimed}
-        handlers.run(conn, applies, pipelined=pipelined, single=single)
+            won = store.claim_many(conn, decided.claims)
+        applies, applied = claimed(decided, won)
+        handlers.run(conn, applies, pipelined=rung.pipelined, single=rung.single)
         store.record(conn, applied)
-    return plans
+    return decided.plans
 
 
 def _stop(conn: Conn, store: StepStore, entity_id: str, seq: int, reason: str) -> str:
@@ -129,7 +95,7 @@ def _apply_one_by_one(
     pending = list(events)
     while pending:
         with conn.transaction():
-            progress = store.lock(conn, _firsts({entity_id: pending}))[entity_id]
+            progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
         step_plan = plan(progress, pending)
         done.stale += step_plan.stale
         done.end = step_plan.end

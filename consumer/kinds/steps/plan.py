@@ -1,12 +1,15 @@
 """Ordered steps, the pure decisions: where an entity stands, what applies now, what parks.
 
-``plan`` decides for one entity (apply, park, stale); ``calls`` orders the function
-calls that apply a batch's due steps. No I/O: tested exhaustively without services.
+``plan`` decides for one entity (apply, park, stale); ``share`` decides for a whole
+poll batch's share from the progress rows it locked (what each entity applies, which
+runs to claim, which entities go one by one); ``claimed`` turns what the claim found
+into the steps to run; ``calls`` orders the function calls that run them. No I/O:
+tested exhaustively without services.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from consumer.kinds.steps.route import Entry
@@ -70,6 +73,79 @@ def plan(progress: Progress, events: Iterable[Event]) -> Plan:
             result.park.append(event)
     result.end = Progress(generation, last, progress.stopped)
     return result
+
+
+Events = Mapping[str, Sequence[Event]]
+Claim = tuple[str, Progress, Progress]  # entity, where it stood, where its run leaves it
+
+
+@dataclass(slots=True)
+class Share:
+    """A share decided: each entity's plan, the runs to claim, the entities to go one by one."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    one_by_one: set[str] = field(default_factory=set)
+
+
+def firsts(events: Events) -> dict[str, Event]:
+    """Each entity's earliest event (its lock also creates its progress row from it)."""
+    return {entity: min(evs, key=lambda e: e.version) for entity, evs in events.items()}
+
+
+def cut(entity_plan: Plan, limit: tuple[int, int]) -> None:
+    """Apply only the steps before ``limit``; park that one and those after it."""
+    keep = [e for e in entity_plan.apply if e.version < limit]
+    entity_plan.park = [e for e in entity_plan.apply if e.version >= limit] + entity_plan.park
+    entity_plan.apply = keep
+    entity_plan.end = Progress(keep[-1].generation, keep[-1].seq) if keep else entity_plan.start
+
+
+def share(
+    progress: Mapping[str, Progress],
+    events: Events,
+    limits: Mapping[str, tuple[int, int]],
+    one_by_one: set[str],
+    external: Callable[[Event], bool],
+) -> Share:
+    """Decide a whole share under its locks, in entity order.
+
+    Each entity is planned from its locked progress and cut before its limit. One with
+    something to apply claims its run, unless it goes one by one: it did in an earlier
+    try (``one_by_one``), or a step it applies calls outside PostgreSQL (``external``).
+    """
+    decided = Share(one_by_one=set(one_by_one))
+    for entity_id in sorted(events):
+        entity_plan = plan(progress[entity_id], events[entity_id])
+        decided.plans[entity_id] = entity_plan
+        if entity_id in limits:
+            cut(entity_plan, limits[entity_id])
+        if entity_id in decided.one_by_one or not entity_plan.apply or entity_plan.end is None:
+            continue
+        if any(external(e) for e in entity_plan.apply):
+            decided.one_by_one.add(entity_id)
+            continue
+        decided.claims.append((entity_id, progress[entity_id], entity_plan.end))
+    return decided
+
+
+def claimed(decided: Share, won: set[str]) -> tuple[dict[str, list[Event]], list[Event]]:
+    """The runs to apply now, by entity, and every step they log, in claim order.
+
+    A claim not won means another consumer applied that run meanwhile: its steps turn
+    stale in the entity's plan.
+    """
+    applies: dict[str, list[Event]] = {}
+    applied: list[Event] = []
+    for entity_id, _, _ in decided.claims:
+        entity_plan = decided.plans[entity_id]
+        if entity_id not in won:
+            entity_plan.stale += entity_plan.apply
+            entity_plan.apply = []
+            continue
+        applies[entity_id] = entity_plan.apply
+        applied += entity_plan.apply
+    return applies, applied
 
 
 def calls(

@@ -84,7 +84,8 @@ class StepApplier:
         """Apply, park and drain; events a full parking set refused come back ``held``."""
         outcome = Outcome()
         self._check_marks(conn)
-        plans = apply_steps(conn, self.store, self.handlers, _by_entity(events))
+        by_entity = _by_entity(events)
+        plans = apply_steps(conn, self.store, self.handlers, by_entity)
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
