@@ -61,7 +61,7 @@ def _problems(exc: RoutesError | StoreNotDurableError | TopicSettingsError) -> l
 def _load(cls: type[_S], program: str) -> _S:
     """The settings, and the payload schema folder they name read once, or one line and exit.
 
-    The batch kind reads the same folder and policy through ``default_payload_schemas``.
+    The batch kind then uses the same registry (``default_payload_schemas``, read once).
     """
     settings = load_or_exit(cls, program)
     registry_or_exit(settings, program)

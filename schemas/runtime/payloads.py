@@ -11,7 +11,7 @@ from pydantic import Field, ValidationError
 from schemas.errors import SchemaDefinitionError
 from schemas.runtime.config import InorderSettings, describe
 from schemas.runtime.process import fail
-from schemas.validation import PayloadSchemas
+from schemas.validation import PayloadSchemas, default_payload_schemas
 
 
 class PayloadSchemaSettings(InorderSettings):
@@ -45,8 +45,16 @@ def registry_of(settings: PayloadSchemaSettings) -> PayloadSchemas:
 
 
 def registry_or_exit(settings: PayloadSchemaSettings, program: str) -> PayloadSchemas:
-    """The registry, or stop start-up with one line naming the folder or file to fix."""
+    """The registry, or stop start-up with one line naming the folder or file to fix.
+
+    Settings read from the environment (a program's) give the process-wide registry, read
+    once: ``emit`` and the batch kind use the same one afterwards.
+    """
     try:
+        here = PayloadSchemaSettings.from_environment()
+        mine = (settings.payload_schemas, settings.unknown_event_types)
+        if mine == (here.payload_schemas, here.unknown_event_types):
+            return default_payload_schemas()
         return registry_of(settings)
     except SchemaDefinitionError as exc:
         fail(program, [f"bad configuration: {exc}"])

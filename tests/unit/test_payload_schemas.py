@@ -10,7 +10,7 @@ import pytest
 
 import schemas
 from schemas.errors import SchemaDefinitionError, UnknownEventTypeError
-from schemas.runtime.payloads import PayloadSchemaSettings, registry_of
+from schemas.runtime.payloads import PayloadSchemaSettings, registry_of, registry_or_exit
 
 ORDER = {"type": "object", "required": ["total"], "properties": {"total": {"type": "integer"}}}
 
@@ -120,3 +120,15 @@ def test_a_bad_policy_in_the_environment_names_the_variable(
     monkeypatch.setenv("INORDER_UNKNOWN_EVENT_TYPES", "sometimes")
     with pytest.raises(SchemaDefinitionError, match="INORDER_UNKNOWN_EVENT_TYPES"):
         schemas.default_payload_schemas()
+
+
+@pytest.mark.usefixtures("fresh_default")
+def test_a_program_reads_its_schema_folder_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Start-up's check and the batch kind share one registry; other settings get their own."""
+    monkeypatch.setenv("INORDER_PAYLOAD_SCHEMAS", str(tmp_path))
+    checked = registry_or_exit(PayloadSchemaSettings(), "inorder-consumer")
+    assert checked is schemas.default_payload_schemas()
+    other = PayloadSchemaSettings(unknown_event_types="allow")
+    assert registry_or_exit(other, "inorder-consumer") is not checked
