@@ -132,6 +132,12 @@ class Links:
     redis_key_prefix: str = "inorder"
     park_buckets: int = DEFAULT_BUCKETS
 
+    @classmethod
+    def of(cls, tools: Tools) -> Links:
+        """The links a route is started with where the sweeper or inorder-admin runs it."""
+        settings = tools.settings
+        return cls(tools.conn, tools.redis, settings.redis_key_prefix, settings.park_buckets)
+
 
 class Applier(Protocol):
     """One route at work in the consumer."""

@@ -19,7 +19,7 @@ from consumer.kinds._base import Links
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.steps import gaps
 from consumer.kinds.steps.gaps import GapStatus
-from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
@@ -106,11 +106,6 @@ class StepCommands:
         self.tools = tools
         self.steps = {r.stream: r for r in routes}
 
-    def lot(self) -> ParkingLot:
-        """Parked events, under the consumers' key prefix."""
-        settings = self.tools.settings
-        return ParkingLot(self.tools.redis, settings.redis_key_prefix, settings.park_buckets)
-
     def entity(self, ref: str) -> tuple[StepApplier, str]:
         """Split ``stream:entity_id`` of a step route and start it (handlers imported).
 
@@ -146,7 +141,7 @@ class StepCommands:
         """The entities with most parked events, with their oldest park's age."""
         rows: list[dict[str, Any]] = []
         now = time.time()
-        lot = self.lot()
+        lot = lot_of(self.tools)
         for stream in self.steps:
             for entity, size, since in lot.sizes(stream):
                 rows.append(
@@ -241,11 +236,7 @@ class StepCommands:
 
     def _drain(self, applier: StepApplier, entity_id: str) -> None:
         """Apply whatever became due for the entity, and count it as the consumer would."""
-        settings = self.tools.settings
-        links = Links(
-            self.tools.conn, self.tools.redis, settings.redis_key_prefix, settings.park_buckets
-        )
-        applier.connect(links)
+        applier.connect(Links.of(self.tools))
         applier.drain(self.tools.conn, [entity_id]).count(applier.route.stream)
 
 

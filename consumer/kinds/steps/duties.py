@@ -19,7 +19,7 @@ from consumer.kinds._base import Links
 from consumer.kinds._plugin import SweepReport, Tools
 from consumer.kinds.steps import gaps
 from consumer.kinds.steps.gaps import GapStatus
-from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
@@ -42,10 +42,10 @@ class StepDuties:
             settings.republish_backoff_max_s,
             settings.republish_max_attempts,
         )
-        self.lot = ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)
+        self.lot = lot_of(tools)
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
-        links = Links(tools.conn, tools.redis, settings.redis_key_prefix, settings.park_buckets)
+        links = Links.of(tools)
         for applier in self.steps.values():
             applier.connect(links)
 

@@ -19,8 +19,9 @@ from consumer.admin.output import ranges
 from consumer.kinds._plugin import Conn, Findings, Rows, Tools
 from consumer.kinds.steps import gaps
 from consumer.kinds.steps.gaps import UNRESOLVED
-from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
+from consumer.kinds.steps.store import StepStore
 
 
 class StepInspector:
@@ -28,11 +29,7 @@ class StepInspector:
 
     def generation(self, conn: Conn, route: StepRoute, entity_id: str) -> int | None:
         """The entity's current generation (None: nothing applied yet)."""
-        row = conn.execute(
-            "SELECT generation FROM inorder_step_progress WHERE route = %s AND entity_id = %s",
-            (route.stream, entity_id),
-        ).fetchone()
-        return None if row is None else int(row[0])
+        return StepStore(route).generation(conn, entity_id)
 
     def story(self, tools: Tools, route: StepRoute, entity_id: str) -> Findings:
         """Progress, log, skips, unfinished calls, the entity's gaps, and what is parked."""
@@ -63,11 +60,9 @@ class StepInspector:
             {"generation": generation, "applied": ranges(r["seq"] for r in rows)}
             for generation, rows in groupby(logged, key=lambda r: r["generation"])
         ]
-        settings = tools.settings
         parked: list[int] = []
-        if settings.redis_url is not None:
-            lot = ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)
-            parked = lot.parked_seqs(route.stream, entity_id)
+        if tools.settings.redis_url is not None:
+            parked = lot_of(tools).parked_seqs(route.stream, entity_id)
         sections: dict[str, tuple[str, Rows]] = {
             "step_log": ("step log", step_log),
             "skips": ("skipped by a person", skips),

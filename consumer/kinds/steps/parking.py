@@ -24,7 +24,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.commands.core import Script
@@ -32,6 +32,9 @@ from redis.commands.core import Script
 from consumer.errors import RoutesError
 from consumer.kinds._base import DEFAULT_BUCKETS
 from schemas.runtime.redis_client import RedisClient
+
+if TYPE_CHECKING:
+    from consumer.kinds._plugin import Tools
 
 # KEYS: set, index. ARGV: member, seq, cap, ttl, entity, now.
 # Index the entity, then ZADD unless the set is at its cap (a member already there may
@@ -271,3 +274,9 @@ class ParkingLot:
                 pipe.zrange(self.entity_key(route, entity_id), 0, limit - 1)
             found = pipe.execute()
         return {e: list(members) for e, members in zip(entity_ids, found, strict=True) if members}
+
+
+def lot_of(tools: Tools) -> ParkingLot:
+    """Parked events under the consumers' key prefix, where the sweeper or inorder-admin reads."""
+    settings = tools.settings
+    return ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)
