@@ -1,8 +1,10 @@
 """The ``batch`` kind: a manifest per batch, worker results by position, output in position order.
 
 Following one poll batch down: ``route`` (settings), ``runner`` (the route's applier,
-and the sweeper's and operator's entry points), ``decisions`` (pure verdicts and
-branches, the statuses as enums), ``store`` (every statement). Beside the loop:
+and the sweeper's and operator's entry points: load, decide, write), ``incoming``
+(events read into manifests and results, pure), ``plan`` (the share's decisions over
+what was loaded, pure), ``decisions`` (one result's verdict, one batch's branch, the
+assembled payload, pure), ``store`` (every statement). Beside the loop:
 ``duties`` (expiry, run by the sweeper), ``inspect`` (explain), ``commands``
 (``inorder-admin batches``).
 """

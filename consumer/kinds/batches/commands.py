@@ -15,10 +15,11 @@ import psycopg
 
 from consumer.errors import BatchAdminError
 from consumer.kinds._plugin import AdminTools, Commands
-from consumer.kinds.batches.decisions import Item
+from consumer.kinds.batches.decisions import Batch, Item
+from consumer.kinds.batches.plan import Share
 from consumer.kinds.batches.route import BatchRoute
-from consumer.kinds.batches.runner import BatchRunner, BatchTally
-from consumer.kinds.batches.store import Batch, BatchStore
+from consumer.kinds.batches.runner import BatchRunner
+from consumer.kinds.batches.store import BatchStore
 from schemas.batches import Action, BatchStatus, ItemState
 
 Show = Callable[[str, Sequence[dict[str, Any]]], None]
@@ -91,18 +92,16 @@ class BatchAdmin:
         """Release a held batch: assemble it now, marked incomplete, missing positions listed."""
         route = self.route(stream)
         store = self.runner.stores[route.stream]
-        outcome = BatchTally()
         with self.conn.transaction():
-            store.lock(self.conn, [batch_id])
-            batch = self._batch(store, batch_id)
+            share = Share(route, store.load(self.conn, [batch_id]))
+            batch = self._found(share, batch_id)
             if batch.status != BatchStatus.HELD:
                 raise BatchAdminError(f"batch {batch_id} is {batch.status}, not held")
             store.record_action(self.conn, batch_id, None, Action.RELEASE_INCOMPLETE, by, reason)
-            self.runner.settle(
-                self.conn, route, [batch_id], outcome, release=True, reason=f"released by {by}"
-            )
-        outcome.outcome().count(route.stream)
-        self.show("decided", [{"batch": batch_id, "assembled": dict(outcome.assembled), "by": by}])
+            share.settle([batch_id], release=True, reason=f"released by {by}")
+            self.runner.write(self.conn, share)
+        share.outcome().count(route.stream)
+        self.show("decided", [{"batch": batch_id, "assembled": dict(share.assembled), "by": by}])
 
     def confirm_retry(
         self,
@@ -122,15 +121,14 @@ class BatchAdmin:
         """
         route = self.route(stream)
         store = self.runner.stores[route.stream]
-        outcome = BatchTally()
         with self.conn.transaction():
-            store.lock(self.conn, [batch_id])
-            batch = self._batch(store, batch_id)
+            share = Share(route, store.load(self.conn, [batch_id], [(batch_id, position)]))
+            batch = self._found(share, batch_id)
             if batch.stopped:
                 raise BatchAdminError(
                     f"batch {batch_id} is {batch.status}: {batch.status} stops it"
                 )
-            item = store.items(self.conn, [(batch_id, position)]).get((batch_id, position))
+            item = share.rows.get((batch_id, position))
             if item is None:
                 raise BatchAdminError(f"batch {batch_id} has no position {position}")
             if item.state not in RETRYABLE:
@@ -141,16 +139,17 @@ class BatchAdmin:
             if applied_ref is not None:
                 settled = Item(position, item.item_key, ItemState.DONE, applied_ref, item.attempts)
                 action = Action.CONFIRMED_APPLIED
+                share.change(batch_id, settled)
             else:
                 settled = Item(position, item.item_key, ItemState.PENDING, None, item.attempts + 1)
                 action = Action.RETRIED
                 store.extend_deadline(self.conn, batch_id)
-            store.write_items(self.conn, [(batch_id, settled)])
-            if applied_ref is None:
-                self.runner.dispatch(self.conn, route, {batch_id: batch}, [(batch_id, settled)])
+                share.change(batch_id, settled)
+                share.dispatch(batch_id, [settled])
             store.record_action(self.conn, batch_id, position, action, by, reason)
-            decided = self.runner.settle(self.conn, route, [batch_id], outcome)
-        outcome.outcome().count(route.stream)
+            share.settle([batch_id])
+            self.runner.write(self.conn, share)
+        share.outcome().count(route.stream)
         self.show(
             "settled",
             [
@@ -159,11 +158,18 @@ class BatchAdmin:
                     "position": position,
                     "decision": action,
                     "attempt": settled.attempts,
-                    "branch": str(decided.get(batch_id, "")),
+                    "branch": str(share.decided.get(batch_id, "")),
                     "by": by,
                 }
             ],
         )
+
+    @staticmethod
+    def _found(share: Share, batch_id: str) -> Batch:
+        batch = share.batches.get(batch_id)
+        if batch is None:
+            raise BatchAdminError(f"there is no batch {batch_id!r} in route {share.route.stream}")
+        return batch
 
 
 def _item_row(item: Item) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import enum
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -26,6 +26,7 @@ from schemas.batches import BatchStatus, ItemState, OnIncomplete
 
 # Nothing more happens to a batch in these until a person looks.
 STOPPED = (BatchStatus.INCONSISTENT, BatchStatus.HALTED)
+Key = tuple[str, int]  # batch_id, position
 
 
 class Branch(enum.StrEnum):
@@ -91,6 +92,48 @@ class Result:
             bool(payload.get("outcome_uncertain", False)),
             payload.get("finished_at"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's row."""
+
+    batch_id: str
+    generation: int
+    expected_count: int
+    digest: str
+    on_incomplete: str
+    status: str
+    revision: int
+    deadline_s: int
+
+    @property
+    def stopped(self) -> bool:
+        """Inconsistent or halted: nothing more happens until a person looks."""
+        return self.status in STOPPED
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a batch.accepted event asks to store."""
+
+    batch_id: str
+    generation: int
+    expected_count: int
+    items: Sequence[tuple[int, str, Any]]  # position, item_key, input
+    on_incomplete: str
+    deadline_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a transaction read under its batches' locks, before deciding anything."""
+
+    batches: Mapping[str, Batch]
+    rows: Mapping[Key, Item] = field(default_factory=dict)  # the positions results name
+    inputs: Mapping[Key, Any] = field(default_factory=dict)  # their stored worker input
+    counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # state -> how many
+    early: Sequence[Result] = ()  # results kept for the manifests now arriving, taken
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,9 @@ class BatchDuties:
         """Expire each route's overdue batches (at most ``max_overdue_per_sweep`` each)."""
         limit = self.tools.settings.max_overdue_per_sweep
         for stream in self.runner.routes:
-            outcome = self.runner.expire(self.tools.conn, stream, limit)
-            outcome.outcome().count(stream)
-            report["batches_expired"] += sum(outcome.assembled.values()) + outcome.inconsistent
+            share = self.runner.expire(self.tools.conn, stream, limit)
+            share.outcome().count(stream)
+            report["batches_expired"] += sum(share.assembled.values()) + share.inconsistent
 
     def answer(self, result: RepublishResult) -> bool:
         """Nothing: batch routes ask the relay for nothing."""

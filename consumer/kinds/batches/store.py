@@ -8,15 +8,17 @@ and ``inorder-admin`` never deadlock on each other.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from consumer.kinds.batches.decisions import STOPPED, Item, Result
+from consumer.kinds.batches.decisions import Batch, Item, Key, Manifest, Result, Snapshot
 from schemas.batches import BatchStatus, ItemState
+
+Created = tuple[Manifest, str, str | None]  # manifest, digest, why it cannot be used
+Status = tuple[str, str | None, int | None]  # status, reason, revision after an assembly
 
 _LOCK = """
 SELECT pg_advisory_xact_lock(k)
@@ -39,10 +41,17 @@ _ALL_ITEMS = """
 SELECT position, item_key, state, result_ref, attempts, error, finished_at
 FROM inorder_batch_items WHERE route = %s AND batch_id = %s ORDER BY position
 """
+_ROWS_OF = """
+SELECT k.batch_id, i.* FROM unnest(%s::text[]) AS k(batch_id)
+CROSS JOIN LATERAL (
+    SELECT position, item_key, state, result_ref, attempts, error, finished_at
+    FROM inorder_batch_items WHERE route = %s AND batch_id = k.batch_id
+    ORDER BY position OFFSET 0) AS i
+"""
 _ITEMS = """
 SELECT i.* FROM unnest(%s::text[], %s::int[]) AS t(batch_id, position)
 CROSS JOIN LATERAL (
-    SELECT batch_id, position, item_key, state, result_ref, attempts, error, finished_at
+    SELECT batch_id, position, item_key, state, result_ref, attempts, error, finished_at, input
     FROM inorder_batch_items
     WHERE route = %s AND batch_id = t.batch_id AND position = t.position OFFSET 0) AS i
 """
@@ -79,37 +88,6 @@ INSERT INTO inorder_batch_items (route, batch_id, position, item_key, input)
 SELECT %s, %s, t.position, t.item_key, t.input
 FROM unnest(%s::int[], %s::text[], %s::jsonb[]) AS t(position, item_key, input)
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One batch's row."""
-
-    batch_id: str
-    generation: int
-    expected_count: int
-    digest: str
-    on_incomplete: str
-    status: str
-    revision: int
-    deadline_s: int
-
-    @property
-    def stopped(self) -> bool:
-        """Inconsistent or halted: nothing more happens until a person looks."""
-        return self.status in STOPPED
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """What a batch.accepted event asks to store."""
-
-    batch_id: str
-    generation: int
-    expected_count: int
-    items: Sequence[tuple[int, str, Any]]  # position, item_key, input
-    on_incomplete: str
-    deadline_s: int
 
 
 class BatchStore:
@@ -161,38 +139,84 @@ class BatchStore:
                 ),
             )
 
-    def items(
-        self, conn: psycopg.Connection[Any], keys: Iterable[tuple[str, int]]
-    ) -> dict[tuple[str, int], Item]:
-        """The rows of the named positions that exist."""
+    def load(
+        self,
+        conn: psycopg.Connection[Any],
+        batch_ids: Iterable[str],
+        keys: Iterable[Key] = (),
+        *,
+        take_early: Sequence[str] = (),
+    ) -> Snapshot:
+        """Lock the batches and read what deciding over them needs, in a few statements.
+
+        ``keys`` are the positions results name (read with their worker input);
+        ``take_early`` the batches whose manifest arrives, whose kept results are taken.
+        """
+        ids = sorted(set(batch_ids))
+        if not ids:
+            return Snapshot({})
+        self.lock(conn, ids)
         pairs = sorted(set(keys))
-        rows = conn.execute(
-            _ITEMS, ([b for b, _ in pairs], [p for _, p in pairs], self.route)
-        ).fetchall()
-        return {(row[0], row[1]): Item(*row[1:]) for row in rows}
+        rows: dict[Key, Item] = {}
+        inputs: dict[Key, Any] = {}
+        if pairs:
+            found = conn.execute(
+                _ITEMS, ([b for b, _ in pairs], [p for _, p in pairs], self.route)
+            ).fetchall()
+            for row in found:
+                rows[row[0], row[1]] = Item(*row[1:-1])
+                inputs[row[0], row[1]] = row[-1] or {}
+        return Snapshot(
+            self.batches(conn, ids),
+            rows,
+            inputs,
+            self.counts(conn, ids),
+            self.take_early(conn, take_early),
+        )
+
+    def rows_of(
+        self, conn: psycopg.Connection[Any], batch_ids: Iterable[str]
+    ) -> dict[str, list[Item]]:
+        """Every position of each named batch, in position order."""
+        out: dict[str, list[Item]] = defaultdict(list)
+        for row in conn.execute(_ROWS_OF, (sorted(set(batch_ids)), self.route)):
+            out[row[0]].append(Item(*row[1:]))
+        return out
+
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        created: Sequence[Created] = (),
+        items: Mapping[Key, Item] | None = None,
+        early: Sequence[tuple[str, str, int, str, Any]] = (),
+        statuses: Mapping[str, Status] | None = None,
+    ) -> None:
+        """Write what a transaction decided: new manifests, then rows, kept results, statuses."""
+        for manifest, digest, problem in created:
+            self.create(conn, manifest, digest, problem)
+        self.write_items(conn, sorted((items or {}).items()))
+        self.keep_early(conn, early)
+        if statuses:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE inorder_batches SET status = %s, reason = %s, "
+                    "revision = coalesce(%s, revision), updated_at = now() "
+                    "WHERE route = %s AND batch_id = %s",
+                    [(*change, self.route, b) for b, change in sorted(statuses.items())],
+                )
 
     def all_items(self, conn: psycopg.Connection[Any], batch_id: str) -> list[Item]:
         """Every position of a batch, in position order."""
         rows = conn.execute(_ALL_ITEMS, (self.route, batch_id)).fetchall()
         return [Item(*row) for row in rows]
 
-    def inputs(
-        self, conn: psycopg.Connection[Any], batch_id: str, positions: Sequence[int]
-    ) -> dict[int, Any]:
-        """The stored worker input of some positions (for dispatching them again)."""
-        rows = conn.execute(
-            "SELECT position, input FROM inorder_batch_items "
-            "WHERE route = %s AND batch_id = %s AND position = ANY(%s)",
-            (self.route, batch_id, list(positions)),
-        ).fetchall()
-        return {row[0]: row[1] or {} for row in rows}
-
-    def write_items(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[str, Item]]) -> None:
+    def write_items(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[Key, Item]]) -> None:
         """Write the new state of the given positions (which exist), in one statement."""
         if not rows:
             return
         columns: list[list[Any]] = [[] for _ in range(8)]
-        for batch_id, item in rows:
+        for (batch_id, _), item in rows:
             values = (
                 batch_id,
                 item.position,
@@ -216,23 +240,6 @@ class BatchStore:
         for batch_id, state, count in rows:
             out[batch_id][state] = count
         return out
-
-    def set_status(
-        self,
-        conn: psycopg.Connection[Any],
-        batch_id: str,
-        status: str,
-        reason: str | None,
-        *,
-        revision: int | None = None,
-    ) -> None:
-        """Record a batch's new status (and, after an assembly, its revision)."""
-        conn.execute(
-            "UPDATE inorder_batches SET status = %s, reason = %s, "
-            "revision = coalesce(%s, revision), updated_at = now() "
-            "WHERE route = %s AND batch_id = %s",
-            (status, reason, revision, self.route, batch_id),
-        )
 
     def extend_deadline(self, conn: psycopg.Connection[Any], batch_id: str) -> None:
         """Give a batch its full wait again from now (after a person dispatched a retry)."""

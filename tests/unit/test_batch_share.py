@@ -1,0 +1,219 @@
+"""A batch route's share decided whole and pure: any order, repeats and cuts assemble the same."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumer.kinds.batches.decisions import Batch, Item, Key, Result, Snapshot
+from consumer.kinds.batches.incoming import read
+from consumer.kinds.batches.plan import Share
+from consumer.kinds.batches.route import BatchRoute
+from schemas import Event, batches
+from schemas.batches import BatchItem, BatchStatus, ItemState, WorkItem, batch_events, result_event
+from schemas.outbox import OutboxEvent
+from schemas.validation import default_payload_schemas
+
+SCHEMAS = default_payload_schemas()
+KEYS = "ABCDE"
+
+
+def _event(o: OutboxEvent) -> Event:
+    return Event(
+        o.resolved_event_id,
+        o.event_type,
+        o.entity_type,
+        o.entity_id,
+        o.generation,
+        o.seq,
+        "t",
+        "t",
+        dict(o.payload),
+    )
+
+
+def _manifest(batch_id: str, n: int) -> Event:
+    items = [BatchItem(k, {"letter": k}) for k in KEYS[:n]]
+    return _event(batch_events(batch_id, items)[0])
+
+
+def _result(batch_id: str, position: int, attempt: int, ok: bool, key: str = "") -> Event:
+    item = WorkItem(batch_id, position, key or KEYS[position - 1], attempt)
+    return _event(
+        result_event(
+            item,
+            result_ref=f"r/{item.item_key}/{attempt}" if ok else None,
+            error=None if ok else "worker failed",
+        )
+    )
+
+
+class Tables:
+    """The batch tables as the store keeps them, in memory, to drive shares one after another."""
+
+    def __init__(self) -> None:
+        self.batches: dict[str, Batch] = {}
+        self.rows: dict[Key, Item] = {}
+        self.inputs: dict[Key, object] = {}
+        self.early: dict[str, dict[str, Result]] = {}
+
+    def load(self, ids: Iterable[str], keys: Iterable[Key], take: Iterable[str]) -> Snapshot:
+        wanted = {b for b in ids if b in self.batches}
+        counts = {b: Counter(i.state for (x, _), i in self.rows.items() if x == b) for b in wanted}
+        found = [k for k in keys if k in self.rows]
+        early = [r for b in take for r in self.early.pop(b, {}).values()]
+        return Snapshot(
+            {b: self.batches[b] for b in wanted},
+            {k: self.rows[k] for k in found},
+            {k: self.inputs[k] for k in found},
+            counts,
+            early,
+        )
+
+    def rows_of(self, ids: Sequence[str]) -> dict[str, list[Item]]:
+        return {b: [i for (x, _), i in sorted(self.rows.items()) if x == b] for b in ids}
+
+    def write(self, share: Share) -> None:
+        for m, fingerprint, problem in share.created:
+            status = BatchStatus.INCONSISTENT if problem else BatchStatus.WAITING
+            self.batches[m.batch_id] = Batch(
+                m.batch_id, m.generation, m.expected_count, fingerprint, m.on_incomplete,
+                status, 0, m.deadline_s,
+            )  # fmt: skip
+            for position, key, given_input in [] if problem else m.items:
+                self.rows[m.batch_id, position] = Item(position, key)
+                self.inputs[m.batch_id, position] = given_input or {}
+        self.rows.update(share.items)
+        for result, event in share.kept:
+            self.early.setdefault(result.batch_id, {}).setdefault(event.event_id, result)
+        for batch_id, (status, _reason, revision) in share.statuses.items():
+            batch = self.batches[batch_id]
+            self.batches[batch_id] = replace(
+                batch, status=status, revision=batch.revision if revision is None else revision
+            )
+
+    def take(self, route: BatchRoute, events: Sequence[Event]) -> Share:
+        incoming = read(route, events, SCHEMAS)
+        share = Share(
+            route,
+            self.load(incoming.batch_ids, incoming.keys, [m.batch_id for m in incoming.manifests]),
+        )
+        share.take(incoming)
+        share.finish(self.rows_of(share.unread))
+        self.write(share)
+        return share
+
+
+def _cut(events: Sequence[Event], cuts: Iterable[int]) -> list[list[Event]]:
+    edges = [0, *sorted(set(cuts)), len(events)]
+    return [list(events[a:b]) for a, b in pairwise(edges) if a < b]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 5),
+    fails=st.sets(st.integers(1, 5)),
+    data=st.data(),
+)
+def test_any_order_with_duplicates_and_any_cuts_assembles_once_in_position_order(
+    n: int, fails: set[int], data: st.DataObject
+) -> None:
+    """Manifest anywhere, results in any order, twice, cut into shares: one complete assembly."""
+    route = BatchRoute("batch", max_retries=1)
+    events = [_manifest("b-1", n)]
+    for position in range(1, n + 1):
+        if position in fails:
+            events += [_result("b-1", position, 1, False), _result("b-1", position, 2, True)]
+        else:
+            events.append(_result("b-1", position, 1, True))
+    again = data.draw(st.lists(st.sampled_from(events), max_size=4))
+    order = data.draw(st.permutations([*events, *again]))
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(order) - 1)), max_size=4))
+    tables = Tables()
+    outputs: list[OutboxEvent] = []
+    for chunk in _cut(order, cuts):
+        share = tables.take(route, chunk)
+        for batch_id, counts in share.counts.items():
+            stored = Counter(i.state for (b, _), i in tables.rows.items() if b == batch_id)
+            assert +counts == stored  # the share's counts follow its own changes
+        outputs += share.outputs
+    assembled = [o for o in outputs if o.event_type == batches.ASSEMBLED]
+    assert len(assembled) == 1
+    payload = assembled[0].payload
+    assert payload["complete"] is True
+    assert [(r["position"], r["item_key"]) for r in payload["results"]] == [
+        (p, KEYS[p - 1]) for p in range(1, n + 1)
+    ]
+    assert [r["result_ref"] for r in payload["results"]] == [
+        f"r/{KEYS[p - 1]}/{2 if p in fails else 1}" for p in range(1, n + 1)
+    ]
+    work = [o for o in outputs if o.event_type == batches.WORK_ITEM]
+    assert all(o.seq == 2 and o.payload["position"] in fails for o in work)
+    assert len({o.payload["position"] for o in work}) == len(work)
+    assert tables.batches["b-1"].status == BatchStatus.COMPLETE
+    assert not tables.early
+
+
+def test_a_result_that_contradicts_a_fresh_manifest_stops_the_batch_without_dispatching() -> None:
+    """Wrong item_key beside a retry in the manifest's own share: inconsistent, nothing sent."""
+    route = BatchRoute("batch", max_retries=2)
+    tables = Tables()
+    share = tables.take(
+        route,
+        [_manifest("b-2", 3), _result("b-2", 1, 1, False), _result("b-2", 2, 1, True, key="Z")],
+    )
+    assert share.outputs == []
+    assert tables.batches["b-2"].status == BatchStatus.INCONSISTENT
+    assert share.inconsistent == 1
+    assert [n.event for n in share.notes] == ["batch_inconsistent"]
+
+
+def test_results_kept_for_a_manifest_that_contradicts_itself_are_taken_and_counted() -> None:
+    """Early results of a batch whose manifest is refused are counted stopped, not kept forever."""
+    route = BatchRoute("batch")
+    tables = Tables()
+    tables.take(route, [_result("b-3", 1, 1, True), _result("b-3", 2, 1, True)])
+    assert len(tables.early["b-3"]) == 2
+    bad = _manifest("b-3", 2)
+    items = [{"position": 1, "item_key": "A"}, {"position": 1, "item_key": "B"}]
+    share = tables.take(route, [replace(bad, payload={**bad.payload, "items": items})])
+    assert tables.batches["b-3"].status == BatchStatus.INCONSISTENT
+    assert share.results["batch_stopped"] == 2
+    assert "b-3" not in tables.early
+
+
+def test_a_different_manifest_halts_an_accepted_batch_and_its_results_stop() -> None:
+    """A second, different manifest halts the batch; results in the same share change nothing."""
+    route = BatchRoute("batch")
+    tables = Tables()
+    tables.take(route, [_manifest("b-4", 2)])
+    share = tables.take(route, [_manifest("b-4", 3), _result("b-4", 1, 1, True)])
+    assert tables.batches["b-4"].status == BatchStatus.HALTED
+    assert share.results["batch_stopped"] == 1
+    assert share.items == {}
+    assert [n.event for n in share.notes] == ["batch_halted"]
+
+
+def test_a_hold_lists_the_missing_positions_and_a_release_assembles_them_missing() -> None:
+    """With on_incomplete hold a failed position holds the batch; released, it is listed missing."""
+    route = BatchRoute("batch", on_incomplete="hold")
+    tables = Tables()
+    tables.take(route, [_manifest("b-5", 3), _result("b-5", 1, 1, True)])
+    share = tables.take(route, [_result("b-5", 2, 1, False), _result("b-5", 3, 1, True)])
+    assert tables.batches["b-5"].status == BatchStatus.HELD
+    assert share.statuses["b-5"][1] == "failed: 2"
+    assert [n.event for n in share.notes] == ["batch_held"]
+    release = Share(route, tables.load(["b-5"], [], []))
+    release.settle(["b-5"], release=True, reason="released by ops")
+    release.finish(tables.rows_of(release.unread))
+    tables.write(release)
+    [out] = release.outputs
+    assert out.payload["complete"] is False
+    assert out.payload["missing_positions"] == [2]
+    assert out.payload["reason"] == "released by ops; failed: 2"
+    assert tables.rows["b-5", 2].state == ItemState.FAILED
