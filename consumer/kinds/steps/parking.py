@@ -132,7 +132,7 @@ class ParkingLot:
             )
 
     def adopt_legacy(self, route: str) -> int:
-        """Move parks kept in the one-index layout of earlier releases; returns entities moved.
+        """Move parks kept in 0.1.0's one-index layout; returns entities moved.
 
         That layout had ``<prefix>:parkindex:<route>`` and ``<prefix>:park:{<route>:<entity>}``.
         Each entity is copied (seqs, first park time, TTL) before its old keys are
