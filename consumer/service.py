@@ -86,14 +86,7 @@ class ConsumerService:
             self._connect_postgres()
         self._connect_redis()
         if not self._routes_connected and self._conn is not None:
-            self.routing.connect(
-                Links(
-                    self._conn,
-                    self._redis,
-                    self.settings.redis_key_prefix,
-                    self.settings.park_buckets,
-                )
-            )
+            self.routing.connect(Links(self._conn, self.settings, self._redis))
             tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
             if Need.RELAY in self._needs:

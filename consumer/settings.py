@@ -8,7 +8,6 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, AliasChoices, Field, SecretStr
 
-from consumer.kinds._base import DEFAULT_BUCKETS
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.runtime.config import (
     KafkaClientSettings,
@@ -72,7 +71,7 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
         description="Prefix of every parking key in Redis",
     )
     park_buckets: int = Field(
-        default=DEFAULT_BUCKETS,
+        default=16,
         ge=1,
         le=4096,
         description="Buckets each step route's parked entities are spread over (Redis Cluster "

@@ -24,12 +24,10 @@ from schemas import Event
 from schemas.runtime.migrate import MigrationSet
 
 if TYPE_CHECKING:
+    from consumer.settings import ConsumerSettings
     from schemas.runtime.redis_client import RedisClient
 
 Conn = psycopg.Connection[Any]
-
-# Buckets each step route's parked entities are spread over (INORDER_PARK_BUCKETS).
-DEFAULT_BUCKETS = 16
 
 
 class Route(Protocol):
@@ -125,18 +123,20 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    """The connections a route is started with: PostgreSQL, and Redis when the kind parks."""
+    """What a route is started with: PostgreSQL, the program's settings, Redis when needed.
+
+    ``redis`` is there when a kind of the routes file declares ``Need.REDIS``; what a
+    kind keeps there and under which names it reads from ``settings``.
+    """
 
     conn: Conn
+    settings: ConsumerSettings
     redis: RedisClient | None = None
-    redis_key_prefix: str = "inorder"
-    park_buckets: int = DEFAULT_BUCKETS
 
     @classmethod
     def of(cls, tools: Tools) -> Links:
         """The links a route is started with where the sweeper or inorder-admin runs it."""
-        settings = tools.settings
-        return cls(tools.conn, tools.redis, settings.redis_key_prefix, settings.park_buckets)
+        return cls(tools.conn, tools.settings, tools.redis)
 
 
 class Applier(Protocol):

@@ -13,6 +13,7 @@ from consumer import tables
 from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
 from consumer.loop.poll import Routing
 from consumer.routes import parse_routes, read_routes
+from consumer.settings import ConsumerSettings
 from schemas import Event, default_event_id, encode
 from schemas.runtime.redis_client import RedisClient
 
@@ -75,7 +76,9 @@ class RouteDriver:
             routes = parse_routes(routes, "routes", kinds)
         self.conn = conn
         self.routing = Routing.start(routes, kinds)
-        self.routing.connect(Links(conn, client, key_prefix))
+        self.routing.connect(
+            Links(conn, ConsumerSettings.model_construct(redis_key_prefix=key_prefix), client)
+        )
         tables.migrate(conn, tables.migration_sets(self.routing.kinds))
 
     def send(self, events: Sequence[Event]) -> Sent:

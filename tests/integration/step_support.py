@@ -10,6 +10,7 @@ from consumer import tables
 from consumer.kinds import Links
 from consumer.kinds.steps import StepApplier
 from consumer.routes import parse_routes
+from consumer.settings import ConsumerSettings
 from schemas import Event, encode
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
@@ -55,7 +56,9 @@ def runner(client: redis.Redis, prefix: str, text: str) -> StepApplier:
     """The step route in ``text`` started as the consumer starts it, parking under ``prefix``."""
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
-    applier.connect(Links(None, client, prefix.rstrip(":")))  # type: ignore[arg-type]
+    applier.connect(
+        Links(None, ConsumerSettings.model_construct(redis_key_prefix=prefix.rstrip(":")), client)  # type: ignore[arg-type]
+    )
     return applier
 
 

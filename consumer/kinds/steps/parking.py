@@ -30,10 +30,10 @@ import redis
 from redis.commands.core import Script
 
 from consumer.errors import RoutesError
-from consumer.kinds._base import DEFAULT_BUCKETS
 from schemas.runtime.redis_client import RedisClient
 
 if TYPE_CHECKING:
+    from consumer.kinds._base import Links
     from consumer.kinds._plugin import Tools
 
 # KEYS: set, index. ARGV: member, seq, cap, ttl, entity, now.
@@ -72,9 +72,7 @@ def bucket_of(entity_id: str, buckets: int) -> int:
 class ParkingLot:
     """Redis side of parking for every step route."""
 
-    def __init__(
-        self, client: RedisClient, prefix: str = "inorder", buckets: int = DEFAULT_BUCKETS
-    ) -> None:
+    def __init__(self, client: RedisClient, prefix: str = "inorder", buckets: int = 16) -> None:
         self.client = client
         self.prefix = prefix
         self.buckets = buckets
@@ -276,7 +274,9 @@ class ParkingLot:
         return {e: list(members) for e, members in zip(entity_ids, found, strict=True) if members}
 
 
-def lot_of(tools: Tools) -> ParkingLot:
-    """Parked events under the consumers' key prefix, where the sweeper or inorder-admin reads."""
+def lot_of(tools: Tools | Links) -> ParkingLot:
+    """Parked events under the consumers' key prefix and bucket count (their settings)."""
+    if tools.redis is None:
+        raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
     settings = tools.settings
     return ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)

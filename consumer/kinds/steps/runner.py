@@ -17,7 +17,7 @@ from consumer.errors import RoutesError
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
 from consumer.kinds.steps.apply import apply_steps
 from consumer.kinds.steps.handlers import Handlers
-from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.parking import ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan, reorder_distance
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
@@ -71,9 +71,7 @@ class StepApplier:
 
     def connect(self, links: Links) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis)."""
-        if links.redis is None:
-            raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
-        lot = ParkingLot(links.redis, links.redis_key_prefix, links.park_buckets)
+        lot = lot_of(links)
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
