@@ -6,7 +6,7 @@ CREATE INDEX inorder_step_progress_stopped
 CREATE INDEX inorder_step_progress_held
     ON inorder_step_progress (held_at) WHERE held_at IS NOT NULL;
 
--- An operator's batch decisions are one of three actions (consumer.kinds.batches.decisions.Action).
+-- An operator's batch decisions are one of three actions (schemas.batches.Action).
 ALTER TABLE inorder_batch_actions
     ADD CONSTRAINT inorder_batch_actions_action_check
     CHECK (action IN ('release_incomplete', 'confirmed_applied', 'retried'));

@@ -83,3 +83,21 @@ def test_the_checks_catch_what_they_forbid() -> None:
     assert "consumer.kinds.steps" in reached
     found = list(_kind_checks(tree, _route_classes()))
     assert [f.split(":")[0] for f in found] == ["line 4", "line 5", "line 7"]
+
+
+def test_no_file_outside_the_kinds_names_a_kind_s_modules() -> None:
+    """SQL, docs and templates outside the kinds name no kind module either (text search)."""
+    found = []
+    for path in sorted(CONSUMER.rglob("*")):
+        if path.is_dir() or KIND_PACKAGE in path.parents or "__pycache__" in path.parts:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [
+            f"{path.relative_to(ROOT)}:{number}"
+            for number, line in enumerate(text.splitlines(), 1)
+            if any(name in line for name in INTERNALS)
+        ]
+    assert found == []
