@@ -463,3 +463,20 @@ def test_a_handler_savepoint_after_a_read_stays_inside_the_step_transaction(
     assert ss.applied(steps_db) == [(1, 1), (1, 2)]
     assert set(step_handlers.TRANSACTIONS) == {row[0] for row in logged}
     assert len(logged) == 1
+
+
+def test_a_repeated_event_beside_an_external_step_loses_nothing(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """1..5 with 5 external and 2 delivered twice in one batch: 1..5 applied, nothing parked."""
+    run = ss.runner(
+        redis_client, redis_prefix, ss.routes_text(extra=EXTERNAL + "idempotent = true\n")
+    )
+    events = [
+        ss.step(s, "dup", event_type="ledger.mailed" if s == 5 else "ledger.added")
+        for s in range(1, 6)
+    ]
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, [*events, ss.step(2, "dup")]) == []
+    assert ss.applied(steps_db, "dup") == [(1, s) for s in range(1, 6)]
+    assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "dup"))

@@ -92,7 +92,14 @@ def _apply_one_by_one(
 ) -> Plan:
     """Apply an entity's due steps in separate transactions, in order."""
     done = Plan()
-    pending = list(events)
+    pending: list[Event] = []
+    seen: set[tuple[int, int]] = set()
+    for event in events:  # a version delivered twice: the first copy counts, the rest are stale
+        if event.version in seen:
+            done.stale.append(event)
+        else:
+            seen.add(event.version)
+            pending.append(event)
     while pending:
         with conn.transaction():
             progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
@@ -103,7 +110,8 @@ def _apply_one_by_one(
             done.park += step_plan.park
             break
         event = step_plan.apply[0]
-        pending = [e for e in pending if e is not event and e not in step_plan.stale]
+        aside = {event.version, *(e.version for e in step_plan.stale)}
+        pending = [e for e in pending if e.version not in aside]
         applied, done.stopped = _apply_single(conn, store, handlers, progress, event)
         if not applied:
             done.park += [event, *pending]  # it waits too, for a person or the next try
