@@ -175,6 +175,7 @@ class ConsumerService:
             self._consumer.close()  # leaves the group
         if self._producer is not None:
             self._producer.flush(10)
+        self.routing.close()
         if self._conn is not None:
             self._conn.close()
         if self._redis is not None:

@@ -140,7 +140,11 @@ class Links:
 
 
 class Applier(Protocol):
-    """One route at work in the consumer."""
+    """One route at work in the consumer.
+
+    An applier that holds connections of its own (a step route's lanes) may also have a
+    ``close()``, called once as the consumer stops.
+    """
 
     @property
     def route(self) -> Route:

@@ -38,6 +38,13 @@ class Routing:
         for applier in self.appliers:
             applier.connect(links)
 
+    def close(self) -> None:
+        """Let go of what appliers hold beyond the consumer's connection (a lane pool)."""
+        for applier in self.appliers:
+            close = getattr(applier, "close", None)
+            if callable(close):
+                close()
+
     def split(
         self, events: Sequence[Event]
     ) -> tuple[list[tuple[Applier, list[Event]]], list[Event]]:

@@ -17,6 +17,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
+from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
 # libpq parameters set unless the URL or the environment sets them.
@@ -57,3 +58,29 @@ def connect(
     conn = psycopg.connect(conninfo, autocommit=autocommit)
     set_json_loads(orjson.loads, conn)
     return conn
+
+
+def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> ConnectionPool:
+    """Up to ``size`` connections opened as ``connect`` opens them, each checked when taken.
+
+    Autocommit, as the program's own connection; opened on demand (none at first) and
+    closed after ten idle minutes, so a quiet route holds no connection it does not use.
+    """
+    dsn = url.get_secret_value() if isinstance(url, SecretStr) else url
+    conninfo = make_conninfo(dsn, **{**parameters(dsn, program), **libpq})
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        set_json_loads(orjson.loads, conn)
+
+    return ConnectionPool(
+        conninfo,
+        min_size=0,
+        max_size=size,
+        kwargs={"autocommit": True},
+        configure=configure,
+        check=ConnectionPool.check_connection,
+        max_idle=600,
+        timeout=10,  # waiting for a connection: as long as opening one may take
+        name=program,
+        open=True,
+    )

@@ -30,6 +30,7 @@ SUITES = (
     "relay",
     "consumer",
     "steps",
+    "steps_external",
     "batches",
     "sweeper",
     "parking",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,4 +116,15 @@ def fail_unless_ok(conn: Any, event: Event) -> None:
     """Record the step for entities named ok-*; every other entity's step raises."""
     if not event.entity_id.startswith("ok-"):
         raise ValueError(f"refused \x00 {event.entity_id}")
+    record(conn, event)
+
+
+SLOW_CALLS: list[tuple[str, int, float, float]] = []  # entity, seq, started, ended
+
+
+def slow_call(conn: Any, event: Event) -> None:
+    """Stand-in for an API that answers in 50 ms: remembered with its times, and recorded."""
+    started = time.monotonic()
+    time.sleep(0.05)
+    SLOW_CALLS.append((event.entity_id, event.seq, started, time.monotonic()))
     record(conn, event)

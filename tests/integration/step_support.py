@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from pydantic import SecretStr
 
 from consumer import tables
 from consumer.kinds import Links
@@ -52,13 +53,20 @@ def prepare(schema: PgSchema) -> None:
         conn.execute(step_handlers.TABLE)
 
 
-def runner(client: redis.Redis, prefix: str, text: str) -> StepApplier:
-    """The step route in ``text`` started as the consumer starts it, parking under ``prefix``."""
+def runner(
+    client: redis.Redis, prefix: str, text: str, *, database_url: str | None = None
+) -> StepApplier:
+    """The step route in ``text`` started as the consumer starts it, parking under ``prefix``.
+
+    With ``database_url`` its lanes (the route's ``lanes``) get connections of their own.
+    """
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
-    applier.connect(
-        Links(None, ConsumerSettings.model_construct(redis_key_prefix=prefix.rstrip(":")), client)  # type: ignore[arg-type]
-    )
+    given: dict[str, Any] = {"redis_key_prefix": prefix.rstrip(":")}
+    if database_url is not None:
+        given["database_url"] = SecretStr(database_url)
+    settings = ConsumerSettings.model_construct(**given)
+    applier.connect(Links(None, settings, client))  # type: ignore[arg-type]
     return applier
 
 

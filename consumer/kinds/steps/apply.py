@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import psycopg
 import structlog
@@ -10,6 +11,7 @@ import structlog
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
+from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
@@ -68,8 +70,11 @@ def _apply_single(
     entry = handlers.entry(event)
     external = entry is not None and entry[0].external
     if entry is not None and external:
-        with conn.transaction():
+        if conn.autocommit:  # one statement commits by itself: one round trip
             fresh = store.begin_attempt(conn, event)
+        else:
+            with conn.transaction():
+                fresh = store.begin_attempt(conn, event)
         if not fresh and not entry[0].idempotent:
             reason = (
                 f"needs_review: an earlier call of {entry[0].function} may have taken "
@@ -77,20 +82,25 @@ def _apply_single(
             )
             return False, _stop(conn, store, event.entity_id, event.seq, reason)
     with conn.transaction():
-        store.lock(conn, {event.entity_id: event})
-        if not store.claim(conn, event.entity_id, start, Progress(event.generation, event.seq)):
+        if not store.claim_one(conn, event.entity_id, start, event):
             return False, None
         handlers.run(conn, {event.entity_id: [event]})
         if external:
-            store.finish_attempt(conn, event.entity_id, event.generation, event.seq)
-        store.record(conn, [event])
+            store.record_call(conn, event)
+        else:
+            store.record(conn, [event])
     return True, None
 
 
 def _apply_one_by_one(
     conn: Conn, store: StepStore, handlers: Handlers, entity_id: str, events: Sequence[Event]
 ) -> Plan:
-    """Apply an entity's due steps in separate transactions, in order."""
+    """Apply an entity's due steps in separate transactions, in order.
+
+    Its progress is read (and its row made) once; each step's claim then moves it on
+    only from where the previous step left it, so a step another consumer took first
+    is found by the claim, not by reading again.
+    """
     done = Plan()
     pending: list[Event] = []
     seen: set[tuple[int, int]] = set()
@@ -100,9 +110,9 @@ def _apply_one_by_one(
         else:
             seen.add(event.version)
             pending.append(event)
+    with conn.transaction():
+        progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
     while pending:
-        with conn.transaction():
-            progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
         step_plan = plan(progress, pending)
         done.stale += step_plan.stale
         done.end = step_plan.end
@@ -117,13 +127,17 @@ def _apply_one_by_one(
             done.park += [event, *pending]  # it waits too, for a person or the next try
             break
         done.apply.append(event)
+        # Where the claim left the entity: no need to read it again for the next step.
+        progress = replace(progress, generation=event.generation, last_applied=event.seq)
     return done
 
 
 def apply_steps(
-    conn: Conn, store: StepStore, handlers: Handlers, events: Events
+    conn: Conn, store: StepStore, handlers: Handlers, events: Events, lanes: Lanes
 ) -> dict[str, Plan]:
     """Apply every entity's due steps; return each entity's plan (applied, to park, stale).
+
+    Entities with an external call are applied one by one after the rest, in ``lanes``.
 
     A function that raises rolls the batch back; the batch is applied again with that
     entity's earlier steps only, and the entity is stopped at the failing seq for a person.
@@ -156,9 +170,14 @@ def apply_steps(
     for entity_id, limit in rung.limits.items():
         reason = rung.reasons[entity_id]
         plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reason)
-    for entity_id in skip:
-        if plans[entity_id].apply:
-            plans[entity_id] = _apply_one_by_one(
-                conn, store, handlers, entity_id, events[entity_id]
-            )
+    due = sorted(entity_id for entity_id in skip if plans[entity_id].apply)
+    plans.update(
+        lanes.run(
+            conn,
+            due,
+            lambda lane, entity_id: _apply_one_by_one(
+                lane, store, handlers, entity_id, events[entity_id]
+            ),
+        )
+    )
     return plans

@@ -8,6 +8,7 @@ entity's sequence::
     kind = "step"
     max_parked = 1000                # per entity; beyond it events are held
     park_ttl_s = 604800
+    lanes = 16                       # entities with external calls applied at once
     [route.handlers]
     "seat_ledger.seats_added" = "billing.steps:add_seats"
     [route.handlers."seat_ledger.closed"]
@@ -34,6 +35,9 @@ from consumer.kinds._base import OneStream
 from consumer.kinds._spec import Spec, names, setting
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
+# Lanes of a step route unless it sets its own, and the most it may set.
+DEFAULT_LANES = 1
+MAX_LANES = 256
 _FLAGS = ("external", "idempotent", "many")
 
 
@@ -70,6 +74,11 @@ class StepRoute(OneStream):
     )
     max_parked: int = setting("Events parked per entity; beyond it they go to the held topic", 1000)
     park_ttl_s: int = setting("How long a parked event is kept in Redis (seconds)", 7 * 86_400)
+    lanes: int = setting(
+        "Entities whose steps call outside PostgreSQL (`external`) applied at once, each lane "
+        "on a PostgreSQL connection of its own; one entity's steps stay in one lane, in order",
+        DEFAULT_LANES,
+    )
     kind: str = field(default="step", init=False)
 
 
@@ -119,7 +128,16 @@ def parse(spec: Spec) -> StepRoute:
         handlers=handlers,
         max_parked=spec.positive("max_parked", StepRoute),
         park_ttl_s=spec.positive("park_ttl_s", StepRoute),
+        lanes=_lanes(spec),
     )
+
+
+def _lanes(spec: Spec) -> int:
+    lanes = spec.positive("lanes", StepRoute)
+    if lanes > MAX_LANES:
+        spec.problem(f"lanes must be at most {MAX_LANES} (a connection each), got {lanes}")
+        return MAX_LANES
+    return lanes
 
 
 def resolve(route: StepRoute) -> dict[str, Entry]:

@@ -17,12 +17,14 @@ from consumer.errors import RoutesError
 from consumer.kinds._base import Conn, Links, Outcome, Refusal
 from consumer.kinds.steps.apply import apply_steps
 from consumer.kinds.steps.handlers import Handlers
+from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.parking import ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan, reorder_distance
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction
 from schemas import DecodeError, Event, decode
+from schemas.runtime import postgres
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +61,7 @@ class StepApplier:
         self.handlers = Handlers(resolve(route))
         self._lot: ParkingLot | None = None
         self._marks_checked = False
+        self.lanes = Lanes(1)
 
     @property
     def lot(self) -> ParkingLot:
@@ -72,18 +75,26 @@ class StepApplier:
     def connect(self, links: Links) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis)."""
         lot = lot_of(links)
+        url = getattr(links.settings, "database_url", None)
+        if self.route.lanes > 1 and url is not None and self.lanes.pool is None:
+            program = f"inorder-lanes/{self.route.stream}"
+            self.lanes = Lanes(self.route.lanes, postgres.pool(url, program, self.route.lanes))
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
             log.info("parks_adopted", route=self.route.stream, entities=moved)
         self._lot = lot
 
+    def close(self) -> None:
+        """Close the lanes' connections (the consumer is stopping)."""
+        self.lanes.close()
+
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
         """Apply, park and drain; events a full parking set refused come back ``held``."""
         outcome = Outcome()
         self._check_marks(conn)
         by_entity = _by_entity(events)
-        plans = apply_steps(conn, self.store, self.handlers, by_entity)
+        plans = apply_steps(conn, self.store, self.handlers, by_entity, self.lanes)
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
@@ -167,7 +178,9 @@ class StepApplier:
             if not fetched:
                 return
             events, members, broken = _decode(fetched)
-            plans = apply_steps(conn, self.store, self.handlers, events) if events else {}
+            plans = (
+                apply_steps(conn, self.store, self.handlers, events, self.lanes) if events else {}
+            )
             _add(outcome, plans)
             done = {
                 entity: [members[id(e)] for e in plan.apply + plan.stale]

@@ -117,9 +117,26 @@ class StepStore:
         ).fetchall()
         return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
 
-    def claim(self, conn: Conn, entity_id: str, start: Progress, end: Progress | None) -> bool:
-        """Advance progress from ``start`` to ``end`` only if it is still at ``start``."""
-        return end is not None and entity_id in self.claim_many(conn, [(entity_id, start, end)])
+    def claim_one(self, conn: Conn, entity_id: str, start: Progress, event: Event) -> bool:
+        """Move an existing progress row from ``start`` to ``event``, locking it; True if it moved.
+
+        One statement: the update locks the row and, should another transaction have
+        moved it meanwhile, checks its condition again on the row that one left.
+        """
+        row = conn.execute(
+            "UPDATE inorder_step_progress SET generation = %s, last_applied = %s, "
+            "updated_at = now() WHERE route = %s AND entity_id = %s AND generation = %s "
+            "AND last_applied = %s AND stopped_at_seq IS NULL RETURNING 1",
+            (
+                event.generation,
+                event.seq,
+                self.route.stream,
+                entity_id,
+                start.generation,
+                start.last_applied,
+            ),
+        ).fetchone()
+        return row is not None
 
     def claim_many(self, conn: Conn, claims: Sequence[tuple[str, Progress, Progress]]) -> set[str]:
         """``claim`` for many entities in one statement; returns the entities claimed.
@@ -261,6 +278,23 @@ class StepStore:
             (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
         ).fetchone()
         return found is not None
+
+    def record_call(self, conn: Conn, event: Event) -> None:
+        """Mark an external call done and log its step: one statement, in the step's transaction."""
+        conn.execute(
+            "WITH done AS (UPDATE inorder_step_attempts SET completed_at = now() "
+            "WHERE route = %(r)s AND entity_id = %(e)s AND generation = %(g)s AND seq = %(s)s) "
+            "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
+            "event_type) VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)",
+            {
+                "r": self.route.stream,
+                "e": event.entity_id,
+                "g": event.generation,
+                "s": event.seq,
+                "i": event.event_id,
+                "t": event.event_type,
+            },
+        )
 
     def finish_attempt(self, conn: Conn, entity_id: str, generation: int, seq: int) -> None:
         """Mark an external call done, in the transaction that records its step."""

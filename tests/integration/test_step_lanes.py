@@ -1,0 +1,138 @@
+"""Step lanes against real PostgreSQL and Redis: many entities' external calls at once, in order."""
+
+from __future__ import annotations
+
+import uuid
+from itertools import pairwise
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import PgSchema
+from tests.integration import step_handlers
+from tests.integration import step_support as ss
+
+SLOW = (
+    '[route.handlers."ledger.mailed"]\n'
+    'function = "tests.integration.step_handlers:slow_call"\nexternal = true\n'
+)
+
+
+def _text(lanes: int, *, idempotent: bool = True, function: str = "slow_call") -> str:
+    extra = SLOW.replace("slow_call", function) + ("idempotent = true\n" if idempotent else "")
+    return ss.routes_text(extra=extra).replace(
+        'kind = "step"\n', f'kind = "step"\nlanes = {lanes}\n'
+    )
+
+
+@pytest.fixture
+def steps_db(pg_schema: PgSchema) -> PgSchema:
+    ss.prepare(pg_schema)
+    return pg_schema
+
+
+def test_lanes_call_out_for_many_entities_at_once_each_entity_in_order(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """8 lanes, 24 entities x 3 slow external steps: calls overlap, each entity's run in order."""
+    run = ss.runner(redis_client, redis_prefix, _text(8), database_url=steps_db.url)
+    entities = [f"e{i:02}" for i in range(24)]
+    events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2, 3)]
+    step_handlers.SLOW_CALLS.clear()
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events[::-1]) == []
+    for entity in entities:
+        assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]
+    calls = step_handlers.SLOW_CALLS
+    assert sorted((e, s) for e, s, _, _ in calls) == sorted((e.entity_id, e.seq) for e in events)
+    # At some moment several calls were in flight together (lanes), never two of one entity.
+    most = max(sum(1 for _, _, a, b in calls if a <= at < b) for _, _, at, _ in calls)
+    assert most > 1
+    for entity in entities:
+        spans = sorted((a, b) for e, _, a, b in calls if e == entity)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in pairwise(spans))
+    pool = run.lanes.pool
+    assert pool is not None
+    assert 1 <= pool.get_stats()["pool_size"] <= 8  # a connection per lane at most
+    run.lanes.close()
+    assert pool.closed
+    assert run.lanes.pool is None
+
+
+def test_a_route_without_lanes_opens_no_connection_of_its_own(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """lanes = 1 (the default) applies on the consumer's connection, one entity after another."""
+    run = ss.runner(redis_client, redis_prefix, _text(1), database_url=steps_db.url)
+    events = [ss.step(1, e, event_type="ledger.mailed") for e in ("a", "b", "c")]
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events) == []
+    assert run.lanes.pool is None
+    assert [ss.applied(steps_db, e) for e in ("a", "b", "c")] == [[(1, 1)]] * 3
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_order_duplicates_cuts_and_lane_count_give_the_one_lane_step_log(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, data: st.DataObject
+) -> None:
+    """External and plain steps of 6 entities, shuffled, repeated, cut: each once, in order."""
+    tag = uuid.uuid4().hex[:8]  # each example its own entities (the schema is shared)
+    lanes = data.draw(st.sampled_from([1, 2, 4, 16]))
+    entities = [f"p{tag}-{i}" for i in range(6)]
+    kinds = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    events = [
+        ss.step(seq, entity, event_type="ledger.mailed" if external else "ledger.added")
+        for entity in entities
+        for seq, external in enumerate(kinds, 1)
+    ]
+    delivered = data.draw(
+        st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=10)))
+    )
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(delivered) - 1), max_size=4, unique=True)))
+    text = _text(lanes, function="call_out")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    try:
+        with steps_db.connect(autocommit=True) as conn:
+            for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
+                assert ss.feed(run, conn, delivered[start:end]) == []
+    finally:
+        run.lanes.close()
+    for entity in entities:
+        assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 6)]
+        assert ss.progress(steps_db, entity)[:2] == (1, 5)
+
+
+def test_an_unfinished_attempt_in_a_lane_stops_only_its_entity_for_review(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """4 lanes, not idempotent: entities with an unfinished attempt stop, the rest apply once."""
+    text = _text(4, idempotent=False, function="call_out")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    entities = [f"r{i}" for i in range(10)]
+    interrupted = {"r3", "r7"}
+    with steps_db.connect(autocommit=True) as conn:
+        for entity in sorted(interrupted):  # as if a consumer died during these calls
+            conn.execute(
+                "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+                "VALUES ('ledger', %s, 1, 1, %s)",
+                (entity, f"{entity}:1:1"),
+            )
+        step_handlers.CALLS.clear()
+        events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2)]
+        assert ss.feed(run, conn, events) == []
+    run.lanes.close()
+    assert sorted(step_handlers.CALLS) == sorted(
+        (e, s) for e in entities if e not in interrupted for s in (1, 2)
+    )
+    for entity in entities:
+        if entity in interrupted:
+            _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
+            assert (last, stopped_at) == (0, 1)
+            assert reason.startswith("needs_review")
+        else:
+            assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
