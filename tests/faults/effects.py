@@ -6,6 +6,9 @@ step never applied as none, whatever the consumer's own bookkeeping says.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -50,4 +53,39 @@ def open_ledger(conn: psycopg.Connection[Any], event: Event) -> None:
 def add_seats(conn: psycopg.Connection[Any], event: Event) -> None:
     """Add the seats as the example does, and record the application."""
     examples.add_seats(conn, event)
+    _record(conn, event)
+
+
+CALLS_TABLE = """
+CREATE TABLE IF NOT EXISTS fault_calls (
+    entity_id text   NOT NULL,
+    seq       bigint NOT NULL
+)
+"""
+# A step route whose handler calls "outside": 16 lanes, and a second call is not harmless.
+MAIL_ROUTE = """
+[[route]]
+stream = "mail"
+kind = "step"
+lanes = 16
+[route.handlers."mail.sent"]
+function = "tests.faults.effects:send_mail"
+external = true
+"""
+_outside = threading.local()  # each lane's own connection to "the world outside"
+
+
+def send_mail(conn: psycopg.Connection[Any], event: Event) -> None:
+    """An API call that takes 100 ms and cannot be undone: written at once, on its own connection.
+
+    The world outside keeps every call, whether or not the step's transaction commits;
+    the step itself is recorded in ``fault_effects`` with the step's transaction.
+    """
+    outside = getattr(_outside, "conn", None)
+    if outside is None or outside.closed:
+        outside = _outside.conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    outside.execute(
+        "INSERT INTO fault_calls (entity_id, seq) VALUES (%s, %s)", (event.entity_id, event.seq)
+    )
+    time.sleep(0.1)
     _record(conn, event)

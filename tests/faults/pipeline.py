@@ -180,6 +180,7 @@ class Pipeline:
             conn.execute(examples.BILLING_VIEW)
             conn.execute(examples.SEAT_TABLES)
             conn.execute(effects.TABLE)
+            conn.execute(effects.CALLS_TABLE)
 
     # ------------------------------------------------------------ processes
 

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from schemas import Event
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import effects
 from tests.faults.conftest import Scale, report
 from tests.faults.pipeline import STEP_STREAM, Pipeline, unpack_release
+from tests.integration import consumer_support as cs
 from tests.integration.sweeper_support import tool
 from tests.support.services import Services, stack_control
 
@@ -383,3 +385,96 @@ def test_redis_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
         return 1
 
     run(pipeline, scale, "redis stopped for a while", inject)
+
+
+def test_consumer_killed_with_lanes_in_flight(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    scale: Scale,
+) -> None:
+    """kill -9 while 16 lanes call out (not idempotent): no call made twice, the rest once.
+
+    An entity whose call was in flight at a kill has an unfinished attempt: it must be
+    stopped for review, its call made at most once; every other step is applied once.
+    """
+    pipeline = Pipeline(
+        pg_schema, services, topic_factory, tmp_path, routes=effects.ROUTES + effects.MAIL_ROUTE
+    )
+    rng = random.Random(13)
+    entities = [f"m{n:04d}" for n in range(scale.entities * 20)]
+    steps = (1, 2, 3)
+    events = [_mail(entity, seq) for seq in steps for entity in entities]
+    try:
+        start(pipeline, "consumer-1", "consumer-2")
+        started = time.monotonic()
+        cs.send_events(services.kafka_bootstrap, pipeline.events_topic, events)
+        kills = 0
+        for _ in range(scale.consumer_kills):
+            pipeline.wait_for("calls under way", lambda: _calls(pipeline) > 0)
+            time.sleep(rng.uniform(0.1, 0.8))
+            pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
+            kills += 1
+        pipeline.wait_for(
+            "every entity done or stopped for review",
+            lambda: _mail_done(pipeline) == len(entities),
+            180,
+        )
+        with pipeline.db.connect() as conn:
+            calls = Counter(conn.execute("SELECT entity_id, seq FROM fault_calls").fetchall())
+            applied = Counter(conn.execute("SELECT entity_id, seq FROM fault_effects").fetchall())
+            stopped = dict(
+                conn.execute(
+                    "SELECT entity_id, stopped_at_seq FROM inorder_step_progress "
+                    "WHERE route = 'mail' AND stop_reason LIKE 'needs_review%'"
+                ).fetchall()
+            )
+        twice = sum(n - 1 for n in calls.values() if n > 1) + sum(
+            n - 1 for n in applied.values() if n > 1
+        )
+        expected = {(e, s) for e in entities for s in steps if e not in stopped or s < stopped[e]}
+        lost = len(expected - set(applied))
+        unexplained = len(set(applied) - expected) + sum(
+            1 for e, s in stopped.items() if calls[(e, s)] > 1 or (e, s) in applied
+        )
+        report(
+            "consumer kill -9 (lanes, external calls)",
+            kills,
+            replace(
+                pipeline.verdict(),
+                produced=len(events),
+                lost=lost,
+                applied_twice=twice,
+                unexplained=unexplained,
+            ),
+            time.monotonic() - started,
+        )
+        assert stopped, "no kill landed while a call was in flight: nothing was tried"
+        assert twice == 0, f"called or applied twice: {(calls + applied).most_common(3)}"
+        assert lost == 0, f"steps never applied: {sorted(expected - set(applied))[:5]}"
+        assert unexplained == 0, f"stopped {stopped}, calls {calls.most_common(3)}"
+        assert pipeline.crashed() == []
+    finally:
+        pipeline.close()
+
+
+def _mail(entity: str, seq: int) -> Event:
+    when = "2026-12-01T10:00:00Z"
+    return Event(f"{entity}:1:{seq}", "mail.sent", "mail", entity, 1, seq, when, when, {"n": seq})
+
+
+def _calls(pipeline: Pipeline) -> int:
+    with pipeline.db.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM fault_calls").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _mail_done(pipeline: Pipeline) -> int:
+    """Entities at their last step, or stopped for a person."""
+    with pipeline.db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM inorder_step_progress WHERE route = 'mail' "
+            "AND (last_applied = 3 OR stopped_at_seq IS NOT NULL)"
+        ).fetchone()
+    return int(row[0]) if row else 0
