@@ -128,3 +128,10 @@ def slow_call(conn: Any, event: Event) -> None:
     time.sleep(0.05)
     SLOW_CALLS.append((event.entity_id, event.seq, started, time.monotonic()))
     record(conn, event)
+
+
+def call_out_unless_b(conn: Any, event: Event) -> None:
+    """An external call that fails for entity ``b`` at seq 2; the others are remembered."""
+    if event.entity_id.endswith("b") and event.seq == 2:
+        raise ConnectionError("the mail API answered 503")
+    call_out(conn, event)

@@ -136,3 +136,28 @@ def test_an_unfinished_attempt_in_a_lane_stops_only_its_entity_for_review(
             assert reason.startswith("needs_review")
         else:
             assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_an_external_call_that_raises_stops_its_entity_and_the_lanes_go_on(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int
+) -> None:
+    """b's call at seq 2 raises: b stops there for a person, its later step parks; others apply."""
+    text = _text(lanes, function="call_out_unless_b")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    entities = [f"x{lanes}{name}" for name in "abcdef"]
+    events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2, 3)]
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events) == []
+    run.lanes.close()
+    for entity in entities:
+        if entity.endswith("b"):
+            _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
+            assert (last, stopped_at) == (1, 2)
+            assert "503" in reason
+            parked = redis_client.zrange(
+                run.lot.entity_key(ss.STREAM, entity), 0, -1, withscores=True
+            )
+            assert [score for _, score in parked] == [2.0, 3.0]
+        else:
+            assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]

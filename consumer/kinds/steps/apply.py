@@ -122,7 +122,11 @@ def _apply_one_by_one(
         event = step_plan.apply[0]
         aside = {event.version, *(e.version for e in step_plan.stale)}
         pending = [e for e in pending if e.version not in aside]
-        applied, done.stopped = _apply_single(conn, store, handlers, progress, event)
+        try:
+            applied, done.stopped = _apply_single(conn, store, handlers, progress, event)
+        except StepFailedError as failed:  # rolled back: the entity waits for a person
+            reason = f"step failed: {failed.error!r}"
+            applied, done.stopped = False, _stop(conn, store, entity_id, event.seq, reason)
         if not applied:
             done.park += [event, *pending]  # it waits too, for a person or the next try
             break
