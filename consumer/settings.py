@@ -100,6 +100,13 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
         "arrived, so a quiet topic is applied event by event and a backlog in batches of this "
         "size (INORDER_BATCH_SIZE before 0.2.0)",
     )
+    step_lanes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Lanes of every step route that does not set its own `lanes`: entities "
+        "whose steps call outside PostgreSQL applied at once, each on a connection of its own",
+    )
     poll_timeout_ms: int = Field(
         default=100,
         ge=1,

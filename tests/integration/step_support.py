@@ -54,19 +54,24 @@ def prepare(schema: PgSchema) -> None:
 
 
 def runner(
-    client: redis.Redis, prefix: str, text: str, *, database_url: str | None = None
+    client: redis.Redis,
+    prefix: str,
+    text: str,
+    *,
+    database_url: str | None = None,
+    **settings: Any,
 ) -> StepApplier:
     """The step route in ``text`` started as the consumer starts it, parking under ``prefix``.
 
-    With ``database_url`` its lanes (the route's ``lanes``) get connections of their own.
+    With ``database_url`` its lanes get connections of their own; ``settings`` are more
+    of the consumer's settings (``step_lanes``).
     """
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
-    given: dict[str, Any] = {"redis_key_prefix": prefix.rstrip(":")}
+    given: dict[str, Any] = {"redis_key_prefix": prefix.rstrip(":"), **settings}
     if database_url is not None:
         given["database_url"] = SecretStr(database_url)
-    settings = ConsumerSettings.model_construct(**given)
-    applier.connect(Links(None, settings, client))  # type: ignore[arg-type]
+    applier.connect(Links(None, ConsumerSettings.model_construct(**given), client))  # type: ignore[arg-type]
     return applier
 
 

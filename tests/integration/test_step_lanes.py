@@ -161,3 +161,24 @@ def test_an_external_call_that_raises_stops_its_entity_and_the_lanes_go_on(
             assert [score for _, score in parked] == [2.0, 3.0]
         else:
             assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_a_route_without_lanes_takes_the_consumer_s_step_lanes(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """INORDER_STEP_LANES = 4 gives a route that sets no lanes four lanes; its steps apply."""
+    text = SLOW.replace("slow_call", "call_out") + "idempotent = true\n"
+    run = ss.runner(
+        redis_client,
+        redis_prefix,
+        ss.routes_text(extra=text),
+        database_url=steps_db.url,
+        step_lanes=4,
+    )
+    assert run.route.lanes is None
+    assert (run.lanes.size, run.lanes.pool is not None) == (4, True)
+    events = [ss.step(1, e, event_type="ledger.mailed") for e in ("sa", "sb", "sc", "sd")]
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events) == []
+    run.lanes.close()
+    assert [ss.applied(steps_db, e) for e in ("sa", "sb", "sc", "sd")] == [[(1, 1)]] * 4

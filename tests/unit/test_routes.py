@@ -177,3 +177,18 @@ def test_a_poll_batch_is_shared_by_route_and_the_rest_named() -> None:
         (2, "not_json"),
         (3, UNKNOWN_STREAM),
     ]
+
+
+@pytest.mark.parametrize("value", ["0", "257", '"8"', "true", "1.5"])
+def test_step_lanes_outside_1_to_256_are_refused_by_name(value: str) -> None:
+    """lanes = 0, 257, a string, a boolean or a fraction: one problem naming lanes."""
+    text = f'[[route]]\nstream = "s"\nkind = "step"\nlanes = {value}\n'
+    with pytest.raises(RoutesError, match="lanes must be a whole number from 1 to 256"):
+        parse_routes(text)
+
+
+def test_step_lanes_unset_follow_the_consumer_setting() -> None:
+    """A route without lanes leaves them to INORDER_STEP_LANES; one that sets them keeps its own."""
+    text = '[[route]]\nstream = "a"\nkind = "step"\n'
+    [unset, own] = parse_routes(text + text.replace('"a"', '"b"') + "lanes = 8\n")
+    assert (unset.lanes, own.lanes) == (None, 8)  # type: ignore[union-attr]

@@ -35,8 +35,7 @@ from consumer.kinds._base import OneStream
 from consumer.kinds._spec import Spec, names, setting
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
-# Lanes of a step route unless it sets its own, and the most it may set.
-DEFAULT_LANES = 1
+# The most lanes a route may set (each holds a connection while it works).
 MAX_LANES = 256
 _FLAGS = ("external", "idempotent", "many")
 
@@ -74,10 +73,11 @@ class StepRoute(OneStream):
     )
     max_parked: int = setting("Events parked per entity; beyond it they go to the held topic", 1000)
     park_ttl_s: int = setting("How long a parked event is kept in Redis (seconds)", 7 * 86_400)
-    lanes: int = setting(
+    lanes: int | None = setting(
         "Entities whose steps call outside PostgreSQL (`external`) applied at once, each lane "
-        "on a PostgreSQL connection of its own; one entity's steps stay in one lane, in order",
-        DEFAULT_LANES,
+        "on a PostgreSQL connection of its own; one entity's steps stay in one lane, in order "
+        "(unset: the consumer's `INORDER_STEP_LANES`, 1 unless set)",
+        None,
     )
     kind: str = field(default="step", init=False)
 
@@ -132,11 +132,13 @@ def parse(spec: Spec) -> StepRoute:
     )
 
 
-def _lanes(spec: Spec) -> int:
-    lanes = spec.positive("lanes", StepRoute)
-    if lanes > MAX_LANES:
-        spec.problem(f"lanes must be at most {MAX_LANES} (a connection each), got {lanes}")
-        return MAX_LANES
+def _lanes(spec: Spec) -> int | None:
+    lanes = spec.values.get("lanes")
+    if lanes is None:
+        return None
+    if type(lanes) is not int or not 1 <= lanes <= MAX_LANES:
+        spec.problem(f"lanes must be a whole number from 1 to {MAX_LANES}, got {lanes!r}")
+        return None
     return lanes
 
 

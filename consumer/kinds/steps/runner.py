@@ -76,9 +76,10 @@ class StepApplier:
         """Bind the parking lot (``RoutesError`` when there is no Redis)."""
         lot = lot_of(links)
         url = getattr(links.settings, "database_url", None)
-        if self.route.lanes > 1 and url is not None and self.lanes.pool is None:
+        lanes = self.route.lanes or links.settings.step_lanes
+        if lanes > 1 and url is not None and self.lanes.pool is None:
             program = f"inorder-lanes/{self.route.stream}"
-            self.lanes = Lanes(self.route.lanes, postgres.pool(url, program, self.route.lanes))
+            self.lanes = Lanes(lanes, postgres.pool(url, program, lanes))
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
