@@ -81,6 +81,10 @@ class RouteDriver:
         )
         tables.migrate(conn, tables.migration_sets(self.routing.kinds))
 
+    def close(self) -> None:
+        """Close what the routes opened beside ``conn`` (the lanes of step routes)."""
+        self.routing.close()
+
     def send(self, events: Sequence[Event]) -> Sent:
         """Apply ``events`` as one poll batch; duplicates and any order are allowed."""
         shares, unrouted = self.routing.split(events)

@@ -70,7 +70,13 @@ class _Run:
         """A driver on a schema and Redis prefix of its own, both removed afterwards."""
         with scratch(self.database_url, self.client) as (conn, prefix):
             self.setup(conn)
-            yield RouteDriver(self.routes, conn, self.client, key_prefix=prefix, kinds=self.kinds)
+            driver = RouteDriver(
+                self.routes, conn, self.client, key_prefix=prefix, kinds=self.kinds
+            )
+            try:
+                yield driver
+            finally:
+                driver.close()
 
     def rows(
         self, events: Sequence[Event], batches: Arrival, read: Mapping[str, str]

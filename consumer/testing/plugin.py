@@ -84,6 +84,8 @@ def inorder_driver(
             conn, prefix = stack.enter_context(scratch(inorder_database_url, inorder_redis))
             if setup is not None:
                 setup(conn)
-            return RouteDriver(routes, conn, inorder_redis, key_prefix=prefix)
+            driver = RouteDriver(routes, conn, inorder_redis, key_prefix=prefix)
+            stack.callback(driver.close)
+            return driver
 
         yield make

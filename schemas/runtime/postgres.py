@@ -17,7 +17,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import SecretStr
 
 # libpq parameters set unless the URL or the environment sets them.
@@ -46,6 +46,19 @@ def parameters(url: str, program: str) -> dict[str, str]:
     }
 
 
+def conninfo(url: str | SecretStr, program: str, **libpq: str) -> str:
+    """The connection string every connection of ``program`` is opened with."""
+    dsn = url.get_secret_value() if isinstance(url, SecretStr) else url
+    return make_conninfo(dsn, **{**parameters(dsn, program), **libpq})
+
+
+def dsn_of(conn: psycopg.Connection[Any]) -> str:
+    """A connection string that opens another connection like ``conn`` (password included)."""
+    password = conn.pgconn.password
+    extra = {"password": password.decode()} if password else {}
+    return make_conninfo(conn.info.dsn, **extra)
+
+
 def connect(
     url: str | SecretStr, program: str, *, autocommit: bool = True, **libpq: str
 ) -> psycopg.Connection[Any]:
@@ -53,9 +66,7 @@ def connect(
 
     ``libpq`` adds parameters of the caller's own (``options`` for a search path).
     """
-    dsn = url.get_secret_value() if isinstance(url, SecretStr) else url
-    conninfo = make_conninfo(dsn, **{**parameters(dsn, program), **libpq})
-    conn = psycopg.connect(conninfo, autocommit=autocommit)
+    conn = psycopg.connect(conninfo(url, program, **libpq), autocommit=autocommit)
     set_json_loads(orjson.loads, conn)
     return conn
 
@@ -66,14 +77,12 @@ def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> Connect
     Autocommit, as the program's own connection; opened on demand (none at first) and
     closed after ten idle minutes, so a quiet route holds no connection it does not use.
     """
-    dsn = url.get_secret_value() if isinstance(url, SecretStr) else url
-    conninfo = make_conninfo(dsn, **{**parameters(dsn, program), **libpq})
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(orjson.loads, conn)
 
     return ConnectionPool(
-        conninfo,
+        conninfo(url, program, **libpq),
         min_size=0,
         max_size=size,
         kwargs={"autocommit": True},
@@ -83,4 +92,24 @@ def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> Connect
         timeout=10,  # waiting for a connection: as long as opening one may take
         name=program,
         open=True,
+    )
+
+
+def async_pool(url: str | SecretStr, program: str, size: int) -> AsyncConnectionPool:
+    """``pool``'s asyncio twin, not yet open: ``await`` its ``open()`` on the loop that uses it."""
+
+    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        set_json_loads(orjson.loads, conn)
+
+    return AsyncConnectionPool(
+        conninfo(url, program),
+        min_size=0,
+        max_size=size,
+        kwargs={"autocommit": True},
+        configure=configure,
+        check=AsyncConnectionPool.check_connection,
+        max_idle=600,
+        timeout=10,
+        name=program,
+        open=False,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -135,3 +136,29 @@ def call_out_unless_b(conn: Any, event: Event) -> None:
     if event.entity_id.endswith("b") and event.seq == 2:
         raise ConnectionError("the mail API answered 503")
     call_out(conn, event)
+
+
+ASYNC_CALLS: list[tuple[str, int, float, float]] = []  # entity, seq, started, ended
+
+
+async def slow_call_async(aconn: Any, event: Event) -> None:
+    """An async client's 50 ms call, then the step recorded on the async connection."""
+    started = time.monotonic()
+    await asyncio.sleep(0.05)
+    ASYNC_CALLS.append((event.entity_id, event.seq, started, time.monotonic()))
+    await aconn.execute(
+        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
+        " VALUES (%s, %s, %s, %s)",
+        (event.entity_id, event.generation, event.seq, event.event_type),
+    )
+
+
+async def fail_async_for_b(aconn: Any, event: Event) -> None:
+    """Record the step, except entity ``...b`` at seq 2, whose async call fails after writing."""
+    await aconn.execute(
+        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
+        " VALUES (%s, %s, %s, %s)",
+        (event.entity_id, event.generation, event.seq, event.event_type),
+    )
+    if event.entity_id.endswith("b") and event.seq == 2:
+        raise TimeoutError("the async API timed out")

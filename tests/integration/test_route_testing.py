@@ -139,3 +139,24 @@ def test_the_kit_logs_nothing_below_warning_unless_asked(
     asked = _users_pytest(tmp_path, services, "-o", "log_cli=true", "--log-cli-level=INFO")
     assert asked.returncode == 0, asked.stdout + asked.stderr
     assert '"event": "migration_applied"' in asked.stdout
+
+
+def test_the_driver_awaits_async_handlers_on_a_connection_like_its_own(
+    pg_schema: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """An async def handler runs under RouteDriver: its async connection sees the same schema."""
+    from consumer.testing import RouteDriver  # noqa: PLC0415
+    from tests.integration import step_handlers  # noqa: PLC0415
+
+    routes = (
+        '[[route]]\nstream = "ledger"\nkind = "step"\n[route.handlers]\n'
+        '"ledger.awaited" = "tests.integration.step_handlers:slow_call_async"\n'
+    )
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(step_handlers.TABLE)
+        driver = RouteDriver(routes, conn, redis_client, key_prefix=redis_prefix.rstrip(":"))
+        sent = driver.send([event("d", s, "ledger.awaited") for s in (2, 1)])
+        assert [e.seq for e in sent.outcomes["ledger"].applied] == [1, 2]
+        rows = conn.execute("SELECT seq FROM applied_steps WHERE entity_id = 'd' ORDER BY n")
+        assert [r[0] for r in rows.fetchall()] == [1, 2]
+        driver.close()

@@ -10,6 +10,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumer.errors import RoutesError
+from consumer.kinds.steps import StepApplier
+from consumer.routes import parse_routes
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
@@ -182,3 +185,93 @@ def test_a_route_without_lanes_takes_the_consumer_s_step_lanes(
         assert ss.feed(run, conn, events) == []
     run.lanes.close()
     assert [ss.applied(steps_db, e) for e in ("sa", "sb", "sc", "sd")] == [[(1, 1)]] * 4
+
+
+ASYNC = (
+    '[route.handlers."ledger.awaited"]\nfunction = "tests.integration.step_handlers:{function}"\n'
+)
+
+
+def _async_text(lanes: int, function: str = "slow_call_async", *, external: bool = False) -> str:
+    extra = ASYNC.format(function=function) + ("external = true\n" if external else "")
+    text = ss.routes_text(extra=extra)
+    return text.replace('kind = "step"\n', f'kind = "step"\nlanes = {lanes}\n')
+
+
+def test_async_handlers_are_awaited_concurrently_each_entity_in_order(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """async def steps of 16 entities, 8 lanes: awaited together, each entity's in seq order."""
+    run = ss.runner(redis_client, redis_prefix, _async_text(8), database_url=steps_db.url)
+    entities = [f"a{i:02}" for i in range(16)]
+    # Plain steps around the awaited one: an entity's run mixes both kinds, in order.
+    kinds = {1: "ledger.added", 2: "ledger.awaited", 3: "ledger.added", 4: "ledger.awaited"}
+    events = [ss.step(s, e, event_type=kinds[s]) for e in entities for s in kinds]
+    step_handlers.ASYNC_CALLS.clear()
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events[::-1]) == []
+    run.lanes.close()
+    for entity in entities:
+        assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3), (1, 4)]
+    calls = step_handlers.ASYNC_CALLS
+    assert sorted((e, s) for e, s, _, _ in calls) == sorted(
+        (e, s) for e in entities for s in (2, 4)
+    )
+    most = max(sum(1 for _, _, a, b in calls if a <= at < b) for _, _, at, _ in calls)
+    assert most > 1
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_an_async_handler_that_raises_stops_its_entity_and_writes_nothing(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int
+) -> None:
+    """b's awaited step 2 raises after its insert: rolled back, b stops there; others apply."""
+    text = _async_text(lanes, "fail_async_for_b")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    entities = [f"y{lanes}{name}" for name in "abc"]
+    events = [ss.step(s, e, event_type="ledger.awaited") for e in entities for s in (1, 2, 3)]
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, events) == []
+    run.lanes.close()
+    for entity in entities:
+        if entity.endswith("b"):
+            assert ss.applied(steps_db, entity) == [(1, 1)]
+            _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
+            assert (last, stopped_at) == (1, 2)
+            assert "timed out" in reason
+        else:
+            assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_an_unfinished_async_external_attempt_stops_for_review(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """An async external step whose earlier attempt never finished is not awaited again."""
+    text = _async_text(2, external=True)
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    step_handlers.ASYNC_CALLS.clear()
+    with steps_db.connect(autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "VALUES ('ledger', 'z', 1, 2, 'z:1:2')"
+        )
+        events = [
+            ss.step(1, "z", event_type="ledger.awaited"),
+            ss.step(2, "z", event_type="ledger.awaited"),
+        ]
+        assert ss.feed(run, conn, events) == []
+    run.lanes.close()
+    assert [(e, s) for e, s, _, _ in step_handlers.ASYNC_CALLS] == [("z", 1)]
+    _, last, _, stopped_at, reason = ss.progress(steps_db, "z")
+    assert (last, stopped_at) == (1, 2)
+    assert reason.startswith("needs_review")
+
+
+def test_an_async_handler_cannot_be_many() -> None:
+    """async def with many = true is refused at start-up, naming the handler."""
+    text = ss.routes_text(
+        extra='[route.handlers."ledger.awaited"]\n'
+        'function = "tests.integration.step_handlers:slow_call_async"\nmany = true\n'
+    )
+    with pytest.raises(RoutesError, match="async def, which takes one event"):
+        StepApplier(parse_routes(text)[0])  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ import structlog
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
-from consumer.kinds.steps.lanes import Lanes
+from consumer.kinds.steps.lanes import AsyncConn, Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
@@ -39,7 +39,7 @@ def _apply_together(
     # a result: that takes one more.)
     with pipelined_transaction(conn) if rung.pipelined else plain_transaction(conn) as sync:
         progress = store.lock(conn, firsts(events), sync)
-        decided = share(progress, events, rung.limits, skip, handlers.external)
+        decided = share(progress, events, rung.limits, skip, handlers.alone)
         skip |= decided.one_by_one
         if rung.pipelined:  # decided under the locks: every claim applies, or the batch fails
             store.advance(conn, decided.claims)
@@ -61,7 +61,7 @@ def _stop(conn: Conn, store: StepStore, entity_id: str, seq: int, reason: str) -
 
 
 def _apply_single(
-    conn: Conn, store: StepStore, handlers: Handlers, start: Progress, event: Event
+    conn: Conn, store: StepStore, handlers: Handlers, lanes: Lanes, start: Progress, event: Event
 ) -> tuple[bool, str | None]:
     """One step in its own transaction; an external call is recorded, committed, before it.
 
@@ -81,6 +81,8 @@ def _apply_single(
                 "effect; confirm it before the step is retried"
             )
             return False, _stop(conn, store, event.entity_id, event.seq, reason)
+    if handlers.awaited(event):
+        return _await_single(store, handlers, lanes, start, event, external=external), None
     with conn.transaction():
         if not store.claim_one(conn, event.entity_id, start, event):
             return False, None
@@ -92,8 +94,36 @@ def _apply_single(
     return True, None
 
 
+def _await_single(
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    start: Progress,
+    event: Event,
+    *,
+    external: bool,
+) -> bool:
+    """One ``async def`` step in its own transaction on an async connection; whether it applied."""
+
+    async def step(aconn: AsyncConn) -> bool:
+        async with aconn.transaction():
+            claimed = await aconn.execute(*store.claim_one_query(event.entity_id, start, event))
+            if await claimed.fetchone() is None:
+                return False
+            await handlers.run_async(aconn, event)
+            await aconn.execute(*store.logged_query(event, called=external))
+        return True
+
+    return lanes.awaiting(step)
+
+
 def _apply_one_by_one(
-    conn: Conn, store: StepStore, handlers: Handlers, entity_id: str, events: Sequence[Event]
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    entity_id: str,
+    events: Sequence[Event],
 ) -> Plan:
     """Apply an entity's due steps in separate transactions, in order.
 
@@ -123,7 +153,7 @@ def _apply_one_by_one(
         aside = {event.version, *(e.version for e in step_plan.stale)}
         pending = [e for e in pending if e.version not in aside]
         try:
-            applied, done.stopped = _apply_single(conn, store, handlers, progress, event)
+            applied, done.stopped = _apply_single(conn, store, handlers, lanes, progress, event)
         except StepFailedError as failed:  # rolled back: the entity waits for a person
             reason = f"step failed: {failed.error!r}"
             applied, done.stopped = False, _stop(conn, store, entity_id, event.seq, reason)
@@ -180,7 +210,7 @@ def apply_steps(
             conn,
             due,
             lambda lane, entity_id: _apply_one_by_one(
-                lane, store, handlers, entity_id, events[entity_id]
+                lane, store, handlers, lanes, entity_id, events[entity_id]
             ),
         )
     )

@@ -8,7 +8,8 @@ stays what it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -19,6 +20,7 @@ from consumer.kinds.steps.route import Entry
 from schemas import Event
 
 Conn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
 
 
 class Handlers:
@@ -35,6 +37,31 @@ class Handlers:
         """True when the event's function acts outside PostgreSQL."""
         entry = self.functions.get(event.event_type)
         return entry is not None and entry[0].external
+
+    def awaited(self, event: Event) -> bool:
+        """True when the event's function is ``async def`` (awaited on an async connection)."""
+        entry = self.functions.get(event.event_type)
+        return entry is not None and inspect.iscoroutinefunction(entry[1])
+
+    def awaited_types(self) -> list[str]:
+        """The event types whose functions are ``async def``."""
+        return sorted(t for t, (_, f) in self.functions.items() if inspect.iscoroutinefunction(f))
+
+    def alone(self, event: Event) -> bool:
+        """True when the event's step is applied in a transaction of its own, in a lane."""
+        return self.external(event) or self.awaited(event)
+
+    async def run_async(self, aconn: AsyncConn, event: Event) -> None:
+        """Await the ``async def`` function of one step; its failure as ``StepFailedError``."""
+        function: Callable[[AsyncConn, Event], Awaitable[None]] = self.functions[event.event_type][
+            1
+        ]  # type: ignore[assignment]
+        try:
+            await function(aconn, event)
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # a user function's failure, reported upward
+            raise StepFailedError(event.entity_id, event, exc) from exc
 
     def run(
         self,

@@ -1,34 +1,49 @@
 """Lanes: the entities a poll batch applies one by one, spread over connections of their own.
 
-An entity whose due steps call outside PostgreSQL is applied one step per transaction,
-its attempt committed before the call. Those entities are independent of each other, so
-each of ``size`` lanes takes the next entity from the batch's list and applies all its
-steps, in seq order, on its own connection, while the other lanes do the same with other
+An entity whose due steps call outside PostgreSQL, or are ``async def``, is applied one
+step per transaction. Those entities are independent of each other, so each of
+``size`` lanes takes the next entity from the batch's list and applies all its steps,
+in seq order, on its own connection, while the other lanes do the same with other
 entities. An entity is in one lane at a time; the conditional progress update still
 makes one applier per seq; the batch's offsets wait for every lane (``run`` returns
 only when all are done). With one lane, or no pool, everything runs on the caller's
 connection, one entity after another.
+
+An ``async def`` step runs on the lanes' event loop (one thread, started on first use),
+on a pooled async connection, while its lane waits for it: the lanes' async steps are
+awaited concurrently.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from psycopg_pool import ConnectionPool
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from consumer.kinds.steps.store import Conn
+from schemas.runtime import postgres
 
 T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
 
 
 class Lanes:
     """Up to ``size`` entities applied at once, each lane on a pooled connection."""
 
-    def __init__(self, size: int, pool: ConnectionPool | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        pool: ConnectionPool | None = None,
+        *,
+        dsn: str | None = None,
+        program: str = "inorder-lanes",
+    ) -> None:
         self.size = size if pool is not None else 1
         self.pool = pool
         self._executor = (
@@ -36,6 +51,13 @@ class Lanes:
             if pool is not None and size > 1
             else None
         )
+        # Where async steps connect (None: this route cannot await a step).
+        self.dsn = dsn
+        self._program = program
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._apool: AsyncConnectionPool | None = None
+        self._starting = threading.Lock()
 
     def run(
         self, conn: Conn, entities: Sequence[str], work: Callable[[Conn, str], T]
@@ -73,6 +95,32 @@ class Lanes:
                 raise error
         return done
 
+    def awaiting(self, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        """``await work(async connection)`` on the lanes' event loop; this lane waits for it."""
+        loop, apool = self._async()
+        context = contextvars.copy_context()
+
+        async def step() -> T:
+            for var, value in context.items():  # the lane's bound log context
+                var.set(value)
+            async with apool.connection() as aconn:
+                return await work(aconn)
+
+        return asyncio.run_coroutine_threadsafe(step(), loop).result()
+
+    def _async(self) -> tuple[asyncio.AbstractEventLoop, AsyncConnectionPool]:
+        with self._starting:
+            if self._loop is None or self._apool is None:
+                if self.dsn is None:
+                    raise RuntimeError("async def steps need a database to connect to")
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="lanes-async", daemon=True)
+                thread.start()
+                apool = postgres.async_pool(self.dsn, self._program, self.size)
+                asyncio.run_coroutine_threadsafe(apool.open(), loop).result()
+                self._loop, self._thread, self._apool = loop, thread, apool
+            return self._loop, self._apool
+
     def close(self) -> None:
         """Stop the lanes' threads and close their connections; later runs use the caller's."""
         executor, pool = self._executor, self.pool
@@ -81,3 +129,13 @@ class Lanes:
             executor.shutdown(wait=True)
         if pool is not None:
             pool.close()
+        with self._starting:
+            loop, thread, apool = self._loop, self._thread, self._apool
+            self._loop = self._thread = self._apool = None
+        if loop is not None and apool is not None:
+            asyncio.run_coroutine_threadsafe(apool.close(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join()
+        if loop is not None:
+            loop.close()

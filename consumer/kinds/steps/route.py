@@ -23,6 +23,7 @@ entity's sequence::
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -82,7 +83,8 @@ class StepRoute(OneStream):
     kind: str = field(default="step", init=False)
 
 
-# fn(conn, event), or fn(conn, events) for a handler declared ``many``.
+# fn(conn, event), or fn(conn, events) for a handler declared ``many``; or
+# ``async def fn(aconn, event)`` on psycopg's AsyncConnection.
 StepFunction = Callable[[psycopg.Connection[Any], Any], None]
 Entry = tuple[Handler, StepFunction]
 
@@ -158,6 +160,12 @@ def resolve(route: StepRoute) -> dict[str, Entry]:
             continue
         if not callable(function):
             problems.append(f"route {route.stream}: handler {handler.function} is not callable")
+            continue
+        if handler.many and inspect.iscoroutinefunction(function):
+            problems.append(
+                f"route {route.stream}: handler {handler.function} is async def, which takes "
+                "one event at a time: it cannot be many"
+            )
             continue
         found[event_type] = (handler, function)
     if problems:

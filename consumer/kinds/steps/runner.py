@@ -62,6 +62,7 @@ class StepApplier:
         self._lot: ParkingLot | None = None
         self._marks_checked = False
         self.lanes = Lanes(1)
+        self._lanes_bound = False
 
     @property
     def lot(self) -> ParkingLot:
@@ -73,18 +74,33 @@ class StepApplier:
         return self._lot
 
     def connect(self, links: Links) -> None:
-        """Bind the parking lot (``RoutesError`` when there is no Redis)."""
+        """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
         lot = lot_of(links)
-        url = getattr(links.settings, "database_url", None)
-        lanes = self.route.lanes or links.settings.step_lanes
-        if lanes > 1 and url is not None and self.lanes.pool is None:
-            program = f"inorder-lanes/{self.route.stream}"
-            self.lanes = Lanes(lanes, postgres.pool(url, program, lanes))
+        if not self._lanes_bound:
+            self.lanes = self._lanes(links)
+            self._lanes_bound = True
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
             log.info("parks_adopted", route=self.route.stream, entities=moved)
         self._lot = lot
+
+    def _lanes(self, links: Links) -> Lanes:
+        """The route's lanes (its own ``lanes``, else the consumer's ``INORDER_STEP_LANES``)."""
+        url = getattr(links.settings, "database_url", None)
+        size = self.route.lanes or links.settings.step_lanes
+        program = f"inorder-lanes/{self.route.stream}"
+        pool = postgres.pool(url, program, size) if size > 1 and url is not None else None
+        dsn = None
+        if url is not None:
+            dsn = postgres.conninfo(url, program)
+        elif links.conn is not None:  # a test kit's connection: the lanes open theirs alike
+            dsn = postgres.dsn_of(links.conn)
+        if dsn is None and self.handlers.awaited_types():
+            raise RoutesError(
+                [f"route {self.route.stream}: async def handlers need the consumer's DATABASE_URL"]
+            )
+        return Lanes(size, pool, dsn=dsn, program=program)
 
     def close(self) -> None:
         """Close the lanes' connections (the consumer is stopping)."""

@@ -21,6 +21,7 @@ from schemas import Event
 from schemas.limits import safe_text
 
 Conn = psycopg.Connection[Any]
+Query = tuple[str, Any]  # a statement and its parameters, for a connection of either kind
 
 
 def _json(rows: Any) -> str:
@@ -34,6 +35,17 @@ def _json(rows: Any) -> str:
 # An UPDATE joining the claims could be planned as a scan of the whole table, and a plan
 # prepared while the table was small kept scanning it as it grew (4 ms a batch at 8,000
 # entities). The rows exist (``lock`` made them), so nothing is inserted.
+_LOG_STEP = (
+    "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, event_type) "
+    "VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)"
+)
+# The same, finishing the step's external call's attempt in the same statement.
+_LOG_CALLED = (
+    "WITH done AS (UPDATE inorder_step_attempts SET completed_at = now() "
+    "WHERE route = %(r)s AND entity_id = %(e)s AND generation = %(g)s AND seq = %(s)s) "
+    "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, event_type) "
+    "VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)"
+)
 _CLAIM_MANY = (
     "WITH c AS (SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb) "
     "AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
@@ -123,7 +135,11 @@ class StepStore:
         One statement: the update locks the row and, should another transaction have
         moved it meanwhile, checks its condition again on the row that one left.
         """
-        row = conn.execute(
+        return conn.execute(*self.claim_one_query(entity_id, start, event)).fetchone() is not None
+
+    def claim_one_query(self, entity_id: str, start: Progress, event: Event) -> Query:
+        """``claim_one``'s statement, for a connection of either kind (a row if it moved)."""
+        return (
             "UPDATE inorder_step_progress SET generation = %s, last_applied = %s, "
             "updated_at = now() WHERE route = %s AND entity_id = %s AND generation = %s "
             "AND last_applied = %s AND stopped_at_seq IS NULL RETURNING 1",
@@ -135,8 +151,7 @@ class StepStore:
                 start.generation,
                 start.last_applied,
             ),
-        ).fetchone()
-        return row is not None
+        )
 
     def claim_many(self, conn: Conn, claims: Sequence[tuple[str, Progress, Progress]]) -> set[str]:
         """``claim`` for many entities in one statement; returns the entities claimed.
@@ -281,11 +296,12 @@ class StepStore:
 
     def record_call(self, conn: Conn, event: Event) -> None:
         """Mark an external call done and log its step: one statement, in the step's transaction."""
-        conn.execute(
-            "WITH done AS (UPDATE inorder_step_attempts SET completed_at = now() "
-            "WHERE route = %(r)s AND entity_id = %(e)s AND generation = %(g)s AND seq = %(s)s) "
-            "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
-            "event_type) VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)",
+        conn.execute(*self.logged_query(event, called=True))
+
+    def logged_query(self, event: Event, *, called: bool) -> Query:
+        """The statement logging one step (and, ``called``, finishing its call's attempt)."""
+        return (
+            _LOG_CALLED if called else _LOG_STEP,
             {
                 "r": self.route.stream,
                 "e": event.entity_id,
