@@ -162,3 +162,14 @@ async def fail_async_for_b(aconn: Any, event: Event) -> None:
     )
     if event.entity_id.endswith("b") and event.seq == 2:
         raise TimeoutError("the async API timed out")
+
+
+CUT: set[tuple[str, int]] = set()  # (entity, seq) whose first call loses its connection
+
+
+def call_out_or_lose_connection(conn: Any, event: Event) -> None:
+    """An external call; for a step named in CUT, the first time, the database connection dies."""
+    if (event.entity_id, event.seq) in CUT:
+        CUT.discard((event.entity_id, event.seq))
+        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    call_out(conn, event)

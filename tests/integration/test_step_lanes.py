@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from itertools import pairwise
 
+import psycopg
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -275,3 +276,22 @@ def test_an_async_handler_cannot_be_many() -> None:
     )
     with pytest.raises(RoutesError, match="async def, which takes one event"):
         StepApplier(parse_routes(text)[0])  # type: ignore[arg-type]
+
+
+def test_a_lane_that_loses_its_connection_fails_the_batch_and_the_retry_applies_once(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """One lane's connection dies mid-step: OperationalError (the loop pauses); again: all once."""
+    text = _text(4, function="call_out_or_lose_connection")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    entities = [f"c{i}" for i in range(8)]
+    events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2)]
+    step_handlers.CUT.clear()
+    step_handlers.CUT.add(("c5", 2))
+    with steps_db.connect(autocommit=True) as conn:
+        with pytest.raises(psycopg.OperationalError):
+            ss.feed(run, conn, events)
+        assert ss.feed(run, conn, events) == []  # as the consumer does once it resumes
+    run.lanes.close()
+    for entity in entities:
+        assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
