@@ -83,15 +83,10 @@ def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> Connect
 
     return ConnectionPool(
         conninfo(url, program, **libpq),
-        min_size=0,
-        max_size=size,
-        kwargs={"autocommit": True},
         configure=configure,
         check=ConnectionPool.check_connection,
-        max_idle=600,
-        timeout=10,  # waiting for a connection: as long as opening one may take
-        name=program,
         open=True,
+        **_sized(program, size),
     )
 
 
@@ -103,13 +98,20 @@ def async_pool(url: str | SecretStr, program: str, size: int) -> AsyncConnection
 
     return AsyncConnectionPool(
         conninfo(url, program),
-        min_size=0,
-        max_size=size,
-        kwargs={"autocommit": True},
         configure=configure,
         check=AsyncConnectionPool.check_connection,
-        max_idle=600,
-        timeout=10,
-        name=program,
         open=False,
+        **_sized(program, size),
     )
+
+
+def _sized(program: str, size: int) -> dict[str, Any]:
+    """What both pools share: none open at first, idle ones closed, autocommit, a bounded wait."""
+    return {
+        "name": program,
+        "min_size": 0,
+        "max_size": size,
+        "max_idle": 600,
+        "timeout": 10,  # waiting for a connection: as long as opening one may take
+        "kwargs": {"autocommit": True},
+    }

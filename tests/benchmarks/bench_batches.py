@@ -23,11 +23,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from consumer import tables
-from consumer.settings import ConsumerSettings
 from producer import migrate
 from schemas import encode
 from schemas.batches import BatchItem, WorkItem, batch_events, result_event
-from tests.benchmarks.fixtures import consume_until, temp_schema
+from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration.batch_support import as_event
 
@@ -87,18 +86,7 @@ def _topic(bootstrap: str, values: list[bytes]) -> Iterator[str]:
 
 
 def _run(url: str, topic: str, routes: Path, done: str, want: int) -> float:
-    settings = ConsumerSettings(
-        DATABASE_URL=url,
-        KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
-        routes_file=routes,
-        topics=[topic],
-        group_id=f"bench-{uuid.uuid4().hex[:8]}",
-        create_topics=False,
-        http_port=0,
-        dead_letter_topic=f"{topic}.dlq",
-        held_topic=f"{topic}.held",
-        poll_timeout_ms=100,
-    )
+    settings = consumer_settings(url, topic, routes)
     return BATCHES * ITEMS / consume_until(settings, url, done, want)
 
 

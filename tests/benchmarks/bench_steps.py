@@ -28,9 +28,8 @@ from confluent_kafka.cimpl import NewTopic
 
 from consumer import tables
 from consumer.kinds.steps.parking import ParkingLot
-from consumer.settings import ConsumerSettings
 from schemas import Event, encode
-from tests.benchmarks.fixtures import consume_until, temp_schema
+from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration import step_handlers
 
@@ -106,20 +105,7 @@ def _topic(bootstrap: str, events: list[Event]) -> Iterator[str]:
 
 
 def _run(url: str, topic: str, routes: Path, done: str, prefix: str) -> float:
-    settings = ConsumerSettings(
-        DATABASE_URL=url,
-        KAFKA_BOOTSTRAP_SERVERS=os.environ["KAFKA_BOOTSTRAP_SERVERS"],
-        REDIS_URL=os.environ["REDIS_URL"],
-        routes_file=routes,
-        topics=[topic],
-        group_id=f"bench-{uuid.uuid4().hex[:8]}",
-        create_topics=False,
-        http_port=0,
-        dead_letter_topic=f"{topic}.dlq",
-        held_topic=f"{topic}.held",
-        poll_timeout_ms=100,
-        redis_key_prefix=prefix,
-    )
+    settings = consumer_settings(url, topic, routes, redis_key_prefix=prefix)
     return ENTITIES * STEPS / consume_until(settings, url, done, ENTITIES)
 
 

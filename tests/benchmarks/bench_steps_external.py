@@ -17,9 +17,8 @@ from pathlib import Path
 
 import psycopg
 
-from consumer.settings import ConsumerSettings
 from tests.benchmarks.bench_steps import _event, _fresh_tables, _topic
-from tests.benchmarks.fixtures import consume_until, temp_schema
+from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.integration import step_handlers
 
@@ -52,20 +51,8 @@ def _steps_per_s(url: str, lanes: int, entities: int, folder: Path) -> float:
     events = [_event(e, s) for s in range(1, STEPS + 1) for e in range(entities)]
     _fresh_tables(url)
     with _topic(bootstrap, events) as topic:
-        settings = ConsumerSettings(
-            DATABASE_URL=url,
-            KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-            REDIS_URL=os.environ["REDIS_URL"],
-            routes_file=routes,
-            topics=[topic],
-            group_id=f"bench-{uuid.uuid4().hex[:8]}",
-            create_topics=False,
-            http_port=0,
-            dead_letter_topic=f"{topic}.dlq",
-            held_topic=f"{topic}.held",
-            poll_timeout_ms=100,
-            redis_key_prefix=f"bench.{uuid.uuid4().hex[:6]}",
-        )
+        prefix = f"bench.{uuid.uuid4().hex[:6]}"
+        settings = consumer_settings(url, topic, routes, redis_key_prefix=prefix)
         step_handlers.SLOW_CALLS.clear()
         consume_until(settings, url, _DONE, entities)
         calls = list(step_handlers.SLOW_CALLS)

@@ -51,6 +51,25 @@ def temp_schema(url: str, prefix: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
+def consumer_settings(url: str, topic: str, routes: Path, **more: object) -> ConsumerSettings:
+    """A benchmark consumer's settings: its own group, the stack's services, ``more`` on top."""
+    given: dict[str, object] = {
+        "DATABASE_URL": url,
+        "KAFKA_BOOTSTRAP_SERVERS": os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        "routes_file": routes,
+        "topics": [topic],
+        "group_id": f"bench-{uuid.uuid4().hex[:8]}",
+        "create_topics": False,
+        "http_port": 0,
+        "dead_letter_topic": f"{topic}.dlq",
+        "held_topic": f"{topic}.held",
+        "poll_timeout_ms": 100,
+    }
+    if "REDIS_URL" in os.environ:
+        given["REDIS_URL"] = os.environ["REDIS_URL"]
+    return ConsumerSettings(**{**given, **more})  # type: ignore[arg-type]
+
+
 def consume_until(settings: ConsumerSettings, url: str, done: str, want: int) -> float:
     """Seconds from starting a consumer until the query ``done`` returns ``want``."""
     service = ConsumerService(settings, parse_routes(settings.routes_file.read_text()), Health())

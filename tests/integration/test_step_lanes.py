@@ -142,31 +142,6 @@ def test_an_unfinished_attempt_in_a_lane_stops_only_its_entity_for_review(
             assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
 
 
-@pytest.mark.parametrize("lanes", [1, 4])
-def test_an_external_call_that_raises_stops_its_entity_and_the_lanes_go_on(
-    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int
-) -> None:
-    """b's call at seq 2 raises: b stops there for a person, its later step parks; others apply."""
-    text = _text(lanes, function="call_out_unless_b")
-    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
-    entities = [f"x{lanes}{name}" for name in "abcdef"]
-    events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2, 3)]
-    with steps_db.connect(autocommit=True) as conn:
-        assert ss.feed(run, conn, events) == []
-    run.lanes.close()
-    for entity in entities:
-        if entity.endswith("b"):
-            _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
-            assert (last, stopped_at) == (1, 2)
-            assert "503" in reason
-            parked = redis_client.zrange(
-                run.lot.entity_key(ss.STREAM, entity), 0, -1, withscores=True
-            )
-            assert [score for _, score in parked] == [2.0, 3.0]
-        else:
-            assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]
-
-
 def test_a_route_without_lanes_takes_the_consumer_s_step_lanes(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -223,23 +198,36 @@ def test_async_handlers_are_awaited_concurrently_each_entity_in_order(
 
 
 @pytest.mark.parametrize("lanes", [1, 4])
-def test_an_async_handler_that_raises_stops_its_entity_and_writes_nothing(
-    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int
+@pytest.mark.parametrize("kind", ["external", "async"])
+def test_a_handler_that_raises_stops_its_entity_and_the_lanes_go_on(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int, kind: str
 ) -> None:
-    """b's awaited step 2 raises after its insert: rolled back, b stops there; others apply."""
-    text = _async_text(lanes, "fail_async_for_b")
+    """b's step 2 raises (a call, or an awaited step after its insert): b stops there, its
+    writes rolled back and its later step parked; the other entities apply everything."""
+    if kind == "external":
+        text, event_type, error = _text(lanes, function="call_out_unless_b"), "ledger.mailed", "503"
+    else:
+        text, event_type, error = (
+            _async_text(lanes, "fail_async_for_b"),
+            "ledger.awaited",
+            "timed out",
+        )
     run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
-    entities = [f"y{lanes}{name}" for name in "abc"]
-    events = [ss.step(s, e, event_type="ledger.awaited") for e in entities for s in (1, 2, 3)]
+    entities = [f"x{kind[0]}{lanes}{name}" for name in "abcdef"]
+    events = [ss.step(s, e, event_type=event_type) for e in entities for s in (1, 2, 3)]
     with steps_db.connect(autocommit=True) as conn:
         assert ss.feed(run, conn, events) == []
     run.lanes.close()
     for entity in entities:
         if entity.endswith("b"):
-            assert ss.applied(steps_db, entity) == [(1, 1)]
             _, last, _, stopped_at, reason = ss.progress(steps_db, entity)
             assert (last, stopped_at) == (1, 2)
-            assert "timed out" in reason
+            assert error in reason
+            assert ss.applied(steps_db, entity) == [(1, 1)]
+            parked = redis_client.zrange(
+                run.lot.entity_key(ss.STREAM, entity), 0, -1, withscores=True
+            )
+            assert [score for _, score in parked] == [2.0, 3.0]
         else:
             assert ss.applied(steps_db, entity) == [(1, 1), (1, 2), (1, 3)]
 
