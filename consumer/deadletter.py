@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumer import metrics
 from consumer.errors import DependencyDownError
-from schemas import DecodeError, decode, headers
+from schemas import DecodeError, cloudevents, headers
 from schemas.limits import safe_text
 from schemas.runtime.causes import Cause, kafka_cause
 
@@ -77,7 +77,7 @@ def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None
     rows = []
     for dead in letters:
         try:
-            event = decode(dead.message.value())
+            event, _ = cloudevents.decode_message(dead.message.value(), dead.message.headers())
         except DecodeError:
             continue  # not an event: nothing in the projections or step logs to explain
         m = dead.message

@@ -18,6 +18,7 @@ from schemas import (
     PayloadError,
     PayloadSchemas,
     UnknownEventTypeError,
+    cloudevents,
     encode_rendered,
     headers,
     kafka_key,
@@ -155,8 +156,10 @@ class _Maker:
         max_bytes: int,
         republish_request: str | None,
         topic_problems: Mapping[str, RowProblem],
+        cloudevents: bool = False,
     ) -> None:
         self.published_at = published_at
+        self.cloudevents = cloudevents
         self.schemas = schemas
         self.validator = schemas.validators().get
         self.max_bytes = max_bytes
@@ -194,13 +197,33 @@ class _Maker:
             pair = rendered_types(event_type, entity_type), _headers(event_type, entity_type)
             self.shared[(event_type, entity_type)] = pair
         types, found = pair
-        value = encode_rendered(
-            event_id, types, (entity_id, generation, seq), occurred_at, self.published_at, payload
-        )
-        if len(value) > self.max_bytes:
-            raise RowProblem("too_large", f"message is {len(value)} bytes, over {self.max_bytes}")
         if row_headers is not None or self.republish_request is not None:
             found = _headers(event_type, entity_type, row_headers, self.republish_request)
+        if self.cloudevents:
+            value = payload.encode()
+            found = [
+                *cloudevents.binary_headers(
+                    event_id,
+                    event_type,
+                    (entity_type, entity_id, generation, seq),
+                    orjson.loads(occurred_at),
+                    orjson.loads(self.published_at),
+                ),
+                *found,
+            ]
+            size = len(value) + sum(len(k) + len(v or b"") for k, v in found)
+        else:
+            value = encode_rendered(
+                event_id,
+                types,
+                (entity_id, generation, seq),
+                occurred_at,
+                self.published_at,
+                payload,
+            )
+            size = len(value)
+        if size > self.max_bytes:
+            raise RowProblem("too_large", f"message is {size} bytes, over {self.max_bytes}")
         return (row_id, topic, kafka_key(entity_type, entity_id), value, found)
 
 
@@ -212,6 +235,7 @@ def to_messages(
     max_bytes: int,
     republish_request: str | None = None,
     topic_problems: Mapping[str, RowProblem] | None = None,
+    cloudevents: bool = False,
 ) -> tuple[list[Message], list[tuple[Row, RowProblem]]]:
     """The Kafka message of every sendable row, and why each other row cannot be sent.
 
@@ -220,12 +244,15 @@ def to_messages(
     a payload is checked against its event type's schema (a type without one is refused
     ``unknown_type``, or passes unchecked when the registry allows unknown types), and
     against the limits of the stores and serializers downstream (``schemas.limits``). A
-    row whose topic is in ``topic_problems`` cannot be sent either. Whatever else one row
+    row whose topic is in ``topic_problems`` cannot be sent either. With ``cloudevents``
+    each message is a CloudEvent in binary mode (``schemas.cloudevents``). Whatever else one row
     raises refuses that row only. Messages keep the rows' order.
     """
     messages: list[Message] = []
     problems: list[tuple[Row, RowProblem]] = []
-    maker = _Maker(published_at, schemas, max_bytes, republish_request, topic_problems or {})
+    maker = _Maker(
+        published_at, schemas, max_bytes, republish_request, topic_problems or {}, cloudevents
+    )
     for row in rows:
         try:
             messages.append(maker.make(row))

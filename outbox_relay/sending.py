@@ -51,6 +51,7 @@ def prepare(
         max_bytes=settings.max_message_bytes,
         republish_request=republish_request,
         topic_problems=topics.refused,
+        cloudevents=settings.envelope == "cloudevents",
     )
     for row, problem in problems:
         fail(conn, row, problem.reason, str(problem))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, Self
+from typing import ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -39,6 +39,12 @@ class RelaySettings(
         description="Most bytes of row text (payloads, headers, names) one read loads, shared "
         "by the slices it reads; each slice still takes its first row. The relay holds at "
         "most two reads at a time (one read ahead)",
+    )
+    envelope: Literal["inorder", "cloudevents"] = Field(
+        default="inorder",
+        description="How events go to Kafka: `inorder` (the JSON envelope) or `cloudevents` "
+        "(CloudEvents binary mode: the payload as the value, the attributes as `ce_` headers); "
+        "the consumers read both",
     )
     lease_s: float = Field(
         default=10.0,

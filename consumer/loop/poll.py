@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
 from consumer.kinds import KINDS, Applier, Kind, Links, Route
-from schemas import DecodeError, Event, decode
+from schemas import DecodeError, Event, cloudevents
 
 
 class Routing:
@@ -98,13 +98,15 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
     raw: dict[str, bytes] = {}
     for message in messages:
         try:
-            event = decode(message.value(), max_bytes=max_bytes)
+            event, envelope = cloudevents.decode_message(
+                message.value(), message.headers(), max_bytes=max_bytes
+            )
         except DecodeError as exc:
             dead.append(DeadLetter(message, exc.reason, exc.detail))
             continue
         events.append(event)
         by_event[event.event_id] = message
-        raw[event.event_id] = message.value() or b""
+        raw[event.event_id] = envelope
     shares, unrouted = routing.split(events)
     for event in unrouted:
         detail = f"no route for stream {event.entity_type!r}"

@@ -202,8 +202,7 @@ def test_async_handlers_are_awaited_concurrently_each_entity_in_order(
 def test_a_handler_that_raises_stops_its_entity_and_the_lanes_go_on(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, lanes: int, kind: str
 ) -> None:
-    """b's step 2 raises (a call, or an awaited step after its insert): b stops there, its
-    writes rolled back and its later step parked; the other entities apply everything."""
+    """b's step 2 raises (called or awaited): b stops there, rolled back; the others apply."""
     if kind == "external":
         text, event_type, error = _text(lanes, function="call_out_unless_b"), "ledger.mailed", "503"
     else:

@@ -1,0 +1,232 @@
+"""CloudEvents on Kafka: the relay's binary mode read by the SDK, and CloudEvents read back."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from typing import Any
+
+import orjson
+import pytest
+from cloudevents.core.bindings import kafka as ce_kafka
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import schemas
+from outbox_relay.rows import OutboxRow, to_messages
+from schemas import DecodeError, cloudevents
+
+NOW = '"2026-11-30T12:00:00+00:00"'
+PAYLOAD = {"plan": "gold", "seats": 3}
+
+
+def _row(**changes: Any) -> OutboxRow:
+    fields: dict[str, Any] = {
+        "id": 7,
+        "topic": "events",
+        "entity_type": "subscription",
+        "entity_id": "s1:eu",
+        "generation": 2,
+        "seq": 5,
+        "event_type": "subscription.noted",
+        "event_id": "subscription:s1:eu:2:5",
+        "payload": orjson.dumps(PAYLOAD).decode(),
+        "headers": {"trace": "t"},
+        "occurred_at": '"2026-11-30T11:59:00+00:00"',
+        "slice": 3,
+        "xid": 1000,
+    }
+    return OutboxRow(**{**fields, **changes})
+
+
+def _sent(row: OutboxRow, *, cloud: bool) -> tuple[bytes, bytes, list[tuple[str, Any]]]:
+    registry = schemas.PayloadSchemas(allow_unknown=True)
+    messages, problems = to_messages(
+        [row], NOW, schemas=registry, max_bytes=10_000, cloudevents=cloud
+    )
+    assert problems == []
+    [(_, _, key, value, headers)] = messages
+    return key, value, headers
+
+
+def _as_bytes(headers: list[tuple[str, Any]]) -> dict[str, bytes]:
+    return {k: v if isinstance(v, bytes) else v.encode() for k, v in headers}
+
+
+def test_the_relay_s_cloudevent_is_read_by_the_sdk_as_the_same_event() -> None:
+    """Binary mode, read with the CloudEvents SDK's Kafka binding: every attribute, the data."""
+    key, value, headers = _sent(_row(), cloud=True)
+    event = ce_kafka.from_binary(
+        ce_kafka.KafkaMessage(_as_bytes(headers), key, value), JSONFormat()
+    )
+    attributes = event.get_attributes()
+    assert attributes["id"] == "subscription:s1:eu:2:5"
+    assert attributes["type"] == "subscription.noted"
+    assert attributes["source"] == "/inorder/subscription"
+    assert attributes["subject"] == "subscription:s1:eu"
+    assert attributes["time"] == datetime.fromisoformat("2026-11-30T11:59:00+00:00")
+    assert attributes["sequence"] == "00000000000000000002-00000000000000000005"
+    assert (attributes["inordergeneration"], attributes["inorderseq"]) == ("2", "5")
+    assert attributes["inorderpublished"] == "2026-11-30T12:00:00+00:00"
+    assert event.get_data() == PAYLOAD
+    assert _as_bytes(headers)["trace"] == b"t"  # the row's own headers go along
+
+
+def test_a_cloudevent_reads_back_as_the_event_the_envelope_carries() -> None:
+    """The consumer's reading of the relay's CloudEvent equals its reading of the envelope."""
+    _, envelope_value, _ = _sent(_row(), cloud=False)
+    _, value, headers = _sent(_row(), cloud=True)
+    translated = cloudevents.envelope(headers, value)
+    assert translated is not None
+    assert schemas.decode(translated) == schemas.decode(envelope_value)
+
+
+def _sdk_event(**attributes: Any) -> CloudEvent:
+    base = {
+        "id": "e-1",
+        "source": "/billing",
+        "type": "subscription.noted",
+        "specversion": "1.0",
+        "subject": "subscription:s9",
+        "time": datetime.fromisoformat("2026-12-01T10:00:00+00:00"),
+        "inorderseq": "3",
+        "datacontenttype": "application/json",
+    }
+    return CloudEvent(attributes={**base, **attributes}, data=PAYLOAD)
+
+
+@pytest.mark.parametrize("mode", ["binary", "structured"])
+def test_an_sdk_producer_s_cloudevent_becomes_an_event(mode: str) -> None:
+    """Binary or structured, written with the SDK: id, type, subject, version, time, payload."""
+    write = ce_kafka.to_binary if mode == "binary" else ce_kafka.to_structured
+    message = write(_sdk_event(), JSONFormat())
+    translated = cloudevents.envelope(list(message.headers.items()), message.value)
+    assert translated is not None
+    event = schemas.decode(translated)
+    assert (event.event_id, event.event_type) == ("e-1", "subscription.noted")
+    assert (event.entity_type, event.entity_id, event.version) == ("subscription", "s9", (1, 3))
+    assert event.occurred_at == event.published_at
+    assert datetime.fromisoformat(event.occurred_at) == datetime.fromisoformat(
+        "2026-12-01T10:00:00+00:00"
+    )
+    assert event.payload == PAYLOAD
+
+
+def test_a_sequence_of_inorder_s_shape_orders_without_the_extensions() -> None:
+    """No inorderseq, but sequence 4-12: generation 4, seq 12."""
+    attributes = {"sequence": cloudevents.sequence(4, 12)}
+    message = ce_kafka.to_binary(_sdk_event(**attributes, inorderseq=None), JSONFormat())
+    headers = [(k, v) for k, v in message.headers.items() if k != "ce_inorderseq"]
+    translated = cloudevents.envelope(headers, message.value)
+    assert translated is not None
+    assert schemas.decode(translated).version == (4, 12)
+
+
+def test_a_message_without_cloudevent_headers_is_not_one() -> None:
+    """Plain JSON with other headers: None, the caller's own error stands."""
+    assert cloudevents.envelope([("trace", b"t")], b'{"a": 1}') is None
+    assert cloudevents.envelope(None, b"x") is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "value", "reason"),
+    [
+        (
+            {"ce_specversion": b"1.0", "ce_id": b"1", "ce_type": b"a.b", "ce_time": b"t"},
+            b"{}",
+            "missing_field",
+        ),
+        ({"ce_specversion": b"0.3", "ce_id": b"1"}, b"{}", "bad_format"),
+        (
+            {
+                "ce_specversion": b"1.0",
+                "ce_id": b"1",
+                "ce_type": b"a.b",
+                "ce_time": b"t",
+                "ce_subject": b"nocolon",
+            },
+            b"{}",
+            "bad_format",
+        ),
+        (
+            {
+                "ce_specversion": b"1.0",
+                "ce_id": b"1",
+                "ce_type": b"a.b",
+                "ce_time": b"t",
+                "ce_subject": b"a:b",
+            },
+            b"{}",
+            "missing_field",
+        ),
+        (
+            {
+                "ce_specversion": b"1.0",
+                "ce_id": b"1",
+                "ce_type": b"a.b",
+                "ce_time": b"t",
+                "ce_subject": b"a:b",
+                "ce_inorderseq": b"-1",
+            },
+            b"{}",
+            "wrong_type",
+        ),
+        ({"ce_specversion": b"1.0", "ce_id": b"\xff"}, b"{}", "invalid_utf8"),
+        ({"ce_specversion": b"1.0", "content-type": b"text/plain"}, b"hi", "bad_format"),
+        ({"ce_specversion": b"1.0"}, b"{not json", "not_json"),
+        ({"content-type": b"application/cloudevents+json"}, b"[1]", "not_object"),
+        (
+            {"content-type": b"application/cloudevents+json"},
+            b'{"specversion": "1.0", "data_base64": "AA=="}',
+            "bad_format",
+        ),
+    ],
+)
+def test_a_cloudevent_inorder_cannot_order_is_refused_with_the_reason(
+    headers: dict[str, bytes], value: bytes, reason: str
+) -> None:
+    """No sequence, another specversion, a subject without its colon, bad text: DecodeError."""
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.envelope(list(headers.items()), value)
+    assert caught.value.reason == reason
+
+
+_text = st.one_of(st.binary(max_size=30), st.text(max_size=30).map(str.encode))
+_names = st.sampled_from(
+    ["ce_specversion", "ce_id", "ce_type", "ce_subject", "ce_time", "ce_inorderseq",
+     "ce_inordergeneration", "ce_sequence", "content-type", "other"]
+)  # fmt: skip
+
+
+@settings(max_examples=400)
+@given(
+    headers=st.lists(st.tuples(_names, st.one_of(st.none(), _text)), max_size=10),
+    value=st.one_of(st.none(), _text, st.just(b'{"specversion":"1.0","data":{}}')),
+)
+def test_any_headers_and_value_give_an_envelope_none_or_a_decode_error(
+    headers: list[tuple[str, bytes | None]], value: bytes | None
+) -> None:
+    """Whatever a producer sends: an envelope the codec then checks, None, or DecodeError."""
+    try:
+        translated = cloudevents.envelope(headers, value)
+    except DecodeError:
+        return
+    if translated is not None:
+        with contextlib.suppress(DecodeError):  # the codec's own refusal is fine too
+            schemas.decode(translated)
+
+
+def test_a_message_is_read_as_inorder_s_envelope_first_then_as_a_cloudevent() -> None:
+    """Envelope: read whatever its headers say; CloudEvent: translated; neither: the codec's no."""
+    _, envelope_value, _ = _sent(_row(), cloud=False)
+    _, value, headers = _sent(_row(), cloud=True)
+    event, kept = cloudevents.decode_message(envelope_value, [("ce_specversion", b"0.1")])
+    assert kept == envelope_value
+    translated, parked = cloudevents.decode_message(value, headers)
+    assert translated == event
+    assert schemas.decode(parked) == event  # what a step route parks is inorder's envelope
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(b'{"a": 1}', [("trace", b"t")])
+    assert caught.value.reason == "missing_field"
