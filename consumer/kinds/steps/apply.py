@@ -87,10 +87,7 @@ def _apply_single(
         if not store.claim_one(conn, event.entity_id, start, event):
             return False, None
         handlers.run(conn, {event.entity_id: [event]})
-        if external:
-            store.record_call(conn, event)
-        else:
-            store.record(conn, [event])
+        store.log_step(conn, event, called=external)
     return True, None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -21,6 +21,7 @@ from schemas import Event
 
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
+AsyncFunction = Callable[[AsyncConn, Event], Awaitable[None]]
 
 
 class Handlers:
@@ -28,6 +29,11 @@ class Handlers:
 
     def __init__(self, functions: Mapping[str, Entry]) -> None:
         self.functions = functions
+        # Known once, asked of every event of every poll batch.
+        self.awaited_types = frozenset(
+            t for t, (_, f) in functions.items() if inspect.iscoroutinefunction(f)
+        )
+        self._alone = self.awaited_types | {t for t, (h, _) in functions.items() if h.external}
 
     def entry(self, event: Event) -> Entry | None:
         """The function (and its handler settings) an event's type is applied by, if any."""
@@ -40,22 +46,15 @@ class Handlers:
 
     def awaited(self, event: Event) -> bool:
         """True when the event's function is ``async def`` (awaited on an async connection)."""
-        entry = self.functions.get(event.event_type)
-        return entry is not None and inspect.iscoroutinefunction(entry[1])
-
-    def awaited_types(self) -> list[str]:
-        """The event types whose functions are ``async def``."""
-        return sorted(t for t, (_, f) in self.functions.items() if inspect.iscoroutinefunction(f))
+        return event.event_type in self.awaited_types
 
     def alone(self, event: Event) -> bool:
         """True when the event's step is applied in a transaction of its own, in a lane."""
-        return self.external(event) or self.awaited(event)
+        return event.event_type in self._alone
 
     async def run_async(self, aconn: AsyncConn, event: Event) -> None:
         """Await the ``async def`` function of one step; its failure as ``StepFailedError``."""
-        function: Callable[[AsyncConn, Event], Awaitable[None]] = self.functions[event.event_type][
-            1
-        ]  # type: ignore[assignment]
+        function = cast(AsyncFunction, self.functions[event.event_type][1])
         try:
             await function(aconn, event)
         except psycopg.OperationalError:

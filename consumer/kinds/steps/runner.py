@@ -61,8 +61,7 @@ class StepApplier:
         self.handlers = Handlers(resolve(route))
         self._lot: ParkingLot | None = None
         self._marks_checked = False
-        self.lanes = Lanes(1)
-        self._lanes_bound = False
+        self._lanes: Lanes | None = None
 
     @property
     def lot(self) -> ParkingLot:
@@ -76,27 +75,33 @@ class StepApplier:
     def connect(self, links: Links) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
         lot = lot_of(links)
-        if not self._lanes_bound:
-            self.lanes = self._lanes(links)
-            self._lanes_bound = True
+        if self._lanes is None:
+            self._lanes = self._bind_lanes(links)
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
             log.info("parks_adopted", route=self.route.stream, entities=moved)
         self._lot = lot
 
-    def _lanes(self, links: Links) -> Lanes:
+    @property
+    def lanes(self) -> Lanes:
+        """Where entities whose steps are applied alone go; ``connect`` first."""
+        if self._lanes is None:
+            raise RoutesError([f"route {self.route.stream}: the route is not connected"])
+        return self._lanes
+
+    def _bind_lanes(self, links: Links) -> Lanes:
         """The route's lanes (its own ``lanes``, else the consumer's ``INORDER_STEP_LANES``)."""
         url = getattr(links.settings, "database_url", None)
         size = self.route.lanes or links.settings.step_lanes
         program = f"inorder-lanes/{self.route.stream}"
-        pool = postgres.pool(url, program, size) if size > 1 and url is not None else None
-        dsn = None
+        dsn, pool = None, None
         if url is not None:
             dsn = postgres.conninfo(url, program)
+            pool = postgres.pool(dsn, program, size) if size > 1 else None
         elif links.conn is not None:  # a test kit's connection: the lanes open theirs alike
             dsn = postgres.dsn_of(links.conn)
-        if dsn is None and self.handlers.awaited_types():
+        if dsn is None and self.handlers.awaited_types:
             raise RoutesError(
                 [f"route {self.route.stream}: async def handlers need the consumer's DATABASE_URL"]
             )
@@ -104,7 +109,8 @@ class StepApplier:
 
     def close(self) -> None:
         """Close the lanes' connections (the consumer is stopping)."""
-        self.lanes.close()
+        if self._lanes is not None:
+            self._lanes.close()
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
         """Apply, park and drain; events a full parking set refused come back ``held``."""

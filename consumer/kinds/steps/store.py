@@ -29,12 +29,7 @@ def _json(rows: Any) -> str:
     return orjson.dumps(rows).decode()
 
 
-# Claims advance each progress row through the primary key, whatever the table's
-# statistics: a per-row lookup checks that the row is still at its start (a subquery with
-# OFFSET is never merged into a join), and ON CONFLICT updates it through the same index.
-# An UPDATE joining the claims could be planned as a scan of the whole table, and a plan
-# prepared while the table was small kept scanning it as it grew (4 ms a batch at 8,000
-# entities). The rows exist (``lock`` made them), so nothing is inserted.
+# One step applied alone, logged.
 _LOG_STEP = (
     "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, event_type) "
     "VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)"
@@ -46,6 +41,12 @@ _LOG_CALLED = (
     "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, event_type) "
     "VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(i)s, %(t)s)"
 )
+# Claims advance each progress row through the primary key, whatever the table's
+# statistics: a per-row lookup checks that the row is still at its start (a subquery with
+# OFFSET is never merged into a join), and ON CONFLICT updates it through the same index.
+# An UPDATE joining the claims could be planned as a scan of the whole table, and a plan
+# prepared while the table was small kept scanning it as it grew (4 ms a batch at 8,000
+# entities). The rows exist (``lock`` made them), so nothing is inserted.
 _CLAIM_MANY = (
     "WITH c AS (SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb) "
     "AS c(e text, sg bigint, sl bigint, ng bigint, nl bigint)), "
@@ -294,9 +295,9 @@ class StepStore:
         ).fetchone()
         return found is not None
 
-    def record_call(self, conn: Conn, event: Event) -> None:
-        """Mark an external call done and log its step: one statement, in the step's transaction."""
-        conn.execute(*self.logged_query(event, called=True))
+    def log_step(self, conn: Conn, event: Event, *, called: bool) -> None:
+        """Log one step applied alone and, ``called``, finish its call's attempt: one statement."""
+        conn.execute(*self.logged_query(event, called=called))
 
     def logged_query(self, event: Event, *, called: bool) -> Query:
         """The statement logging one step (and, ``called``, finishing its call's attempt)."""
