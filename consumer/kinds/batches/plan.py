@@ -120,7 +120,7 @@ class Share:
                 m.deadline_s,
             )
             if problem is not None:  # stored flagged, with the reason, by ``create``
-                self._note_stop(m.batch_id, "batch_inconsistent", problem)
+                self._note_stop(m.batch_id, BatchStatus.INCONSISTENT, problem)
                 return False
             self.fresh.add(m.batch_id)
             self.counts[m.batch_id] = Counter({ItemState.PENDING.value: len(m.items)})
@@ -132,7 +132,8 @@ class Share:
             self.results["manifest_repeated"] += 1
             return False
         if not existing.stopped:
-            self._halt(m.batch_id, "a different manifest arrived for a batch already accepted")
+            reason = "a different manifest arrived for a batch already accepted"
+            self._stop(m.batch_id, BatchStatus.HALTED, reason)
         return False
 
     def answer(self, results: Sequence[Result], touched: set[str]) -> dict[str, str]:
@@ -223,7 +224,7 @@ class Share:
             self.decided[batch_id] = branch
             if branch is Branch.INCONSISTENT:
                 why = flag or "the manifest's rows no longer match expected_count"
-                self._flag(batch_id, "batch_inconsistent", why)
+                self._stop(batch_id, BatchStatus.INCONSISTENT, why)
             elif branch is Branch.WAIT:
                 if batch.status != BatchStatus.WAITING:
                     self._status(batch_id, BatchStatus.WAITING, None)
@@ -276,19 +277,20 @@ class Share:
             batch, status=status, revision=batch.revision if revision is None else revision
         )
 
-    def _flag(self, batch_id: str, event: str, reason: str) -> None:
-        status = BatchStatus.HALTED if event == "batch_halted" else BatchStatus.INCONSISTENT
+    def _stop(self, batch_id: str, status: BatchStatus, reason: str) -> None:
+        """Stop a batch for a person (halted or inconsistent), saying why."""
         self._status(batch_id, status, reason)
-        self._note_stop(batch_id, event, reason)
+        self._note_stop(batch_id, status, reason)
 
-    def _note_stop(self, batch_id: str, event: str, reason: str) -> None:
+    def _note_stop(self, batch_id: str, status: BatchStatus, reason: str) -> None:
         self.inconsistent += 1
         self.notes.append(
-            Note("error", event, {"route": self.route.stream, "batch": batch_id, "reason": reason})
+            Note(
+                "error",
+                f"batch_{status}",
+                {"route": self.route.stream, "batch": batch_id, "reason": reason},
+            )
         )
-
-    def _halt(self, batch_id: str, reason: str) -> None:
-        self._flag(batch_id, "batch_halted", reason)
 
     def _hold(self, batch: Batch, items: Sequence[Item]) -> None:
         self._status(batch.batch_id, BatchStatus.HELD, missing_reason(items))
@@ -307,7 +309,8 @@ class Share:
             batch.batch_id, batch.expected_count, [(i.position, i.item_key) for i in items]
         )
         if now != batch.digest:
-            self._halt(batch.batch_id, "the manifest changed after work started (digest mismatch)")
+            reason = "the manifest changed after work started (digest mismatch)"
+            self._stop(batch.batch_id, BatchStatus.HALTED, reason)
             return
         revision = batch.revision + 1
         payload = assemble(
