@@ -21,6 +21,7 @@ from consumer.settings import ConsumerSettings
 from schemas import Event, encode
 from schemas.runtime.health import Health
 from tests.conftest import PgSchema
+from tests.support.services import Services
 from tests.support.threads import serving
 
 BILLING_VIEW = examples.BILLING_VIEW
@@ -97,6 +98,28 @@ def settings_for(
         **overrides,
     }
     return ConsumerSettings(**values)
+
+
+def parking_settings_for(
+    schema: PgSchema,
+    services: Services,
+    routes: Path,
+    topic: str,
+    dlq: str,
+    prefix: str,
+    **overrides: Any,
+) -> ConsumerSettings:
+    """``settings_for`` with the stack's Redis, parking under the test's ``prefix``."""
+    return settings_for(
+        schema,
+        services.kafka_bootstrap,
+        routes,
+        topic,
+        dlq,
+        REDIS_URL=services.redis_url,
+        redis_key_prefix=prefix.rstrip(":"),
+        **overrides,
+    )
 
 
 @contextmanager

@@ -119,15 +119,7 @@ def test_a_cloudevents_producer_feeds_a_projection_and_a_step_route(
         cs.ROUTES + '\n[[route]]\nstream = "ledger"\nkind = "step"\n[route.handlers]\n'
         '"ledger.added" = "tests.integration.step_handlers:record"\n'
     )
-    settings = cs.settings_for(
-        pg_schema,
-        services.kafka_bootstrap,
-        routes,
-        topic,
-        dlq,
-        REDIS_URL=services.redis_url,
-        redis_key_prefix=redis_prefix.rstrip(":"),
-    )
+    settings = cs.parking_settings_for(pg_schema, services, routes, topic, dlq, redis_prefix)
 
     def done() -> bool:
         logged = _steps(pg_schema)

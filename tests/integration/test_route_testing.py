@@ -76,14 +76,13 @@ def test_the_driver_ends_where_the_real_consumer_ends(
     with pg_schema.connect(autocommit=True) as conn:
         rc.create_example_tables(conn)
     topic = topic_factory("events")
-    settings = cs.settings_for(
+    settings = cs.parking_settings_for(
         pg_schema,
-        services.kafka_bootstrap,
+        services,
         routes,
         topic,
         topic_factory("dlq"),
-        REDIS_URL=services.redis_url,
-        redis_key_prefix=redis_prefix.rstrip(":"),
+        redis_prefix,
         held_topic=topic_factory("held"),
     )
 

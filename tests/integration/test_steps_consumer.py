@@ -36,21 +36,6 @@ def routes(tmp_path: Path) -> Path:
     return path
 
 
-def _settings(
-    db: PgSchema, services: Services, routes: Path, topic: str, dlq: str, prefix: str, **kw
-):
-    return cs.settings_for(
-        db,
-        services.kafka_bootstrap,
-        routes,
-        topic,
-        dlq,
-        REDIS_URL=services.redis_url,
-        redis_key_prefix=prefix.rstrip(":"),
-        **kw,
-    )
-
-
 def test_seed_example_through_kafka_and_redis(
     steps_db: PgSchema,
     services: Services,
@@ -61,7 +46,7 @@ def test_seed_example_through_kafka_and_redis(
 ) -> None:
     """Applied up to 6; 8 arrives and parks; 7 arrives; 7 then 8 apply; last_applied is 8."""
     topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
+    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
     with cs.running(settings):
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in range(1, 7)])
         wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 6)
@@ -86,8 +71,12 @@ def test_two_consumers_racing_apply_every_step_exactly_once(
     topic, dlq = topic_factory("events", partitions=3), topic_factory("dlq")
     events = [ss.step(s, f"e{e}") for e in range(20) for s in range(1, 51)]
     random.Random(4).shuffle(events)
-    first = _settings(steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=37)
-    second = _settings(steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=53)
+    first = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=37
+    )
+    second = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, poll_max_messages=53
+    )
     with cs.running(first), cs.running(second):
         cs.send_events(services.kafka_bootstrap, topic, events)
         wait_until(lambda: _done(steps_db, 20, 50), timeout_s=90)
@@ -113,7 +102,7 @@ def test_redis_restart_while_parked_loses_nothing(
 ) -> None:
     """Events parked before a Redis restart (AOF) are still there and drain afterwards."""
     topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix)
+    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
     key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key("ledger", "a")
     with cs.running(settings):
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in (1, 3, 4, 5)])
@@ -153,7 +142,9 @@ def test_non_durable_redis_stops_start_up_unless_trusted(
     redis_prefix: str,
 ) -> None:
     """With AOF off the consumer refuses to start, saying how to override; the override works."""
-    settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, "t", "d", redis_prefix, http_port=0
+    )
     env = {**cs.consumer_env(settings), "REDIS_URL": services.redis_url}
     _config_everywhere(redis_client, "appendonly", "no")
     try:
@@ -188,7 +179,9 @@ def test_park_fsync_always_needs_redis_to_fsync_every_write(
     redis_prefix: str,
 ) -> None:
     """INORDER_PARK_FSYNC=always refuses appendfsync everysec in one line; starts on always."""
-    settings = _settings(steps_db, services, routes, "t", "d", redis_prefix, http_port=0)
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, "t", "d", redis_prefix, http_port=0
+    )
     env = {
         **cs.consumer_env(settings),
         "REDIS_URL": services.redis_url,
@@ -233,7 +226,9 @@ def test_full_parking_set_sends_events_to_the_held_topic(
     topic, dlq, held = topic_factory("events", 1), topic_factory("dlq"), topic_factory("held")
     routes = tmp_path / "routes.toml"
     routes.write_text(ss.routes_text(max_parked=2))
-    settings = _settings(steps_db, services, routes, topic, dlq, redis_prefix, held_topic=held)
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, held_topic=held
+    )
     with cs.running(settings):
         cs.send_events(services.kafka_bootstrap, topic, [ss.step(s) for s in (3, 4, 5, 6)])
         letters = drain(services.kafka_bootstrap, held, expect=2)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from functools import partial
 from typing import Any
 
-import orjson
 import pytest
 from cloudevents.core.bindings import kafka as ce_kafka
 from cloudevents.core.formats.json import JSONFormat
@@ -17,28 +17,15 @@ from hypothesis import strategies as st
 import schemas
 from outbox_relay.rows import OutboxRow, to_messages
 from schemas import DecodeError, cloudevents
+from tests.support.outbox_rows import NOW, PAYLOAD, outbox_row
 
-NOW = '"2026-11-30T12:00:00+00:00"'
-PAYLOAD = {"plan": "gold", "seats": 3}
-
-
-def _row(**changes: Any) -> OutboxRow:
-    fields: dict[str, Any] = {
-        "id": 7,
-        "topic": "events",
-        "entity_type": "subscription",
-        "entity_id": "s1:eu",
-        "generation": 2,
-        "seq": 5,
-        "event_type": "subscription.noted",
-        "event_id": "subscription:s1:eu:2:5",
-        "payload": orjson.dumps(PAYLOAD).decode(),
-        "headers": {"trace": "t"},
-        "occurred_at": '"2026-11-30T11:59:00+00:00"',
-        "slice": 3,
-        "xid": 1000,
-    }
-    return OutboxRow(**{**fields, **changes})
+# An event type without a schema, allowed: the rows carry any payload.
+_row = partial(
+    outbox_row,
+    entity_id="s1:eu",
+    event_type="subscription.noted",
+    event_id="subscription:s1:eu:2:5",
+)
 
 
 def _sent(row: OutboxRow, *, cloud: bool) -> tuple[bytes, bytes, list[tuple[str, Any]]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,29 +17,8 @@ from outbox_relay.topics import TopicCheck, TopicVerdict, name_problem
 from schemas import headers
 from schemas.limits import MAX_DEPTH
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
-
-NOW = orjson.dumps(datetime(2026, 11, 30, 12, 0, tzinfo=UTC).isoformat()).decode()
-PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
-
-
-def _row(**changes: Any) -> OutboxRow:
-    fields: dict[str, Any] = {
-        "id": 7,
-        "topic": "events",
-        "entity_type": "subscription",
-        "entity_id": "s1",
-        "generation": 2,
-        "seq": 5,
-        "event_type": "subscription.plan_changed",
-        "event_id": "subscription:s1:2:5",
-        "payload": orjson.dumps(PAYLOAD).decode(),
-        "headers": {"trace": "t"},
-        "occurred_at": '"2026-11-30T11:59:00+00:00"',
-        "slice": 3,
-        "xid": 1000,
-    }
-    return OutboxRow(**{**fields, **changes})
-
+from tests.support.outbox_rows import NOW, PAYLOAD
+from tests.support.outbox_rows import outbox_row as _row
 
 # Unknown event types allowed: for rows whose type only carries a payload to a limit.
 ALLOWING = schemas.PayloadSchemas(allow_unknown=True)
