@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis
@@ -321,13 +322,17 @@ class Pipeline:
             subs.add_seats(conn, entity, 2, topic=self.events_topic)
         return version.generation, version.seq
 
+    def count(self, query: str, params: tuple[Any, ...] = ()) -> int:
+        """The one number a fixed counting query written by a test returns."""
+        with self.db.connect() as conn:
+            row = conn.execute(query, params).fetchone()
+        return int(row[0]) if row else 0
+
     def gaps(self, statuses: tuple[str, ...] = ("open", "requested")) -> int:
         """Gaps in these states now."""
-        with self.db.connect() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM inorder_gaps WHERE status = ANY(%s)", (list(statuses),)
-            ).fetchone()
-        return int(row[0]) if row else 0
+        return self.count(
+            "SELECT count(*) FROM inorder_gaps WHERE status = ANY(%s)", (list(statuses),)
+        )
 
     def parked(self) -> int:
         """Entities with parked events, read from Redis directly."""
@@ -368,12 +373,9 @@ class Pipeline:
         return self.http(name, "/readyz")[0] == 200
 
     def _pending_rows(self) -> int:
-        with self.db.connect() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM outbox"
-                " WHERE NOT outbox_published(outbox) AND failed_at IS NULL"
-            ).fetchone()
-        return int(row[0]) if row else 0
+        return self.count(
+            "SELECT count(*) FROM outbox WHERE NOT outbox_published(outbox) AND failed_at IS NULL"
+        )
 
     def settle(self, timeout: float = 120) -> None:
         """Wait until every row is published, no gap is open, nothing is parked and no lag."""

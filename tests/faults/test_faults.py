@@ -331,11 +331,7 @@ def test_consumer_killed_while_batches_assemble(
 
 
 def _complete(pipeline: Pipeline) -> int:
-    with pipeline.db.connect() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM inorder_batches WHERE status = 'complete'"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return pipeline.count("SELECT count(*) FROM inorder_batches WHERE status = 'complete'")
 
 
 def test_kafka_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:
@@ -465,16 +461,12 @@ def _mail(entity: str, seq: int) -> Event:
 
 
 def _calls(pipeline: Pipeline) -> int:
-    with pipeline.db.connect() as conn:
-        row = conn.execute("SELECT count(*) FROM fault_calls").fetchone()
-    return int(row[0]) if row else 0
+    return pipeline.count("SELECT count(*) FROM fault_calls")
 
 
 def _mail_done(pipeline: Pipeline) -> int:
     """Entities at their last step, or stopped for a person."""
-    with pipeline.db.connect() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM inorder_step_progress WHERE route = 'mail' "
-            "AND (last_applied = 3 OR stopped_at_seq IS NOT NULL)"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return pipeline.count(
+        "SELECT count(*) FROM inorder_step_progress WHERE route = 'mail' "
+        "AND (last_applied = 3 OR stopped_at_seq IS NOT NULL)"
+    )
