@@ -159,7 +159,8 @@ class _Maker:
         cloudevents: bool = False,
     ) -> None:
         self.published_at = published_at
-        self.cloudevents = cloudevents
+        # A CloudEvent carries the time as a header's text, not JSON: unquoted once a batch.
+        self.published_text = orjson.loads(published_at) if cloudevents else None
         self.schemas = schemas
         self.validator = schemas.validators().get
         self.max_bytes = max_bytes
@@ -199,7 +200,7 @@ class _Maker:
         types, found = pair
         if row_headers is not None or self.republish_request is not None:
             found = _headers(event_type, entity_type, row_headers, self.republish_request)
-        if self.cloudevents:
+        if self.published_text is not None:
             value = payload.encode()
             found = [
                 *cloudevents.binary_headers(
@@ -207,7 +208,7 @@ class _Maker:
                     event_type,
                     (entity_type, entity_id, generation, seq),
                     orjson.loads(occurred_at),
-                    orjson.loads(self.published_at),
+                    self.published_text,
                 ),
                 *found,
             ]

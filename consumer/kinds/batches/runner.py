@@ -58,7 +58,8 @@ class BatchRunner:
     def write(self, conn: psycopg.Connection[Any], share: Share) -> None:
         """Finish what the share decided and write it all; the batches' locks must be held."""
         store = self.stores[share.route.stream]
-        share.finish(store.rows_of(conn, share.unread) if share.unread else {})
+        unread = share.unread
+        share.finish(store.rows_of(conn, unread) if unread else {})
         store.write(
             conn,
             created=share.created,
