@@ -408,10 +408,12 @@ def test_consumer_killed_with_lanes_in_flight(
         cs.send_events(services.kafka_bootstrap, pipeline.events_topic, events)
         kills = 0
         for _ in range(scale.consumer_kills):
-            pipeline.wait_for("calls under way", lambda: _calls(pipeline) > 0)
-            time.sleep(rng.uniform(0.1, 0.8))
-            pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
-            kills += 1
+            # Both consumers at once, while calls are in flight: a kill lands mid-call.
+            pipeline.wait_for("calls in flight", lambda: _in_flight(pipeline) > 0)
+            time.sleep(rng.uniform(0.0, 0.05))
+            for name in ("consumer-1", "consumer-2"):
+                pipeline.restart(name)
+                kills += 1
         pipeline.wait_for(
             "every entity done or stopped for review",
             lambda: _mail_done(pipeline) == len(entities),
@@ -460,8 +462,11 @@ def _mail(entity: str, seq: int) -> Event:
     return Event(f"{entity}:1:{seq}", "mail.sent", "mail", entity, 1, seq, when, when, {"n": seq})
 
 
-def _calls(pipeline: Pipeline) -> int:
-    return pipeline.count("SELECT count(*) FROM fault_calls")
+def _in_flight(pipeline: Pipeline) -> int:
+    """Attempts begun and not finished: calls in flight (after a kill, also those it cut)."""
+    return pipeline.count(
+        "SELECT count(*) FROM inorder_step_attempts WHERE route = 'mail' AND completed_at IS NULL"
+    )
 
 
 def _mail_done(pipeline: Pipeline) -> int:
