@@ -62,6 +62,12 @@ NEEDS_REVIEW = Gauge(
     "Step entities stopped until a person looks at them (over every replica; refreshed at the "
     "next poll after this consumer stops one, and every 5 s)",
 )
+LANE_EVENTS = Gauge(
+    "steps_lane_events",
+    "Step events taken into lanes and not yet applied or parked: the loop commits no offset "
+    "past them (a handler that hangs keeps this up)",
+    ["route"],
+)
 STOPPED = Counter(
     "steps_stopped_total", "Step entities this consumer stopped for a person", ["route"]
 )

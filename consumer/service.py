@@ -18,14 +18,25 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from consumer import metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
-from consumer.kinds import KINDS, Kind, Links, Need, Route, apply_guarded
+from consumer.kinds import (
+    KINDS,
+    Applier,
+    Carried,
+    Kind,
+    Links,
+    Need,
+    Outcome,
+    Route,
+    apply_guarded,
+)
 from consumer.loop.offsets import Offsets, commit
 from consumer.loop.pausing import Pausing
 from consumer.loop.poll import Routing, prepare, take
-from consumer.loop.settle import settle
+from consumer.loop.settle import report, settle
 from consumer.settings import ConsumerSettings
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
+from schemas.runtime.logs import first_line
 from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
 from schemas.runtime.redis_client import RedisClient, durability_problem
 from schemas.runtime.redis_client import connect as connect_redis
@@ -61,6 +72,10 @@ class ConsumerService:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._offsets = Offsets()
+        # Messages of events routes carried past their batch, by event id (one per copy).
+        self._waiting: dict[str, list[Message]] = {}
+        # Carried work finished and not yet reported (kept through an outage).
+        self._finished: list[tuple[Applier, Outcome]] = []
         self._gauges = metrics.Gauges(
             tables=[k.gauges for k in self.routing.kinds if k.gauges is not None]
         )
@@ -86,7 +101,7 @@ class ConsumerService:
             self._connect_postgres()
         self._connect_redis()
         if not self._routes_connected and self._conn is not None:
-            self.routing.connect(Links(self._conn, self.settings, self._redis))
+            self.routing.connect(Links(self._conn, self.settings, self._redis, carry=True))
             tables.migrate(self._conn, self._migrations)
             self._routes_connected = True
             if Need.RELAY in self._needs:
@@ -170,6 +185,8 @@ class ConsumerService:
         log.info("consumer_started", topics=self.settings.topics, group=self.settings.group_id)
 
     def _close(self) -> None:
+        if self._consumer is not None and self._conn is not None and self._producer is not None:
+            self._finish_carried()
         if self._consumer is not None:
             commit(self._consumer, self._offsets.pending(), wait=True)
             self._consumer.close()  # leaves the group
@@ -250,6 +267,7 @@ class ConsumerService:
         if usable:
             self._handle(usable)
             self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
+        self._gather()
         self._commit_offsets(idle=not usable)
         if not usable and time.monotonic() >= self._probe_at:
             self._check_dependencies()
@@ -303,8 +321,80 @@ class ConsumerService:
             (applier, apply_guarded(applier, self._conn, events, prepared.raw))
             for applier, events in prepared.shares
         ]
+        for _, outcome in outcomes:  # their offsets wait for the work carried on
+            for event in outcome.deferred:
+                message = prepared.by_event[event.event_id]
+                self._offsets.hold(message)
+                self._waiting.setdefault(event.event_id, []).append(message)
         done = settle(self._conn, self._producer, self.settings, prepared, outcomes)
         self._offsets.done(done)  # committed by _commit_offsets
+
+    # ------------------------------------------------------------------ work past the batch
+
+    def _gather(self) -> None:
+        """Report what routes finished past its batch; an outage in it pauses, as a batch's."""
+        paused = False
+        while True:
+            try:
+                outage = self._report_carried(0.0)
+            except Exception as exc:
+                if not waited_out(exc):
+                    raise
+                outage = exc
+            if outage is None:
+                break
+            paused = True
+            self._pausing.pause()
+            self._wait_out(outage)
+            if self._stopping:
+                return
+        if paused:
+            self._pausing.resume()
+
+    def _report_carried(self, wait: float | None) -> BaseException | None:
+        """Collect every route's finished work, report it, release its messages' offsets.
+
+        Returns the outage that stopped some of the work (tried again at the next call).
+        """
+        outage = None
+        for applier in self.routing.appliers:
+            collect = getattr(applier, "collect", None)
+            if callable(collect):
+                carried: Carried = collect(wait)
+                self._finished += [(applier, o) for o in carried.outcomes]
+                outage = outage or carried.outage
+        if not self._finished:
+            return outage
+        if self._conn is None:
+            self._connect_postgres()
+        if self._conn is None or self._producer is None:
+            raise DependencyDownError("not connected")
+        by_event = {event_id: copies[0] for event_id, copies in self._waiting.items()}
+        report(self._conn, self._producer, self.settings, [], by_event, self._finished)
+        for _, outcome in self._finished:
+            for event in outcome.released:
+                copies = self._waiting.get(event.event_id)
+                if copies:
+                    self._offsets.release(copies.pop(0))
+                    if not copies:
+                        del self._waiting[event.event_id]
+        self._finished = []
+        return outage
+
+    def _finish_carried(self) -> None:
+        """At stop: wait for the lanes, report what they did; the rest is delivered again."""
+        try:
+            outage = self._report_carried(None)
+        except Exception as exc:
+            if not waited_out(exc):
+                raise
+            outage = exc
+        if outage is not None or self._waiting:
+            log.warning(
+                "consumer_stopping_with_unfinished_lanes",
+                events=sum(map(len, self._waiting.values())),
+                error=None if outage is None else first_line(outage),
+            )
 
     # ------------------------------------------------------------------ dependencies
 

@@ -12,7 +12,7 @@ change either.
 
 from consumer.kinds import batches, projection, steps
 from consumer.kinds._barrier import apply_guarded
-from consumer.kinds._base import Applier, Kind, Links, Need, Outcome, Refusal, Route
+from consumer.kinds._base import Applier, Carried, Kind, Links, Need, Outcome, Refusal, Route
 from consumer.kinds._plugin import (
     AdminTools,
     Commands,
@@ -30,6 +30,7 @@ __all__ = [
     "KINDS",
     "AdminTools",
     "Applier",
+    "Carried",
     "Commands",
     "Duties",
     "Findings",

@@ -100,6 +100,10 @@ class Outcome:
     batch_results: Counter[str] = field(default_factory=Counter)
     batches_assembled: Counter[str] = field(default_factory=Counter)
     batches_inconsistent: int = 0
+    # Events whose work goes on after the poll batch (a step lane's entity): the loop
+    # commits no offset past them until a later outcome lists them ``released``.
+    deferred: list[Event] = field(default_factory=list)
+    released: list[Event] = field(default_factory=list)
 
     def count(self, stream: str) -> None:
         """Add everything the route reported to the metrics."""
@@ -126,12 +130,15 @@ class Links:
     """What a route is started with: PostgreSQL, the program's settings, Redis when needed.
 
     ``redis`` is there when a kind of the routes file declares ``Need.REDIS``; what a
-    kind keeps there and under which names it reads from ``settings``.
+    kind keeps there and under which names it reads from ``settings``. ``carry`` is
+    true in the consumer's loop, which calls ``collect``: an applier may then leave
+    work running past its poll batch (``Outcome.deferred``).
     """
 
     conn: Conn
     settings: ConsumerSettings
     redis: RedisClient | None = None
+    carry: bool = False
 
     @classmethod
     def of(cls, tools: Tools) -> Links:
@@ -143,7 +150,8 @@ class Applier(Protocol):
     """One route at work in the consumer.
 
     An applier that holds connections of its own (a step route's lanes) may also have a
-    ``close()``, called once as the consumer stops.
+    ``close()``, called once as the consumer stops. One that defers work past its poll
+    batch (connected with ``Links.carry``) has a ``collect(wait)`` returning ``Carried``.
     """
 
     @property
@@ -155,6 +163,19 @@ class Applier(Protocol):
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
         """Apply the route's events of one poll batch and commit them (``raw``: by event id)."""
+
+
+@dataclass(slots=True)
+class Carried:
+    """Deferred work that finished since the last look, and the outage that stopped some.
+
+    Each outcome's ``released`` events are done (applied, parked or refused). Work an
+    outage stopped stays deferred and is tried again at the next ``collect``: the loop
+    waits the outage out first.
+    """
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    outage: BaseException | None = None
 
 
 class Need(enum.StrEnum):

@@ -9,10 +9,16 @@ log = structlog.get_logger(__name__)
 
 
 class Offsets:
-    """Next offset per partition whose effects are committed, and partitions no longer ours."""
+    """Next offset per partition whose effects are committed, and partitions no longer ours.
+
+    A message whose work goes on past its poll batch is ``hold``-ed: no offset handed to
+    a commit passes it until it is ``release``-d, whatever later batches finished.
+    """
 
     def __init__(self) -> None:
         self._done: dict[tuple[str, int], int] = {}
+        # Offsets of messages still being worked on, per partition.
+        self._held: dict[tuple[str, int], set[int]] = {}
         self.revoked: set[tuple[str, int]] = set()
         # Partitions whose last asynchronous commit failed; committed again on the next poll.
         self.retry: set[tuple[str, int]] = set()
@@ -28,6 +34,7 @@ class Offsets:
         for p in partitions:
             self.revoked.add((p.topic, p.partition))
             self._done.pop((p.topic, p.partition), None)
+            self._held.pop((p.topic, p.partition), None)
             self._unsent.discard((p.topic, p.partition))
 
     def ours(self, message: Message) -> bool:
@@ -40,9 +47,36 @@ class Offsets:
             self._done[(tp.topic, tp.partition)] = tp.offset
             self._unsent.add((tp.topic, tp.partition))
 
+    def hold(self, message: Message) -> None:
+        """No commit passes ``message`` until it is released (its work goes on)."""
+        key = (message.topic() or "", message.partition() or 0)
+        if key not in self.revoked:
+            self._held.setdefault(key, set()).add(message.offset() or 0)
+
+    def release(self, message: Message) -> None:
+        """``message``'s work is done: commits may pass it."""
+        key = (message.topic() or "", message.partition() or 0)
+        held = self._held.get(key)
+        if held is None:
+            return
+        held.discard(message.offset() or 0)
+        if not held:
+            del self._held[key]
+        if key in self._done:
+            self._unsent.add(key)
+
+    def held(self) -> int:
+        """Messages held now."""
+        return sum(map(len, self._held.values()))
+
+    def _next(self, key: tuple[str, int]) -> int:
+        """The offset a commit may give for the partition: done, but never past a held one."""
+        held = self._held.get(key)
+        return min(self._done[key], *held) if held else self._done[key]
+
     def take_unsent(self) -> list[TopicPartition]:
         """Done offsets not yet committed (nor being committed); clears the list."""
-        unsent = [TopicPartition(t, p, self._done[(t, p)]) for t, p in sorted(self._unsent)]
+        unsent = [TopicPartition(t, p, self._next((t, p))) for t, p in sorted(self._unsent)]
         self._unsent.clear()
         return unsent
 
@@ -50,8 +84,8 @@ class Offsets:
         """Done offsets, for all partitions or the given ones."""
         wanted = None if partitions is None else {(p.topic, p.partition) for p in partitions}
         return [
-            TopicPartition(topic, partition, offset)
-            for (topic, partition), offset in self._done.items()
+            TopicPartition(topic, partition, self._next((topic, partition)))
+            for topic, partition in self._done
             if wanted is None or (topic, partition) in wanted
         ]
 

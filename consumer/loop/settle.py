@@ -3,19 +3,20 @@
 Letters first (refused events to the dead-letter topic, held ones to the held topic,
 both flushed), then the dead letters recorded in PostgreSQL, then every metric (what
 each route applied and ignored, the apply latency), and last the offsets the batch
-may now commit. Anything that fails here fails before an offset is given, so the
+may now commit. Work a route carried past its batch is reported the same way when it
+finishes (``report``). Anything that fails here fails before an offset is given, so the
 batch is applied again after the outage, and its routes are idempotent.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Message, Producer, TopicPartition
 
 from consumer import deadletter, metrics
 from consumer.deadletter import DeadLetter
@@ -38,34 +39,49 @@ def settle(
     The counts come after the letters: a batch applied again after an outage in between
     is counted once.
     """
-    refused = prepared.dead + _letters(prepared, [r for _, o in outcomes for r in o.refused])
-    held = _letters(prepared, [h for _, o in outcomes for h in o.held])
+    report(conn, producer, settings, prepared.dead, prepared.by_event, outcomes)
+    return prepared.offsets
+
+
+def report(
+    conn: psycopg.Connection[Any],
+    producer: Producer,
+    settings: ConsumerSettings,
+    dead: Sequence[DeadLetter],
+    by_event: Mapping[str, Message],
+    outcomes: Sequence[tuple[Applier, Outcome]],
+) -> None:
+    """Letters (dead and held), the dead letters recorded, then the counts and latencies.
+
+    ``by_event``: the message each event came in, for a letter's copy and the latency
+    (outcomes of work carried past its batch name events of earlier batches).
+    """
+    refused = [*dead, *_letters(by_event, [r for _, o in outcomes for r in o.refused])]
+    held = _letters(by_event, [h for _, o in outcomes for h in o.held])
     limit = settings.dead_letter_max_value_bytes
     deadletter.send(producer, settings.dead_letter_topic, refused, limit)
     deadletter.send(producer, settings.held_topic, held, limit)
     deadletter.record(conn, refused)
-    for dead in refused:
+    for letter in refused:
         log.warning(
             "event_dead_lettered",
-            reason=dead.reason,
-            detail=dead.detail[:200],
-            topic=dead.message.topic(),
-            partition=dead.message.partition(),
-            offset=dead.message.offset(),
+            reason=letter.reason,
+            detail=letter.detail[:200],
+            topic=letter.message.topic(),
+            partition=letter.message.partition(),
+            offset=letter.message.offset(),
         )
     # Latency is per entity: how late its state shows its newest event of this batch
     # (events drained from parking arrived in an earlier batch and have no message here).
     now = time.time()
     for applier, outcome in outcomes:
         outcome.count(applier.route.stream)
-        newest = {e.entity_id: e for e in outcome.applied if e.event_id in prepared.by_event}
+        newest = {e.entity_id: e for e in outcome.applied if e.event_id in by_event}
         for event in newest.values():
-            sent_at = prepared.by_event[event.event_id].timestamp()[1] / 1000
+            sent_at = by_event[event.event_id].timestamp()[1] / 1000
             metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
-    return prepared.offsets
 
 
-def _letters(prepared: Prepared, refusals: Sequence[Refusal]) -> list[DeadLetter]:
+def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:
     """Dead-letter copies of the messages the routes refused (or held), with the reason."""
-    by_event = prepared.by_event
     return [DeadLetter(by_event[r.event.event_id], r.reason, r.detail) for r in refusals]

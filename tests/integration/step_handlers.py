@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import psycopg
 
 from producer import OutboxEvent, emit
 from schemas import Event
@@ -173,3 +176,19 @@ def call_out_or_lose_connection(conn: Any, event: Event) -> None:
         CUT.discard((event.entity_id, event.seq))
         conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
     call_out(conn, event)
+
+
+GATE = threading.Event()  # entities named slow… wait here until a test opens it
+GATED: list[tuple[str, int]] = []  # (entity, seq) of each call that reached the gate
+LOST_ONCE: set[str] = set()  # entities named flaky… whose first call lost the database
+
+
+def gated_call(conn: Any, event: Event) -> None:
+    """An external call: slow… entities wait at ``GATE``, flaky… ones lose the database once."""
+    if event.entity_id.startswith("slow"):
+        GATED.append((event.entity_id, event.seq))
+        GATE.wait(60)
+    if event.entity_id.startswith("flaky") and event.entity_id not in LOST_ONCE:
+        LOST_ONCE.add(event.entity_id)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+    record(conn, event)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, TopicPartition
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from consumer.loop.offsets import Offsets
 
@@ -59,3 +61,80 @@ def test_a_partition_taken_away_leaves_nothing_to_commit() -> None:
     offsets.done([_tp(2, 11)])
     offsets.forget([_tp(2)])
     assert offsets.take_unsent() == []
+
+
+class _Message:
+    """What ``hold`` and ``release`` read of a Kafka message."""
+
+    def __init__(self, partition: int, offset: int) -> None:
+        self._partition, self._offset = partition, offset
+
+    def topic(self) -> str:
+        return "events"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.lists(st.booleans(), min_size=1, max_size=6), st.data()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_no_commit_passes_a_held_message_and_every_release_lets_commits_catch_up(
+    batches: list[tuple[int, list[bool], st.DataObject]],
+) -> None:
+    """Held messages released in any order: each commit gives the first unfinished offset."""
+    offsets = Offsets()
+    end = {0: 0, 1: 0}
+    held: dict[int, set[int]] = {0: set(), 1: set()}
+    last = {0: 0, 1: 0}
+
+    def check() -> None:
+        for tp in offsets.pending():
+            first_unfinished = min(held[tp.partition], default=end[tp.partition])
+            assert tp.offset == first_unfinished
+            assert tp.offset >= last[tp.partition]  # never backwards
+            last[tp.partition] = tp.offset
+
+    for partition, deferred, data in batches:
+        start = end[partition]
+        for i, carried in enumerate(deferred):
+            if carried:
+                offsets.hold(_Message(partition, start + i))
+                held[partition].add(start + i)
+        end[partition] = start + len(deferred)
+        offsets.done([_tp(partition, end[partition])])
+        check()
+        waiting = sorted((p, o) for p in held for o in held[p])
+        for p, o in data.draw(
+            st.lists(st.sampled_from(waiting), unique=True) if waiting else st.just([])
+        ):
+            offsets.release(_Message(p, o))
+            held[p].discard(o)
+            check()
+    for p, waiting_on in held.items():
+        for o in sorted(waiting_on):
+            offsets.release(_Message(p, o))
+        waiting_on.clear()
+    assert offsets.held() == 0
+    assert {tp.partition: tp.offset for tp in offsets.take_unsent()} == {
+        p: end[p] for p in end if end[p]
+    }
+
+
+def test_a_partition_taken_away_drops_its_held_messages() -> None:
+    """After a revoke nothing of the partition is held; a later release of it changes nothing."""
+    offsets = Offsets()
+    offsets.hold(_Message(0, 4))
+    offsets.done([_tp(0, 9)])
+    assert [(t.partition, t.offset) for t in offsets.pending()] == [(0, 4)]
+    offsets.forget([_tp(0)])
+    offsets.release(_Message(0, 4))
+    assert (offsets.held(), offsets.pending()) == (0, [])

@@ -32,6 +32,8 @@ def _full(seq: int) -> Outcome:
         batch_results=Counter({"done": seq}),
         batches_assembled=Counter({"complete": 1}),
         batches_inconsistent=1,
+        deferred=[event],
+        released=[event],
     )
 
 

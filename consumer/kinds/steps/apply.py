@@ -114,7 +114,7 @@ def _await_single(
     return lanes.awaiting(step)
 
 
-def _apply_one_by_one(
+def apply_alone(
     conn: Conn,
     store: StepStore,
     handlers: Handlers,
@@ -164,11 +164,19 @@ def _apply_one_by_one(
 
 
 def apply_steps(
-    conn: Conn, store: StepStore, handlers: Handlers, events: Events, lanes: Lanes
-) -> dict[str, Plan]:
-    """Apply every entity's due steps; return each entity's plan (applied, to park, stale).
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    events: Events,
+    lanes: Lanes,
+    *,
+    defer: bool = False,
+) -> tuple[dict[str, Plan], list[str]]:
+    """Apply every entity's due steps; each entity's plan (applied, to park, stale).
 
-    Entities with an external call are applied one by one after the rest, in ``lanes``.
+    Entities with an external call are applied one by one after the rest, in ``lanes``;
+    with ``defer`` they are not applied here but named in the second value, without a
+    plan, for the caller to give to a lane of their own (``apply_alone``).
 
     A function that raises rolls the batch back; the batch is applied again with that
     entity's earlier steps only, and the entity is stopped at the failing seq for a person.
@@ -202,13 +210,17 @@ def apply_steps(
         reason = rung.reasons[entity_id]
         plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reason)
     due = sorted(entity_id for entity_id in skip if plans[entity_id].apply)
+    if defer:
+        for entity_id in due:
+            del plans[entity_id]
+        return plans, due
     plans.update(
         lanes.run(
             conn,
             due,
-            lambda lane, entity_id: _apply_one_by_one(
+            lambda lane, entity_id: apply_alone(
                 lane, store, handlers, lanes, entity_id, events[entity_id]
             ),
         )
     )
-    return plans
+    return plans, []

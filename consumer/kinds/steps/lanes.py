@@ -21,6 +21,7 @@ import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
@@ -94,6 +95,23 @@ class Lanes:
             if error is not None:
                 raise error
         return done
+
+    @property
+    def parallel(self) -> bool:
+        """Whether entities can be applied on lanes of their own (more than one, and a pool)."""
+        return self._executor is not None and self.pool is not None
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on the next free lane and return at once (``connection`` inside it)."""
+        if self._executor is None:
+            raise RuntimeError("these lanes run on the caller's connection: nothing to submit")
+        self._executor.submit(contextvars.copy_context().run, task)
+
+    def connection(self) -> AbstractContextManager[Conn]:
+        """A pooled connection for a submitted task; ``PoolTimeout`` while none can be had."""
+        if self.pool is None:
+            raise RuntimeError("these lanes have no connections of their own")
+        return self.pool.connection()
 
     def awaiting(self, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
         """``await work(async connection)`` on the lanes' event loop; this lane waits for it."""

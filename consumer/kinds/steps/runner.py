@@ -12,11 +12,14 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 
+from consumer import metrics
 from consumer.deadletter import PARK_CAP_REACHED
 from consumer.errors import RoutesError
-from consumer.kinds._base import Conn, Links, Outcome, Refusal
-from consumer.kinds.steps.apply import apply_steps
+from consumer.kinds._barrier import apply_guarded
+from consumer.kinds._base import Carried, Conn, Links, Outcome, Refusal
+from consumer.kinds.steps.apply import apply_alone, apply_steps
 from consumer.kinds.steps.handlers import Handlers
+from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.parking import ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan, reorder_distance
@@ -25,11 +28,16 @@ from consumer.kinds.steps.store import StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction
 from schemas import DecodeError, Event, decode
 from schemas.runtime import postgres
+from schemas.runtime.outages import waited_out
 
 log = structlog.get_logger(__name__)
 
 # Parked events fetched per entity and round while draining.
 DRAIN_WINDOW = 500
+# Room in the lanes past the poll batch, per lane: entities queued with work running,
+# and events queued. Beyond it the batch waits, as it did before lanes carried on.
+ENTITIES_PER_LANE = 2
+EVENTS_PER_LANE = 32
 
 
 def _by_entity(events: Sequence[Event]) -> dict[str, list[Event]]:
@@ -62,6 +70,8 @@ class StepApplier:
         self._lot: ParkingLot | None = None
         self._marks_checked = False
         self._lanes: Lanes | None = None
+        # Entities in lanes past their poll batch (only in the consumer's loop).
+        self._inflight: InFlight | None = None
 
     @property
     def lot(self) -> ParkingLot:
@@ -77,6 +87,14 @@ class StepApplier:
         lot = lot_of(links)
         if self._lanes is None:
             self._lanes = self._bind_lanes(links)
+            if links.carry and self._lanes.parallel:
+                size = self._lanes.size
+                self._inflight = InFlight(
+                    self._lanes,
+                    self._in_lane,
+                    most_entities=size * ENTITIES_PER_LANE,
+                    most_events=size * EVENTS_PER_LANE,
+                )
         lot.check_layout()
         moved = lot.adopt_legacy(self.route.stream)
         if moved:
@@ -108,16 +126,51 @@ class StepApplier:
         return Lanes(size, pool, dsn=dsn, program=program)
 
     def close(self) -> None:
-        """Close the lanes' connections (the consumer is stopping)."""
+        """Close the lanes' connections (the consumer is stopping; ``collect`` came first)."""
+        self._inflight = None
         if self._lanes is not None:
             self._lanes.close()
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
-        """Apply, park and drain; events a full parking set refused come back ``held``."""
+        """Apply, park and drain; events a full parking set refused come back ``held``.
+
+        Carrying (the consumer's loop), entities applied one by one go to lanes of their
+        own and their events come back ``deferred``; so do events of entities still in
+        a lane from an earlier batch, which join the entity's queue there.
+        """
         outcome = Outcome()
         self._check_marks(conn)
         by_entity = _by_entity(events)
-        plans = apply_steps(conn, self.store, self.handlers, by_entity, self.lanes)
+        carrying = self._inflight
+        if carrying is not None:
+            for entity in [e for e in by_entity if e in carrying]:
+                self._carry(entity, by_entity.pop(entity), raw, outcome)
+        plans, alone = apply_steps(
+            conn, self.store, self.handlers, by_entity, self.lanes, defer=carrying is not None
+        )
+        for entity in alone:
+            self._carry(entity, by_entity[entity], raw, outcome)
+        self._after(conn, plans, raw, outcome)
+        return outcome
+
+    def _carry(
+        self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes], outcome: Outcome
+    ) -> None:
+        """Give the entity's events to its lane (no events: it drains there)."""
+        assert self._inflight is not None
+        self._inflight.add(entity, events, raw)
+        outcome.deferred += events
+
+    def _after(
+        self,
+        conn: Conn,
+        plans: Mapping[str, Plan],
+        raw: Mapping[str, bytes],
+        outcome: Outcome,
+        *,
+        carry: bool = True,
+    ) -> None:
+        """Count what the plans applied; park what is early; drain what became due."""
         _add(outcome, plans)
         early = [(p, e) for p in plans.values() for e in p.park]
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
@@ -148,7 +201,48 @@ class StepApplier:
         advanced = self.lot.indexed(
             self.route.stream, sorted(e for e, p in plans.items() if p.apply and _may_wait(p))
         )
-        self._drain(conn, sorted(set(advanced) | {e.entity_id for _, e in early}), outcome)
+        drain = sorted(set(advanced) | {e.entity_id for _, e in early})
+        self._drain(conn, drain, outcome, carry=carry)
+
+    # ------------------------------------------------------------------ lanes past the batch
+
+    def collect(self, wait: float | None = 0.0) -> Carried:
+        """What the lanes finished since the last look (``wait``: for all, up to so long).
+
+        Entities an outage stopped are started again first: the loop has waited it out.
+        """
+        carrying = self._inflight
+        if carrying is None:
+            return Carried()
+        carrying.retry()
+        carried = Carried()
+        for turn in carrying.finished(wait):
+            turn.outcome.released = turn.taken
+            carried.outcomes.append(turn.outcome)
+            if turn.error is not None:
+                if not waited_out(turn.error):
+                    raise turn.error
+                carried.outage = carried.outage or turn.error
+        metrics.LANE_EVENTS.labels(self.route.stream).set(carrying.events)
+        return carried
+
+    def _in_lane(
+        self, conn: Conn, entity: str, events: list[Event], raw: Mapping[str, bytes]
+    ) -> Outcome:
+        """A lane's work: the entity's events one by one, behind the barrier; or drain it."""
+        if not events:
+            outcome = Outcome()
+            self._drain(conn, [entity], outcome, carry=False)
+            return outcome
+        return apply_guarded(_Alone(self, entity), conn, events, raw)
+
+    def alone(
+        self, conn: Conn, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]
+    ) -> Outcome:
+        """Apply one entity's events one step per transaction, then park and drain it."""
+        outcome = Outcome()
+        plans = {entity: apply_alone(conn, self.store, self.handlers, self.lanes, entity, events)}
+        self._after(conn, plans, raw, outcome, carry=False)
         return outcome
 
     def _check_marks(self, conn: Conn) -> None:
@@ -194,16 +288,27 @@ class StepApplier:
                 )
         return escalated
 
-    def _drain(self, conn: Conn, candidates: Sequence[str], outcome: Outcome) -> None:
+    def _drain(
+        self, conn: Conn, candidates: Sequence[str], outcome: Outcome, *, carry: bool = True
+    ) -> None:
+        """Apply the candidates' parked events that are due, window by window.
+
+        Carrying, an entity whose due steps go one by one drains in a lane of its own.
+        """
         route = self.route.stream
+        defer = carry and self._inflight is not None
         while candidates:
             fetched = self.lot.fetch(route, candidates, DRAIN_WINDOW)
             if not fetched:
                 return
             events, members, broken = _decode(fetched)
-            plans = (
-                apply_steps(conn, self.store, self.handlers, events, self.lanes) if events else {}
+            plans, alone = (
+                apply_steps(conn, self.store, self.handlers, events, self.lanes, defer=defer)
+                if events
+                else ({}, [])
             )
+            for entity in alone:
+                self._carry(entity, [], {}, outcome)
             _add(outcome, plans)
             done = {
                 entity: [members[id(e)] for e in plan.apply + plan.stale]
@@ -215,6 +320,22 @@ class StepApplier:
             candidates = [
                 e for e, p in plans.items() if p.apply and len(fetched[e]) == DRAIN_WINDOW
             ]
+
+
+class _Alone:
+    """One entity's events in its lane, as the barrier sees an applier."""
+
+    def __init__(self, applier: StepApplier, entity: str) -> None:
+        self.route = applier.route
+        self._applier = applier
+        self._entity = entity
+
+    def connect(self, links: Links) -> None:
+        """Nothing: the route it applies for is connected."""
+
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+        """The entity's events one step per transaction, then its parks and drain."""
+        return self._applier.alone(conn, self._entity, events, raw)
 
 
 def _decode(

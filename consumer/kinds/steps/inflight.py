@@ -1,0 +1,165 @@
+"""Entities in their lanes past the poll batch: a slow entity holds its lane, not the loop.
+
+In the consumer's loop, an entity whose due steps go one by one is not waited for. Its
+events join the entity's queue, a lane applies them in seq order on a connection of
+its own, and the loop polls on. Events of an entity already queued join its queue, so
+an entity is in one lane at a time and its steps stay in order; it leaves when its
+queue is empty. What a lane did comes back through ``finished``, with the events it
+took: only then may the loop commit offsets past them.
+
+Work an outage stopped keeps its entity queued (events of later batches still join
+it) and runs again at ``retry``, once the loop has waited the outage out. Room is
+bounded: ``add`` waits while ``most_entities`` entities are queued with work running,
+or ``most_events`` events are queued, as the whole batch used to wait.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from consumer.kinds._barrier import merge
+from consumer.kinds._base import Conn, Outcome
+from schemas import Event
+
+# Applies one entity's queued events on a lane's connection: (connection, entity,
+# events, their values by event id). No events: drain what the entity has parked.
+Work = Callable[[Conn, str, list[Event], Mapping[str, bytes]], Outcome]
+
+
+class Submits(Protocol):
+    """Where the work runs: ``Lanes`` (a thread per lane, a pooled connection each)."""
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on a lane."""
+
+    def connection(self) -> AbstractContextManager[Conn]:
+        """The lane's connection while ``task`` runs."""
+
+
+@dataclass(slots=True)
+class Finished:
+    """One lane's turn with an entity: the events it took, what it did, what stopped it."""
+
+    entity: str
+    taken: list[Event] = field(default_factory=list)
+    outcome: Outcome = field(default_factory=Outcome)
+    error: BaseException | None = None
+
+
+class InFlight:
+    """Each queued entity's events, run by at most one lane at a time."""
+
+    def __init__(self, lanes: Submits, work: Work, *, most_entities: int, most_events: int) -> None:
+        self._lanes = lanes
+        self._work = work
+        self.most_entities = most_entities
+        self.most_events = most_events
+        self._changed = threading.Condition()
+        # Each queued entity's events with their values (for parking), oldest first.
+        self._queues: dict[str, list[tuple[Event, bytes]]] = {}
+        self._running: set[str] = set()
+        self._stalled: set[str] = set()
+        self._finished: list[Finished] = []
+        self._events = 0
+
+    def __contains__(self, entity: object) -> bool:
+        with self._changed:
+            return entity in self._queues
+
+    @property
+    def entities(self) -> int:
+        """Entities queued (running, waiting for a lane, or stopped by an outage)."""
+        with self._changed:
+            return len(self._queues)
+
+    @property
+    def events(self) -> int:
+        """Events taken and not yet finished."""
+        with self._changed:
+            return self._events
+
+    def add(self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]) -> None:
+        """Queue ``events`` behind the entity's; a lane starts on it unless one has it already.
+
+        No events: a lane drains what the entity parked (unless it is queued: its lane
+        drains after applying). Waits while there is no room.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: self._room(entity))
+            self._events += len(events)
+            queued = self._queues.get(entity)
+            if queued is not None:
+                queued.extend((e, raw[e.event_id]) for e in events)
+                return
+            self._queues[entity] = [(e, raw[e.event_id]) for e in events]
+            self._running.add(entity)
+        self._start(entity)
+
+    def _start(self, entity: str) -> None:
+        self._lanes.submit(lambda: self._run(entity))
+
+    def _room(self, entity: str) -> bool:
+        if entity in self._queues:
+            return self._events < self.most_events or not self._running
+        return len(self._running) < self.most_entities and (
+            self._events < self.most_events or not self._running
+        )
+
+    def retry(self) -> int:
+        """Start again the entities an outage stopped; how many."""
+        with self._changed:
+            stalled = sorted(self._stalled)
+            self._stalled.clear()
+            self._running.update(stalled)
+        for entity in stalled:
+            self._start(entity)
+        return len(stalled)
+
+    def finished(self, wait: float | None = 0.0) -> list[Finished]:
+        """What lanes finished since the last call; ``wait``: seconds for all to finish (None: no
+        limit), else return at once."""
+        with self._changed:
+            if wait != 0.0:
+                self._changed.wait_for(lambda: not self._running, wait)
+            done, self._finished = self._finished, []
+            return done
+
+    def _run(self, entity: str) -> None:
+        """A lane's turn: the entity's queue, chunk by chunk, until it is empty."""
+        turn = Finished(entity)
+        first = True
+        try:
+            with self._lanes.connection() as conn:
+                while True:
+                    with self._changed:
+                        queued = self._queues[entity]
+                        if not queued and not first:  # done: the entity leaves its lane
+                            del self._queues[entity]
+                            self._running.discard(entity)
+                            return
+                        self._queues[entity] = []
+                    first = False
+                    chunk = [event for event, _ in queued]
+                    raw = {event.event_id: value for event, value in queued}
+                    try:
+                        outcome = self._work(conn, entity, chunk, raw)
+                    except BaseException:
+                        with self._changed:  # put back in front of what came meanwhile
+                            self._queues[entity] = queued + self._queues[entity]
+                        raise
+                    turn.outcome = merge(turn.outcome, outcome)
+                    turn.taken += chunk
+        except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides
+            turn.error = exc
+            with self._changed:  # it stays queued, for ``retry``
+                self._running.discard(entity)
+                self._stalled.add(entity)
+        finally:
+            with self._changed:
+                self._events -= len(turn.taken)
+                self._finished.append(turn)
+                self._changed.notify_all()

@@ -1,0 +1,156 @@
+"""Entities in lanes past the poll batch: one lane per entity at a time, in order, none lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumer.kinds import Outcome
+from consumer.kinds.steps.inflight import InFlight
+from schemas import Event
+
+WHEN = "2026-12-03T10:00:00Z"
+
+
+def _event(entity: str, seq: int, copy: int = 0) -> Event:
+    return Event(
+        f"{entity}:{seq}:{copy}", "ledger.mailed", "ledger", entity, 1, seq, WHEN, WHEN, {}
+    )
+
+
+class _Lanes:
+    """Threads standing in for ``Lanes``: a task per submit, a dummy connection each."""
+
+    def __init__(self, size: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=size)
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self.pool.submit(task)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        yield object()
+
+
+class _Log:
+    """What the work saw: each entity's events in the order applied, and overlaps."""
+
+    def __init__(self, lose: set[str]) -> None:
+        self.lock = threading.Lock()
+        self.active: set[str] = set()
+        self.applied: dict[str, list[str]] = {}
+        self.overlaps = 0
+        self.lose = set(lose)  # entities whose next work loses the database once
+        self.drains: list[str] = []
+
+    def work(
+        self, _conn: Any, entity: str, events: list[Event], _raw: Mapping[str, bytes]
+    ) -> Outcome:
+        with self.lock:
+            self.overlaps += entity in self.active
+            self.active.add(entity)
+        try:
+            time.sleep(0.0005 * len(events))
+            with self.lock:
+                if entity in self.lose:
+                    self.lose.discard(entity)
+                    raise psycopg.OperationalError("server closed the connection unexpectedly")
+                if not events:
+                    self.drains.append(entity)
+                self.applied.setdefault(entity, []).extend(e.event_id for e in events)
+            return Outcome(applied=list(events))
+        finally:
+            with self.lock:
+                self.active.discard(entity)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_taken_once(
+    data: st.DataObject,
+) -> None:
+    """Any batches, repeats, lanes, room and outages: each entity's events once, as they arrived."""
+    entities = [f"e{i}" for i in range(data.draw(st.integers(1, 6)))]
+    arrivals = data.draw(
+        st.lists(st.tuples(st.sampled_from(entities), st.integers(1, 4)), min_size=1, max_size=40)
+    )
+    events = [_event(entity, seq, copy) for copy, (entity, seq) in enumerate(arrivals)]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=5)))
+    lose = set(data.draw(st.lists(st.sampled_from(entities), max_size=2)))
+    log = _Log(lose)
+    lanes = _Lanes(data.draw(st.integers(1, 4)))
+    inflight = InFlight(
+        lanes,
+        log.work,
+        most_entities=data.draw(st.integers(1, 4)),
+        most_events=data.draw(st.integers(1, 8)),
+    )
+    taken: list[str] = []
+    failures = 0
+
+    def collect(wait: float | None) -> None:
+        nonlocal failures
+        inflight.retry()
+        for turn in inflight.finished(wait):
+            taken.extend(e.event_id for e in turn.taken)
+            assert [e.event_id for e in turn.outcome.applied] == [e.event_id for e in turn.taken]
+            failures += turn.error is not None
+
+    for start, end in zip([0, *cuts], [*cuts, len(events)], strict=True):
+        batch: dict[str, list[Event]] = {}
+        for event in events[start:end]:
+            batch.setdefault(event.entity_id, []).append(event)
+        for entity, of_entity in batch.items():
+            inflight.add(entity, of_entity, {e.event_id: b"" for e in of_entity})
+        collect(0.0)
+    while inflight.entities:
+        collect(None)
+    lanes.pool.shutdown(wait=True)
+    assert log.overlaps == 0
+    assert failures == len(lose & {e.entity_id for e in events})
+    assert sorted(taken) == sorted(e.event_id for e in events)
+    for entity in entities:
+        assert log.applied.get(entity, []) == [e.event_id for e in events if e.entity_id == entity]
+    assert inflight.events == 0
+
+
+def test_an_entity_added_without_events_is_drained_in_its_lane() -> None:
+    """No events: the lane runs the work once with none (to drain what the entity parked)."""
+    log = _Log(set())
+    lanes = _Lanes(2)
+    inflight = InFlight(lanes, log.work, most_entities=2, most_events=4)
+    inflight.add("p", [], {})
+    turns = inflight.finished(None)
+    lanes.pool.shutdown(wait=True)
+    assert (log.drains, [t.entity for t in turns], inflight.entities) == (["p"], ["p"], 0)
+
+
+def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry() -> None:
+    """Work that lost the database stays queued; events that come meanwhile wait behind it."""
+    log = _Log({"a"})
+    lanes = _Lanes(2)
+    inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
+    first, second = _event("a", 1), _event("a", 2)
+    inflight.add("a", [first], {first.event_id: b""})
+    [turn] = inflight.finished(None)
+    assert isinstance(turn.error, psycopg.OperationalError)
+    assert (turn.taken, "a" in inflight, inflight.events) == ([], True, 1)
+    inflight.add("a", [second], {second.event_id: b""})  # queued behind, no lane yet
+    assert inflight.finished(None) == []
+    assert inflight.retry() == 1
+    [turn] = inflight.finished(None)
+    lanes.pool.shutdown(wait=True)
+    assert [e.seq for e in turn.taken] == [1, 2]
+    assert (log.applied["a"], inflight.entities, inflight.events) == (
+        [first.event_id, second.event_id],
+        0,
+        0,
+    )
