@@ -47,6 +47,8 @@ log = structlog.get_logger(__name__)
 # With no messages coming, how often the dependencies are checked, so that an outage
 # shows in readiness and the pause gauge before the next batch runs into it.
 IDLE_PROBE_INTERVAL_S = 2.0
+# After waiting out an outage that stopped work in lanes: how long to watch it run again.
+RETRIED_LANES_WAIT_S = 5.0
 
 
 class ConsumerService:
@@ -336,7 +338,9 @@ class ConsumerService:
         paused = False
         while True:
             try:
-                outage = self._report_carried(0.0)
+                # After a wait, the work tried again gets a moment to finish or fail, so
+                # that a lasting outage is waited out with a growing delay.
+                outage = self._report_carried(RETRIED_LANES_WAIT_S if paused else 0.0)
             except Exception as exc:
                 if not waited_out(exc):
                     raise

@@ -83,5 +83,22 @@ def report(
 
 
 def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:
-    """Dead-letter copies of the messages the routes refused (or held), with the reason."""
-    return [DeadLetter(by_event[r.event.event_id], r.reason, r.detail) for r in refusals]
+    """Dead-letter copies of the messages the routes refused (or held), with the reason.
+
+    A refusal without its message can only come from a lane that took the event in a
+    try of its batch that then failed on an outage: the batch is tried again, and the
+    copy it gives the lane is refused, and lettered, in its turn.
+    """
+    letters = []
+    for refusal in refusals:
+        message = by_event.get(refusal.event.event_id)
+        if message is None:
+            log.info(
+                "letter_left_to_the_retried_batch",
+                reason=refusal.reason,
+                entity=refusal.event.entity_id,
+                seq=refusal.event.seq,
+            )
+            continue
+        letters.append(DeadLetter(message, refusal.reason, refusal.detail))
+    return letters

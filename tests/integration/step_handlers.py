@@ -134,6 +134,23 @@ def slow_call(conn: Any, event: Event) -> None:
     record(conn, event)
 
 
+# One entity in this many answers in ``SLOW_NOW_AND_THEN_S`` instead of 50 ms.
+SLOW_EVERY = 100
+SLOW_NOW_AND_THEN_S = 1.0
+
+
+def slow_now_and_then(conn: Any, event: Event) -> None:
+    """``slow_call``, except that entities numbered a multiple of ``SLOW_EVERY`` take 1 s."""
+    number = int("".join(c for c in event.entity_id if c.isdigit()) or 1)
+    if number % SLOW_EVERY:
+        slow_call(conn, event)
+        return
+    started = time.monotonic()
+    time.sleep(SLOW_NOW_AND_THEN_S)
+    SLOW_CALLS.append((event.entity_id, event.seq, started, time.monotonic()))
+    record(conn, event)
+
+
 def call_out_unless_b(conn: Any, event: Event) -> None:
     """An external call that fails for entity ``b`` at seq 2; the others are remembered."""
     if event.entity_id.endswith("b") and event.seq == 2:
@@ -184,10 +201,13 @@ LOST_ONCE: set[str] = set()  # entities named flaky… whose first call lost the
 
 
 def gated_call(conn: Any, event: Event) -> None:
-    """An external call: slow… entities wait at ``GATE``, flaky… ones lose the database once."""
+    """An external call: slow… entities wait at ``GATE``, boom… ones fail, flaky… ones lose
+    the database once."""
     if event.entity_id.startswith("slow"):
         GATED.append((event.entity_id, event.seq))
         GATE.wait(60)
+    if event.entity_id.startswith("boom"):
+        raise ConnectionError("the mail API answered 503")
     if event.entity_id.startswith("flaky") and event.entity_id not in LOST_ONCE:
         LOST_ONCE.add(event.entity_id)
         raise psycopg.OperationalError("server closed the connection unexpectedly")

@@ -12,12 +12,12 @@ from prometheus_client import REGISTRY
 
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.settings import ConsumerSettings
-from schemas import Event
+from schemas import Event, headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
-from tests.support.kafka import wait_until
+from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
 GATED_ROUTE = (
@@ -33,14 +33,16 @@ def steps_db(pg_schema: PgSchema) -> PgSchema:
     return pg_schema
 
 
+def _routes(folder: Path, *, max_parked: int = 1000) -> Path:
+    path = folder / "routes.toml"
+    text = ss.routes_text(max_parked=max_parked, extra=GATED_ROUTE)
+    path.write_text(text.replace('kind = "step"\n', 'kind = "step"\nlanes = 4\n'))
+    return path
+
+
 @pytest.fixture
 def routes(tmp_path: Path) -> Path:
-    path = tmp_path / "routes.toml"
-    text = ss.routes_text(extra=GATED_ROUTE).replace(
-        'kind = "step"\n', 'kind = "step"\nlanes = 4\n'
-    )
-    path.write_text(text)
-    return path
+    return _routes(tmp_path)
 
 
 @pytest.fixture(autouse=True)
@@ -149,3 +151,47 @@ def test_stopping_waits_for_the_lanes_and_commits_what_they_finished(
         threading.Timer(1.0, gate.set).start()  # opens while the consumer is stopping
     assert ss.applied(steps_db, "slow") == [(1, 1), (1, 2)]
     assert _committed(settings, topic) == len(events)
+
+
+def test_parks_drains_stops_and_holds_happen_in_the_lane(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    gate: threading.Event,
+) -> None:
+    """In lanes: early steps park and drain, a raising call stops its entity, a full set holds."""
+    topic, dlq, held = (topic_factory(n, partitions=1) for n in ("events", "dlq", "held"))
+    routes = _routes(tmp_path, max_parked=2)
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, held_topic=held
+    )
+    lot = ParkingLot(redis_client, settings.redis_key_prefix)
+    with cs.running(settings):
+        # p: 2 and 3 park before 1 comes; its lane applies 1 and drains 2 and 3.
+        cs.send_events(services.kafka_bootstrap, topic, [_mailed(3, "p"), _mailed(2, "p")])
+        wait_until(lambda: redis_client.zcard(lot.entity_key(ss.STREAM, "p")) == 2)
+        # slow: 3, 4 and 5 queue behind the hanging 1 in its lane; then 3 and 4 park and the
+        # parking cap (2) holds the entity at 5. boom: its call raises, so it stops at 1.
+        first = [_mailed(1, "p"), _mailed(1, "slow"), _mailed(1, "boom-1"), _mailed(2, "boom-1")]
+        cs.send_events(services.kafka_bootstrap, topic, first)
+        wait_until(lambda: step_handlers.GATED == [("slow", 1)])
+        queued = [_mailed(s, "slow") for s in (3, 4, 5)]
+        cs.send_events(services.kafka_bootstrap, topic, queued)
+        wait_until(lambda: ss.applied(steps_db, "p") == [(1, 1), (1, 2), (1, 3)])
+        wait_until(lambda: _lane_events() == 4.0)  # slow: 1, 3, 4, 5
+        gate.set()
+        wait_until(lambda: (ss.progress(steps_db, "slow") or (0, 0, False))[2])
+        wait_until(lambda: _committed(settings, topic) == 9)
+    assert not redis_client.exists(lot.entity_key(ss.STREAM, "p"))
+    assert ss.applied(steps_db, "slow") == [(1, 1)]
+    assert lot.parked_seqs(ss.STREAM, "slow") == [3, 4]
+    [letter] = drain(services.kafka_bootstrap, held, expect=1)
+    said = dict(letter.headers() or [])
+    assert (said[headers.DLQ_REASON], said[headers.DLQ_OFFSET]) == (b"park_cap_reached", b"8")
+    _, last, _, stopped_at, reason = ss.progress(steps_db, "boom-1")
+    assert (last, stopped_at) == (0, 1)
+    assert "the mail API answered 503" in reason
+    assert lot.parked_seqs(ss.STREAM, "boom-1") == [1, 2]  # waiting for a person
