@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.loop.offsets import Offsets
+from tests.support.messages import StandIn
 
 
 def _tp(partition: int, offset: int = -1001) -> TopicPartition:
@@ -63,22 +64,6 @@ def test_a_partition_taken_away_leaves_nothing_to_commit() -> None:
     assert offsets.take_unsent() == []
 
 
-class _Message:
-    """What ``hold`` and ``release`` read of a Kafka message."""
-
-    def __init__(self, partition: int, offset: int) -> None:
-        self._partition, self._offset = partition, offset
-
-    def topic(self) -> str:
-        return "events"
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -107,7 +92,7 @@ def test_no_commit_passes_a_held_message_and_every_release_lets_commits_catch_up
         start = end[partition]
         for i, carried in enumerate(deferred):
             if carried:
-                offsets.hold(_Message(partition, start + i))
+                offsets.hold(StandIn(offset=start + i, partition=partition))
                 held[partition].add(start + i)
         end[partition] = start + len(deferred)
         offsets.done([_tp(partition, end[partition])])
@@ -116,12 +101,12 @@ def test_no_commit_passes_a_held_message_and_every_release_lets_commits_catch_up
         for p, o in data.draw(
             st.lists(st.sampled_from(waiting), unique=True) if waiting else st.just([])
         ):
-            offsets.release(_Message(p, o))
+            offsets.release(StandIn(offset=o, partition=p))
             held[p].discard(o)
             check()
     for p, waiting_on in held.items():
         for o in sorted(waiting_on):
-            offsets.release(_Message(p, o))
+            offsets.release(StandIn(offset=o, partition=p))
         waiting_on.clear()
     assert offsets.held() == 0
     assert {tp.partition: tp.offset for tp in offsets.take_unsent()} == {
@@ -132,9 +117,9 @@ def test_no_commit_passes_a_held_message_and_every_release_lets_commits_catch_up
 def test_a_partition_taken_away_drops_its_held_messages() -> None:
     """After a revoke nothing of the partition is held; a later release of it changes nothing."""
     offsets = Offsets()
-    offsets.hold(_Message(0, 4))
+    offsets.hold(StandIn(offset=4, partition=0))
     offsets.done([_tp(0, 9)])
     assert [(t.partition, t.offset) for t in offsets.pending()] == [(0, 4)]
     offsets.forget([_tp(0)])
-    offsets.release(_Message(0, 4))
+    offsets.release(StandIn(offset=4, partition=0))
     assert (offsets.held(), offsets.pending()) == (0, [])

@@ -9,6 +9,7 @@ from consumer.deadletter import DeadLetter, letter
 from consumer.kinds.projection import ProjectionRoute, field_value, newest_per_entity, record
 from consumer.loop.poll import next_offsets
 from schemas import Event, headers
+from tests.support.messages import StandIn
 
 
 def _event(entity: str, generation: int, seq: int, **payload: Any) -> Event:
@@ -53,32 +54,9 @@ def test_record_lists_key_version_and_columns_in_statement_order() -> None:
     }
 
 
-class _Message:
-    def __init__(self, value: bytes | None, offset: int, partition: int = 0) -> None:
-        self._value, self._offset, self._partition = value, offset, partition
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [("trace", b"1")]
-
-    def topic(self) -> str:
-        return "events"
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-
 def test_dead_letter_copy_keeps_original_and_says_why() -> None:
     """The copy keeps key, value and headers and adds reason, detail and origin."""
-    key, value, hdrs = letter(DeadLetter(_Message(b"{", 41), "not_json", "bad"), 1024)  # type: ignore[arg-type]
+    key, value, hdrs = letter(DeadLetter(StandIn(b"{", 41), "not_json", "bad"), 1024)  # type: ignore[arg-type]
     assert (key, value) == (b"k", b"{")
     assert hdrs == [
         ("trace", b"1"),
@@ -92,12 +70,12 @@ def test_dead_letter_copy_keeps_original_and_says_why() -> None:
 
 def test_oversized_dead_letter_is_cut_and_marked() -> None:
     """A value over the cap is cut to it, with the original length in a header."""
-    _, value, hdrs = letter(DeadLetter(_Message(b"x" * 5000, 1), "too_large", ""), 1024)  # type: ignore[arg-type]
+    _, value, hdrs = letter(DeadLetter(StandIn(b"x" * 5000, 1), "too_large", ""), 1024)  # type: ignore[arg-type]
     assert value == b"x" * 1024
     assert (headers.DLQ_TRUNCATED_FROM, "5000") in hdrs
 
 
 def test_offsets_to_commit_are_last_plus_one_per_partition() -> None:
     """The commit for a batch is each partition's highest offset plus one."""
-    batch = [_Message(b"", 5, 0), _Message(b"", 9, 1), _Message(b"", 7, 0)]
+    batch = [StandIn(b"", 5, 0), StandIn(b"", 9, 1), StandIn(b"", 7, 0)]
     assert [(tp.partition, tp.offset) for tp in next_offsets(batch)] == [(0, 8), (1, 10)]  # type: ignore[arg-type]

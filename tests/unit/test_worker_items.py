@@ -10,17 +10,7 @@ import pytest
 from producer.worker import work_item
 from schemas import encode
 from tests.faults.mutations import valid_event
-
-
-class _Message:
-    def __init__(self, value: bytes | None) -> None:
-        self._value = value
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def offset(self) -> int:
-        return 0
+from tests.support.messages import StandIn
 
 
 def _work(payload: Any) -> bytes:
@@ -34,7 +24,7 @@ GOOD = {"batch_id": "b1", "position": 2, "item_key": "B", "input": {"x": 1}}
 
 def test_a_work_item_is_read() -> None:
     """A valid work item becomes the item the worker finishes."""
-    item = work_item(_Message(_work(GOOD)))  # type: ignore[arg-type]
+    item = work_item(StandIn(_work(GOOD)))  # type: ignore[arg-type]
     assert item is not None
     assert (item.batch_id, item.position, item.item_key) == ("b1", 2, "B")
 
@@ -53,7 +43,7 @@ def test_a_work_item_is_read() -> None:
 )
 def test_a_work_item_breaking_its_schema_is_refused_not_raised(payload: Any) -> None:
     """Missing keys, wrong types or numbers past their column: None and a log line."""
-    assert work_item(_Message(_work(payload))) is None  # type: ignore[arg-type]
+    assert work_item(StandIn(_work(payload))) is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -61,4 +51,4 @@ def test_a_work_item_breaking_its_schema_is_refused_not_raised(payload: Any) -> 
 )
 def test_a_message_that_is_no_event_is_refused(value: bytes | None) -> None:
     """Not an event at all: None."""
-    assert work_item(_Message(value)) is None  # type: ignore[arg-type]
+    assert work_item(StandIn(value)) is None  # type: ignore[arg-type]
