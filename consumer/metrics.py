@@ -68,6 +68,12 @@ LANE_EVENTS = Gauge(
     "past them (a handler that hangs keeps this up)",
     ["route"],
 )
+LANE_OLDEST_AGE = Gauge(
+    "steps_lane_oldest_age_seconds",
+    "How long the oldest step event in a lane has waited to be applied or parked (0: none); "
+    "a call that hangs makes it grow",
+    ["route"],
+)
 STOPPED = Counter(
     "steps_stopped_total", "Step entities this consumer stopped for a person", ["route"]
 )

@@ -71,8 +71,12 @@ def _committed(settings: ConsumerSettings, topic: str) -> int:
         reader.close()
 
 
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name, {"route": ss.STREAM}) or 0.0
+
+
 def _lane_events() -> float:
-    return REGISTRY.get_sample_value("steps_lane_events", {"route": ss.STREAM}) or 0.0
+    return _sample("steps_lane_events")
 
 
 def test_a_slow_entity_holds_its_lane_while_later_batches_apply_and_offsets_wait_for_it(
@@ -101,11 +105,13 @@ def test_a_slow_entity_holds_its_lane_while_later_batches_apply_and_offsets_wait
         key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key(ss.STREAM, "slow")
         assert redis_client.zcard(key) == 0
         assert _lane_events() == 2.0
+        wait_until(lambda: _sample("steps_lane_oldest_age_seconds") >= 1.0)
         assert _committed(settings, topic) == 3
         gate.set()
         wait_until(lambda: ss.applied(steps_db, "slow") == [(1, 1), (1, 2)])
         wait_until(lambda: _committed(settings, topic) == 4 + len(later))
         wait_until(lambda: _lane_events() == 0.0)
+        assert _sample("steps_lane_oldest_age_seconds") == 0.0
     assert step_handlers.GATED == [("slow", 1), ("slow", 2)]
     assert ss.applied(steps_db, "early") == [(1, 1), (1, 2), (1, 3)]
 

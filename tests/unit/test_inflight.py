@@ -154,3 +154,27 @@ def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry()
         0,
         0,
     )
+
+
+def test_the_oldest_age_counts_from_when_the_oldest_unfinished_event_was_taken() -> None:
+    """The age grows while a lane holds an event, restarts with what queued, and is 0 when done."""
+    release = threading.Event()
+    log = _Log(set())
+
+    def work(conn: Any, entity: str, events: list[Event], raw: Mapping[str, bytes]) -> Outcome:
+        if events[0].seq == 1:
+            release.wait(5)
+        return log.work(conn, entity, events, raw)
+
+    lanes = _Lanes(2)
+    inflight = InFlight(lanes, work, most_entities=2, most_events=8)
+    assert inflight.oldest_age() == 0.0
+    first, second = _event("a", 1), _event("a", 2)
+    inflight.add("a", [first], {first.event_id: b""})
+    time.sleep(0.2)
+    inflight.add("a", [second], {second.event_id: b""})
+    assert inflight.oldest_age() >= 0.2  # the first event's, not the newer one's
+    release.set()
+    inflight.finished(None)
+    lanes.pool.shutdown(wait=True)
+    assert (inflight.oldest_age(), log.applied["a"]) == (0.0, [first.event_id, second.event_id])

@@ -16,6 +16,7 @@ or ``most_events`` events are queued, as the whole batch used to wait.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -59,8 +60,11 @@ class InFlight:
         self.most_entities = most_entities
         self.most_events = most_events
         self._changed = threading.Condition()
-        # Each queued entity's events with their values (for parking), oldest first.
-        self._queues: dict[str, list[tuple[Event, bytes]]] = {}
+        # Each queued entity's events with their values (for parking) and when they were
+        # taken (monotonic clock), oldest first; and when the oldest of the events a lane
+        # is applying now was taken.
+        self._queues: dict[str, list[tuple[Event, bytes, float]]] = {}
+        self._applying: dict[str, float] = {}
         self._running: set[str] = set()
         self._stalled: set[str] = set()
         self._finished: list[Finished] = []
@@ -82,6 +86,12 @@ class InFlight:
         with self._changed:
             return self._events
 
+    def oldest_age(self) -> float:
+        """Seconds since the oldest event not yet finished was taken (0: none)."""
+        with self._changed:
+            taken = [*self._applying.values(), *(q[0][2] for q in self._queues.values() if q)]
+            return max(0.0, time.monotonic() - min(taken)) if taken else 0.0
+
     def add(self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]) -> None:
         """Queue ``events`` behind the entity's; a lane starts on it unless one has it already.
 
@@ -91,11 +101,13 @@ class InFlight:
         with self._changed:
             self._changed.wait_for(lambda: self._room(entity))
             self._events += len(events)
+            now = time.monotonic()
+            taken = [(e, raw[e.event_id], now) for e in events]
             queued = self._queues.get(entity)
             if queued is not None:
-                queued.extend((e, raw[e.event_id]) for e in events)
+                queued.extend(taken)
                 return
-            self._queues[entity] = [(e, raw[e.event_id]) for e in events]
+            self._queues[entity] = taken
             self._running.add(entity)
         self._start(entity)
 
@@ -142,17 +154,22 @@ class InFlight:
                             self._running.discard(entity)
                             return
                         self._queues[entity] = []
+                        if queued:
+                            self._applying[entity] = queued[0][2]
                     first = False
-                    chunk = [event for event, _ in queued]
-                    raw = {event.event_id: value for event, value in queued}
+                    chunk = [event for event, _, _ in queued]
+                    raw = {event.event_id: value for event, value, _ in queued}
                     try:
                         outcome = self._work(conn, entity, chunk, raw)
                     except BaseException:
                         with self._changed:  # put back in front of what came meanwhile
                             self._queues[entity] = queued + self._queues[entity]
+                            self._applying.pop(entity, None)
                         raise
                     turn.outcome = merge(turn.outcome, outcome)
                     turn.taken += chunk
+                    with self._changed:
+                        self._applying.pop(entity, None)
         except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides
             turn.error = exc
             with self._changed:  # it stays queued, for ``retry``

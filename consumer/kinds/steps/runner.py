@@ -224,6 +224,7 @@ class StepApplier:
                     raise turn.error
                 carried.outage = carried.outage or turn.error
         metrics.LANE_EVENTS.labels(self.route.stream).set(carrying.events)
+        metrics.LANE_OLDEST_AGE.labels(self.route.stream).set(carrying.oldest_age())
         return carried
 
     def _in_lane(
