@@ -59,20 +59,36 @@ def runner(
     text: str,
     *,
     database_url: str | None = None,
+    carry: bool = False,
     **settings: Any,
 ) -> StepApplier:
     """The step route in ``text`` started as the consumer starts it, parking under ``prefix``.
 
-    With ``database_url`` its lanes get connections of their own; ``settings`` are more
-    of the consumer's settings (``step_lanes``).
+    With ``database_url`` its lanes get connections of their own; ``carry`` lets them go
+    on past a batch, as in the consumer's loop (``settle`` waits for them); ``settings``
+    are more of the consumer's settings (``step_lanes``).
     """
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
     given: dict[str, Any] = {"redis_key_prefix": prefix.rstrip(":"), **settings}
     if database_url is not None:
         given["database_url"] = SecretStr(database_url)
-    applier.connect(Links(None, ConsumerSettings.model_construct(**given), client))  # type: ignore[arg-type]
+    links = Links(None, ConsumerSettings.model_construct(**given), client, carry)  # type: ignore[arg-type]
+    applier.connect(links)
     return applier
+
+
+def settle(run: StepApplier) -> list[Event]:
+    """Wait for every lane that went on past its batch; the events they held."""
+    held: list[Event] = []
+    while True:
+        carried = run.collect(None)
+        assert carried.outage is None, carried.outage
+        for outcome in carried.outcomes:
+            outcome.count(run.route.stream)
+            held += [h.event for h in outcome.held]
+        if not carried.outcomes:
+            return held
 
 
 def feed(run: StepApplier, conn: Any, events: list[Event]) -> list[Event]:

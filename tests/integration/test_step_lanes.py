@@ -84,9 +84,11 @@ def test_a_route_without_lanes_opens_no_connection_of_its_own(
 def test_any_order_duplicates_cuts_and_lane_count_give_the_one_lane_step_log(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, data: st.DataObject
 ) -> None:
-    """External and plain steps of 6 entities, shuffled, repeated, cut: each once, in order."""
+    """External and plain steps of 6 entities, shuffled, repeated, cut, lanes going on past
+    their batch or not: each step once, in order."""
     tag = uuid.uuid4().hex[:8]  # each example its own entities (the schema is shared)
     lanes = data.draw(st.sampled_from([1, 2, 4, 16]))
+    carry = data.draw(st.booleans())
     entities = [f"p{tag}-{i}" for i in range(6)]
     kinds = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
     events = [
@@ -99,11 +101,13 @@ def test_any_order_duplicates_cuts_and_lane_count_give_the_one_lane_step_log(
     )
     cuts = sorted(data.draw(st.lists(st.integers(1, len(delivered) - 1), max_size=4, unique=True)))
     text = _text(lanes, function="call_out")
-    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url)
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url, carry=carry)
     try:
         with steps_db.connect(autocommit=True) as conn:
             for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
                 assert ss.feed(run, conn, delivered[start:end]) == []
+                run.collect(0.0)  # as the loop does at each poll
+            assert ss.settle(run) == []
     finally:
         run.lanes.close()
     for entity in entities:
