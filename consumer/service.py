@@ -29,6 +29,7 @@ from consumer.kinds import (
     Route,
     apply_guarded,
 )
+from consumer.loop import tracing
 from consumer.loop.offsets import Offsets, commit
 from consumer.loop.pausing import Pausing
 from consumer.loop.poll import Routing, prepare, take
@@ -319,10 +320,13 @@ class ConsumerService:
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
         prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
-        outcomes = [
-            (applier, apply_guarded(applier, self._conn, events, prepared.raw))
-            for applier, events in prepared.shares
-        ]
+        outcomes = []
+        for applier, events in prepared.shares:
+            group = self.settings.group_id
+            with tracing.processing(applier, events, prepared.by_event, group) as span:
+                outcome = apply_guarded(applier, self._conn, events, prepared.raw)
+                tracing.counted(span, outcome)
+            outcomes.append((applier, outcome))
         for _, outcome in outcomes:  # their offsets wait for the work carried on
             for event in outcome.deferred:
                 message = prepared.by_event[event.event_id]

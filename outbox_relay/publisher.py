@@ -30,6 +30,7 @@ from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID, Messa
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn, Read
+from outbox_relay.tracing import traced
 from outbox_relay.weighing import Bounds
 from schemas import PayloadSchemas
 
@@ -110,16 +111,19 @@ class Publisher:
             if len(owned) < len(delivery.cursors):  # a slice was lost: send none of its rows
                 lost = {row_id for row_id, s in delivery.slice_of().items() if s not in owned}
                 delivery.messages = [m for m in delivery.messages if m[MESSAGE_ROW_ID] not in lost]
-            self.sender.produce(delivery.messages)
-            ahead = None
-            if more and time.monotonic() < deadline:
-                # While Kafka takes this delivery: the next one's rows, the read after it
-                # started at once (PostgreSQL works on it meanwhile), the next messages.
-                cursors = self._still_owned(delivery, owned)
-                ahead = self._delivery(cursors, self.reader.take(cursors, bounds))
-                more = read_after(ahead)
-                self._prepare(ahead)
-            self._settle(delivery, owned, outcome)
+            with traced(delivery) as span:
+                self.sender.produce(delivery.messages)
+                ahead = None
+                if more and time.monotonic() < deadline:
+                    # While Kafka takes this delivery: the next one's rows, the read after it
+                    # started at once (PostgreSQL works on it meanwhile), the next messages.
+                    cursors = self._still_owned(delivery, owned)
+                    ahead = self._delivery(cursors, self.reader.take(cursors, bounds))
+                    more = read_after(ahead)
+                    self._prepare(ahead)
+                self._settle(delivery, owned, outcome)
+                if span is not None and delivery.oldest is not None:
+                    span.set_attribute("inorder.outbox.oldest_age_s", time.time() - delivery.oldest)
             if ahead is None:
                 break
             delivery = ahead

@@ -63,9 +63,11 @@ Header = tuple[str, str | bytes | None]
 # What goes to Kafka for one row: (row id, topic, key, value, headers).
 Message = tuple[int, str, bytes, bytes, list[Header]]
 
-# Where the row id and the value sit in a Message.
+# Where the row id, the topic, the value and the headers sit in a Message.
 MESSAGE_ROW_ID: Final = 0
+MESSAGE_TOPIC: Final = 1
 MESSAGE_VALUE: Final = 3
+MESSAGE_HEADERS: Final = 4
 
 
 class OutboxRow(NamedTuple):

@@ -7,12 +7,12 @@ turns a unique violation into ``DuplicateEventError`` here, so they refuse the s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id
+from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_id, tracing
 from schemas.codec import field_problem
 from schemas.errors import DuplicateEventError, InvalidEventError
 from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, value_problem
@@ -102,7 +102,16 @@ def checked(events: Iterable[OutboxEvent], schemas: PayloadSchemas | None) -> li
     batch = list(events)
     for event in batch:
         check(event, registry)
+    if tracing.INSTALLED:
+        # The current span's context goes with each row (when there is one).
+        batch = [_traced(event) for event in batch]
     return batch
+
+
+def _traced(event: OutboxEvent) -> OutboxEvent:
+    """``event`` with the current trace context in its headers (as it was when there is none)."""
+    headers = tracing.carried(event.headers)
+    return event if headers is event.headers else replace(event, headers=headers)
 
 
 def identity(event: OutboxEvent) -> tuple[Any, ...]:

@@ -1,0 +1,76 @@
+"""The consumer's span per route's share of a poll batch: CONSUMER, linked to each event's origin.
+
+Made only while tracing is active (``schemas.tracing``). The span is current while the
+route applies, so database instrumentation nests under it; each link is an event's
+creation context (the writer's span, through the outbox and Kafka headers) with the
+entity, version and Kafka position. What the share did ends up on the span as counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Message
+
+from consumer.kinds import Applier, Outcome
+from schemas import Event, tracing
+
+
+@contextmanager
+def processing(
+    applier: Applier, events: Sequence[Event], by_event: Mapping[str, Message], group: str
+) -> Iterator[Any]:
+    """The share's span, current for the block; None when tracing is not active."""
+    if not tracing.active():
+        yield None
+        return
+    messages = [by_event[event.event_id] for event in events]
+    topics = {message.topic() for message in messages}
+    topic = next(iter(topics)) if len(topics) == 1 else None
+    attributes: dict[str, Any] = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.batch.message_count": len(events),
+        "messaging.consumer.group.name": group,
+        "inorder.route": applier.route.stream,
+    }
+    if topic is not None:
+        attributes["messaging.destination.name"] = topic
+    links = tracing.links(
+        (message.headers(), _event_attributes(event, message))
+        for event, message in zip(events, messages, strict=True)
+    )
+    name = f"process {topic or applier.route.stream}"
+    with tracing.span(name, "consumer", attributes, links) as span:
+        yield span
+
+
+def _event_attributes(event: Event, message: Message) -> dict[str, Any]:
+    return {
+        "inorder.entity_type": event.entity_type,
+        "inorder.entity_id": event.entity_id,
+        "inorder.generation": event.generation,
+        "inorder.seq": event.seq,
+        "inorder.event_id": event.event_id,
+        "messaging.destination.partition.id": str(message.partition()),
+        "messaging.kafka.offset": message.offset(),
+    }
+
+
+def counted(span: Any, outcome: Outcome) -> None:
+    """Put what the share did on its span (None: not traced)."""
+    if span is None:
+        return
+    span.set_attributes(
+        {
+            "inorder.applied": len(outcome.applied),
+            "inorder.stale": len(outcome.stale),
+            "inorder.parked": len(outcome.parked),
+            "inorder.refused": len(outcome.refused),
+            "inorder.held": len(outcome.held),
+            "inorder.deferred": len(outcome.deferred),
+        }
+    )

@@ -1,0 +1,129 @@
+"""OpenTelemetry trace context from the producer's transaction to the consumer, when installed.
+
+``opentelemetry-api`` is optional (the ``otel`` extra). Without it nothing here imports
+it, and every function returns at once having done nothing. With it, spans are made
+only once the application has set a tracer provider (the SDK, or
+``opentelemetry-instrument``); until then ``active()`` is false.
+
+- ``carried``: ``emit`` adds the current span's context to a row's headers, in the
+  format of the global propagator (W3C ``traceparent`` and ``tracestate`` unless the
+  application chose another); the relay copies row headers to the Kafka message.
+- ``span``: one span made current for a block, with links. The relay's PRODUCER span per
+  delivery and the consumer's CONSUMER span per route's share of a poll batch link to
+  each message's creation context, as the messaging conventions do for batches and for
+  delayed delivery: links, never parents. Database instrumentation (psycopg's) nests
+  under the consumer's span, so a trace can go on to the projection's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+try:
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, SpanKind, StatusCode
+except ImportError:  # the otel extra is not installed: everything here does nothing
+    trace = None  # type: ignore[assignment]
+
+# Whether opentelemetry-api could be imported.
+INSTALLED = trace is not None
+
+# The most links one span is given: a delivery or a batch of thousands of events links to
+# its first ones (the SDK's own default limit is the same).
+MOST_LINKS = 128
+
+# Kafka headers as a message gives them (pairs), or a row's (a mapping).
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+
+
+def active() -> bool:
+    """Whether spans are recorded: the API is installed and a tracer provider is set."""
+    if trace is None:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+@cache
+def _tracer() -> Any:
+    try:
+        release = version("inorder")
+    except PackageNotFoundError:  # pragma: no cover - run from a tree that is not installed
+        release = None
+    return trace.get_tracer("inorder", release)
+
+
+def carried(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` with the current span's context added (unless they carry one already)."""
+    if trace is None:
+        return headers
+    if not trace.get_current_span().get_span_context().is_valid:
+        return headers
+    textmap = propagate.get_global_textmap()
+    if any(name in headers for name in textmap.fields):
+        return headers
+    carrier = dict(headers)
+    textmap.inject(carrier)
+    return carrier
+
+
+def creation_context(headers: Headers | None) -> Any:
+    """The span context a message was created in, from its headers (None: none)."""
+    if trace is None or not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    carrier = {
+        name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        for name, value in pairs
+        if value is not None
+    }
+    context = propagate.extract(carrier)
+    found = trace.get_current_span(context).get_span_context()
+    return found if found.is_valid else None
+
+
+def links(items: Iterable[tuple[Headers | None, Mapping[str, Any]]]) -> list[Any]:
+    """A link to each item's creation context that has one, with the item's attributes."""
+    made: list[Any] = []
+    for headers, attributes in items:
+        context = creation_context(headers)
+        if context is not None:
+            made.append(Link(context, dict(attributes)))
+            if len(made) == MOST_LINKS:
+                break
+    return made
+
+
+@contextmanager
+def span(
+    name: str,
+    kind: str,
+    attributes: Mapping[str, Any],
+    made_links: Sequence[Any] = (),
+) -> Iterator[Any]:
+    """A span current for the block (``kind``: ``producer`` or ``consumer``); None when inactive.
+
+    An exception leaving the block is recorded on the span, which ends with an error status.
+    """
+    if not active():
+        yield None
+        return
+    with _tracer().start_as_current_span(
+        name,
+        kind=SpanKind.PRODUCER if kind == "producer" else SpanKind.CONSUMER,
+        attributes=dict(attributes),
+        links=list(made_links),
+        record_exception=True,
+        set_status_on_exception=True,
+    ) as current:
+        yield current
+
+
+def failed(current: Any, description: str) -> None:
+    """Mark ``current`` (a span from ``span``, or None) as failed."""
+    if current is not None:
+        current.set_status(StatusCode.ERROR, description)

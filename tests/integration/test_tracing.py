@@ -1,0 +1,118 @@
+"""Trace context from the writer's span to the projection, against real PostgreSQL and Kafka."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from producer import OutboxEvent, emit
+from tests.conftest import PgSchema
+from tests.integration import consumer_support as cs
+from tests.integration import relay_support as rs
+from tests.support import traces
+from tests.support.kafka import drain, wait_until
+from tests.support.services import Services
+
+
+def _emit_in_a_span(outbox: PgSchema, topic: str, entities: list[str]) -> trace.SpanContext:
+    """Write one event per entity in one transaction, inside a span; that span's context."""
+    tracer = trace.get_tracer("checkout-service")
+    with tracer.start_as_current_span("checkout") as span, outbox.connect() as conn:
+        with conn.transaction():
+            for entity in entities:
+                event = OutboxEvent(
+                    "subscription", entity, 1, "subscription.plan_changed", rs.PAYLOAD, topic=topic
+                )
+                emit(conn, event)
+        return span.get_span_context()
+
+
+def test_the_writer_s_span_is_linked_from_the_relay_s_and_the_consumer_s(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """Emit in a span: the row and message carry it; the relay's and consumer's spans link it."""
+    entities = ["t1", "t2", "t3"]
+    cs.create_view(outbox)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    dlq = f"{topics.events}.dlq"
+    relay = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    consumer = cs.settings_for(outbox, services.kafka_bootstrap, routes, topics.events, dlq)
+    with traces.recording() as spans:
+        origin = _emit_in_a_span(outbox, topics.events, entities)
+        with outbox.connect() as conn:
+            rows = conn.execute("SELECT headers->>'traceparent' FROM outbox ORDER BY id").fetchall()
+        traceparent = f"00-{origin.trace_id:032x}-{origin.span_id:016x}-{origin.trace_flags:02x}"
+        assert [r[0] for r in rows] == [traceparent] * 3
+        with rs.running(relay):
+            wait_until(lambda: rs.unsent(outbox) == 0)
+        messages = drain(services.kafka_bootstrap, topics.events, expect=3)
+        assert {dict(m.headers() or [])["traceparent"] for m in messages} == {traceparent.encode()}
+        with cs.running(consumer):
+            wait_until(lambda: len(cs.view(outbox)) == 3)
+        finished = spans.get_finished_spans()
+    [publish] = [s for s in traces.named(finished, "publish ") if traces.linked_to(s, origin)]
+    assert publish.kind is SpanKind.PRODUCER
+    assert publish.attributes["messaging.destination.name"] == topics.events
+    assert publish.attributes["messaging.batch.message_count"] == 3
+    linked = traces.linked_to(publish, origin)
+    assert sorted(link.attributes["inorder.entity_id"] for link in linked) == entities
+    assert all(link.attributes["inorder.xid"] > 0 for link in linked)
+    processed = [s for s in traces.named(finished, "process ") if traces.linked_to(s, origin)]
+    assert processed, "no consumer span links to the writer's span"
+    assert all(s.kind is SpanKind.CONSUMER for s in processed)
+    links = [link for s in processed for link in traces.linked_to(s, origin)]
+    assert sorted(link.attributes["inorder.entity_id"] for link in links) == entities
+    assert sum(s.attributes["inorder.applied"] for s in processed) == 3
+    # Links, never parents: each program's span starts its own trace.
+    assert all(s.parent is None for s in [publish, *processed])
+
+
+def test_without_a_tracer_provider_rows_get_no_trace_headers_and_no_span_is_made(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics
+) -> None:
+    """The API installed but no provider set: the row's headers stay as the writer gave them."""
+    with outbox.connect() as conn, conn.transaction():
+        emit(conn, OutboxEvent("subscription", "n1", 1, "subscription.plan_changed", rs.PAYLOAD))
+    with outbox.connect() as conn:
+        assert conn.execute("SELECT headers FROM outbox").fetchone() == ({},)
+
+
+NOT_INSTALLED = """
+import sys
+
+class NoOpenTelemetry:
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ImportError("not installed")
+        return None
+
+sys.meta_path.insert(0, NoOpenTelemetry())
+import psycopg
+from producer import OutboxEvent, emit
+from schemas import tracing
+import outbox_relay.publisher, consumer.service  # the programs' modules import fine
+assert not tracing.INSTALLED and not tracing.active()
+with psycopg.connect(sys.argv[1]) as conn:
+    with conn.transaction():
+        emit(conn, OutboxEvent("subscription", "x1", 1, "subscription.plan_changed", {PAYLOAD!r}))
+    assert conn.execute("SELECT headers FROM outbox").fetchone() == ({{}},)
+assert not [m for m in sys.modules if m.startswith("opentelemetry")], "imported"
+print("ok")
+"""
+
+
+def test_without_the_extra_nothing_is_imported_and_rows_are_written_as_before(
+    outbox: PgSchema,
+) -> None:
+    """opentelemetry not importable: emit and the programs' modules work, and import none of it."""
+    script = NOT_INSTALLED.replace("{PAYLOAD!r}", repr(rs.PAYLOAD)).replace("{{}}", "{}")
+    url = outbox.url
+    done = subprocess.run(
+        [sys.executable, "-c", script, url], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "ok", done.stderr
