@@ -15,6 +15,7 @@ from typing import NoReturn, Protocol
 
 import structlog
 
+from schemas.runtime import traces
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import InorderSettings
 from schemas.runtime.health import Health
@@ -107,6 +108,7 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    exporting = traces.configure(program)
     settle_heap()
     log.info("http_serving", host=host, port=server.server_address[1])
     try:
@@ -119,6 +121,7 @@ def serve(
         fix = "only a change of configuration, grants or schema can fix this"
         fail(program, [f"stopped: {first_line(exc)}; {fix}"], code=3)
     finally:
+        traces.shutdown(exporting)
         server.shutdown()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -13,7 +14,7 @@ from producer import OutboxEvent, emit
 from tests.conftest import PgSchema
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
-from tests.support import traces
+from tests.support import otlp, traces
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 
@@ -116,3 +117,65 @@ def test_without_the_extra_nothing_is_imported_and_rows_are_written_as_before(
         [sys.executable, "-c", script, url], check=False, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def _links_to(span: Any, origin: trace.SpanContext) -> list[Any]:
+    """The links of an exported span that point at ``origin``."""
+    trace_id, span_id = origin.trace_id.to_bytes(16, "big"), origin.span_id.to_bytes(8, "big")
+    return [link for link in span.links if (link.trace_id, link.span_id) == (trace_id, span_id)]
+
+
+def test_the_programs_export_their_spans_over_otlp_to_a_receiver(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: relay and consumer export spans linked to the writer."""
+    cs.create_view(outbox)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    relay = rs.settings_for(outbox, services.kafka_bootstrap, topics, http_port=rs.free_port())
+    consumer = cs.settings_for(
+        outbox,
+        services.kafka_bootstrap,
+        routes,
+        topics.events,
+        f"{topics.events}.dlq",
+        http_port=rs.free_port(),
+    )
+    with traces.recording(), otlp.receiving() as receiver:
+        origin = _emit_in_a_span(outbox, topics.events, ["o1", "o2"])
+        exporting = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
+        processes = [
+            rs.spawn({**rs.relay_env(relay), **exporting}, tmp_path / "relay.log"),
+            cs.spawn({**cs.consumer_env(consumer), **exporting}, tmp_path / "consumer.log"),
+        ]
+        try:
+            wait_until(lambda: len(cs.view(outbox)) == 2, timeout_s=60)
+            wait_until(
+                lambda: any(_links_to(s, origin) for s in receiver.of("inorder-relay", "publish ")),
+                timeout_s=30,
+            )
+            wait_until(
+                lambda: any(
+                    _links_to(s, origin) for s in receiver.of("inorder-consumer", "process ")
+                ),
+                timeout_s=30,
+            )
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.wait(timeout=30)
+    [publish] = [s for s in receiver.of("inorder-relay", "publish ") if _links_to(s, origin)]
+    assert publish.kind == publish.SPAN_KIND_PRODUCER
+    entities = sorted(
+        a.value.string_value
+        for link in _links_to(publish, origin)
+        for a in link.attributes
+        if a.key == "inorder.entity_id"
+    )
+    assert entities == ["o1", "o2"]
+    processed = [s for s in receiver.of("inorder-consumer", "process ") if _links_to(s, origin)]
+    assert all(s.kind == s.SPAN_KIND_CONSUMER for s in processed)
