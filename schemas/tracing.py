@@ -25,7 +25,14 @@ from typing import Any
 
 try:
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import Link, SpanKind, StatusCode
+    from opentelemetry.trace import (
+        Link,
+        SpanContext,
+        SpanKind,
+        StatusCode,
+        TraceFlags,
+        TraceState,
+    )
 except ImportError:  # the otel extra is not installed: everything here does nothing
     trace = None  # type: ignore[assignment]
 
@@ -72,18 +79,51 @@ def carried(headers: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def creation_context(headers: Headers | None) -> Any:
-    """The span context a message was created in, from its headers (None: none)."""
+    """The span context a message was created in, from its headers (None: none).
+
+    A W3C ``traceparent`` is read directly (most of the cost of a link, otherwise);
+    headers of another propagator go through the global one.
+    """
     if trace is None or not headers:
         return None
     pairs = headers.items() if isinstance(headers, Mapping) else headers
-    carrier = {
-        name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        for name, value in pairs
-        if value is not None
-    }
-    context = propagate.extract(carrier)
-    found = trace.get_current_span(context).get_span_context()
+    parent = state = None
+    for name, value in pairs:
+        if name == "traceparent":
+            parent = value
+        elif name == "tracestate":
+            state = value
+    if parent is not None:
+        return _w3c(_text(parent), None if state is None else _text(state))
+    carrier = {name: _text(value) for name, value in pairs if value is not None}
+    found = trace.get_current_span(propagate.extract(carrier)).get_span_context()
     return found if found.is_valid else None
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value or ""
+
+
+def _w3c(parent: str, state: str | None) -> Any:
+    """The span context a ``traceparent`` (and ``tracestate``) header names; None if invalid."""
+    parts = parent.strip().split("-")
+    if len(parts) < 4 or parts[0] == "ff" or (parts[0] == "00" and len(parts) != 4):
+        return None
+    version, trace_hex, span_hex, flags_hex = parts[:4]
+    if (len(version), len(trace_hex), len(span_hex), len(flags_hex)) != (2, 32, 16, 2):
+        return None
+    try:
+        trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    trace_state = TraceState.from_header([state]) if state else None
+    return SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags), trace_state=trace_state
+    )
 
 
 def links(items: Iterable[tuple[Headers | None, Mapping[str, Any]]]) -> list[Any]:

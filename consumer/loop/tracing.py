@@ -49,13 +49,10 @@ def processing(
 
 
 def _event_attributes(event: Event, message: Message) -> dict[str, Any]:
+    # Three per link: the SDK checks every attribute, and a share links up to 128 events.
     return {
-        "inorder.entity_type": event.entity_type,
-        "inorder.entity_id": event.entity_id,
-        "inorder.generation": event.generation,
+        "inorder.entity": f"{event.entity_type}:{event.entity_id}",
         "inorder.seq": event.seq,
-        "inorder.event_id": event.event_id,
-        "messaging.destination.partition.id": str(message.partition()),
         "messaging.kafka.offset": message.offset(),
     }
 

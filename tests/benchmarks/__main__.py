@@ -37,6 +37,7 @@ SUITES = (
     "e2e",
     "latency",
     "scaleout",
+    "tracing",
 )
 
 

@@ -35,6 +35,7 @@ from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings
 from schemas import Event, decode, encode
 from schemas.runtime.health import Health
+from tests.benchmarks.bench_relay import traceparent
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
 
@@ -83,16 +84,18 @@ def _events() -> list[bytes]:
 
 
 @contextmanager
-def _topic(bootstrap: str) -> Iterator[str]:
+def topic_for(bootstrap: str, *, traced: bool = False) -> Iterator[str]:
+    """A topic holding the events; ``traced``: each with a trace context of its own."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     name = f"bench.consumer.{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 6, 1)])[name].result(timeout=30)
     try:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-        for value in _events():
+        for i, value in enumerate(_events()):
+            headers = [("traceparent", traceparent(i).encode())] if traced else None
             while True:
                 try:
-                    producer.produce(name, value, decode(value).key)
+                    producer.produce(name, value, decode(value).key, headers=headers)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -164,7 +167,7 @@ def _settings(
     )
 
 
-def _projection(url: str, bootstrap: str, topic: str, workdir: Path, linger_ms: int = 0) -> float:
+def projection(url: str, bootstrap: str, topic: str, workdir: Path, linger_ms: int = 0) -> float:
     table = _table(url)
     routes = workdir / f"{table}.toml"
     routes.write_text(ROUTES.format(table=table))
@@ -249,29 +252,29 @@ def run() -> list[BenchResult]:
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     with (
-        _topic(bootstrap) as topic,
+        topic_for(bootstrap) as topic,
         temp_schema(url, "bench_consumer") as schema_url,
         tempfile.TemporaryDirectory() as d,
     ):
         raw = _raw_consume(bootstrap, topic)
-        projection = _projection(schema_url, bootstrap, topic, Path(d))
-        fixed = _projection(schema_url, bootstrap, topic, Path(d), linger_ms=100)
+        projected = projection(schema_url, bootstrap, topic, Path(d))
+        fixed = projection(schema_url, bootstrap, topic, Path(d), linger_ms=100)
         naive = _naive(schema_url, bootstrap, topic)
         rss = _peak_rss_mib(schema_url, bootstrap, topic, Path(d))
     how = f"{TOTAL:,} events, {ENTITIES} entities x {VERSIONS} versions, shuffled"
     return [
         BenchResult("raw_consume_per_s", raw, "msg/s", f"{how}; batch consume, no processing"),
-        BenchResult("projection_per_s", projection, "events/s", "inorder-consumer, batch 1000"),
+        BenchResult("projection_per_s", projected, "events/s", "inorder-consumer, batch 1000"),
         # Both rates are steady state: timed from the first batch, not from start-up.
-        BenchResult("projection_vs_raw_consume", projection / raw, "x", "goal >= 0.3"),
+        BenchResult("projection_vs_raw_consume", projected / raw, "x", "goal >= 0.3"),
         BenchResult(
             "projection_per_s.fixed_wait",
             fixed,
             "events/s",
             "same, INORDER_POLL_LINGER_MS=100 (each batch waits to fill)",
         ),
-        BenchResult("projection_adaptive_vs_fixed_wait", projection / fixed, "x", "goal >= 0.9"),
+        BenchResult("projection_adaptive_vs_fixed_wait", projected / fixed, "x", "goal >= 0.9"),
         BenchResult("naive_per_s", naive, "events/s", f"one upsert + commit per event, {NAIVE:,}"),
-        BenchResult("projection_vs_naive", projection / naive, "x", "goal >= 20"),
+        BenchResult("projection_vs_naive", projected / naive, "x", "goal >= 20"),
         BenchResult("consumer_peak_rss_mib", rss, "MiB", "VmHWM of inorder-consumer, same run"),
     ]

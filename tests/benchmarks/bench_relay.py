@@ -84,7 +84,7 @@ _T = TypeVar("_T")
 
 
 @contextmanager
-def _topics(bootstrap: str, count: int) -> Iterator[list[str]]:
+def topics_for(bootstrap: str, count: int) -> Iterator[list[str]]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     prefix = f"bench.relay.{uuid.uuid4().hex[:8]}."
     names = [f"{prefix}{i}" for i in range(count)]
@@ -98,7 +98,11 @@ def _topics(bootstrap: str, count: int) -> Iterator[list[str]]:
         delete_topics(bootstrap, prefix)
 
 
-def _events(topic: str, start: int, count: int, tag: str) -> list[OutboxEvent]:
+def _events(
+    topic: str, start: int, count: int, tag: str, *, traced: bool = False
+) -> list[OutboxEvent]:
+    """Rows of 1,000 entities; ``traced``: each with a trace context of its own, as emit
+    writes it inside a span."""
     return [
         OutboxEvent(
             "subscription",
@@ -107,9 +111,15 @@ def _events(topic: str, start: int, count: int, tag: str) -> list[OutboxEvent]:
             "subscription.plan_changed",
             PAYLOAD,
             topic=topic,
+            headers={"traceparent": traceparent(i)} if traced else {},
         )
         for i in range(start, start + count)
     ]
+
+
+def traceparent(i: int) -> str:
+    """A W3C traceparent, sampled, unique to ``i``."""
+    return f"00-{i + 1:032x}-{i + 1:016x}-01"
 
 
 def _in_kafka(reader: Consumer, topic: str) -> int:
@@ -140,7 +150,14 @@ def _backends(url: str, app: str) -> set[int]:
 
 
 def publish_backlog(
-    url: str, bootstrap: str, topic: str, relays: int, tag: str
+    url: str,
+    bootstrap: str,
+    topic: str,
+    relays: int,
+    tag: str,
+    *,
+    traced: bool = False,
+    **env_extra: str,
 ) -> tuple[float, float]:
     """Rows/s of ``relays`` relays publishing one committed backlog, and CPU-ms per 1,000 rows.
 
@@ -155,7 +172,7 @@ def publish_backlog(
         processes, ports = [], []
         for _ in range(relays):
             port = free_port()
-            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_READ_ROWS="1000")
+            env = pipeline_env(pipe, port, PGAPPNAME=app, INORDER_READ_ROWS="1000", **env_extra)
             processes.append(stack.enter_context(service_process("outbox_relay", env, port)))
             ports.append(port)
         deadline = time.monotonic() + 60
@@ -164,7 +181,7 @@ def publish_backlog(
             time.sleep(0.2)
         with psycopg.connect(url) as conn, conn.transaction():
             for start in range(0, BACKLOG, 5000):
-                emit_many(conn, _events(topic, start, 5000, tag))
+                emit_many(conn, _events(topic, start, 5000, tag, traced=traced))
         return timed_backlog(bootstrap, topic, {p.pid for p in processes} | _backends(url, app))
 
 
@@ -411,7 +428,7 @@ def run() -> list[BenchResult]:
     """Relay throughput, CPU, its ratio to raw produce, two relays, and latency."""
     url = os.environ["DATABASE_URL"]
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    with _topics(bootstrap, 8) as topics:
+    with topics_for(bootstrap, 8) as topics:
         # Latency first, while PostgreSQL has no backlog's worth of pages to write out.
         with temp_schema(url, "bench_relay_latency") as latency_url:
             steady, _ = _latencies(latency_url, bootstrap, topics[3])

@@ -61,13 +61,17 @@ def test_the_writer_s_span_is_linked_from_the_relay_s_and_the_consumer_s(
     assert publish.attributes["messaging.destination.name"] == topics.events
     assert publish.attributes["messaging.batch.message_count"] == 3
     linked = traces.linked_to(publish, origin)
-    assert sorted(link.attributes["inorder.entity_id"] for link in linked) == entities
+    assert sorted(link.attributes["inorder.entity"] for link in linked) == [
+        f"subscription:{e}" for e in entities
+    ]
     assert all(link.attributes["inorder.xid"] > 0 for link in linked)
     processed = [s for s in traces.named(finished, "process ") if traces.linked_to(s, origin)]
     assert processed, "no consumer span links to the writer's span"
     assert all(s.kind is SpanKind.CONSUMER for s in processed)
     links = [link for s in processed for link in traces.linked_to(s, origin)]
-    assert sorted(link.attributes["inorder.entity_id"] for link in links) == entities
+    assert sorted(link.attributes["inorder.entity"] for link in links) == [
+        f"subscription:{e}" for e in entities
+    ]
     assert sum(s.attributes["inorder.applied"] for s in processed) == 3
     # Links, never parents: each program's span starts its own trace.
     assert all(s.parent is None for s in [publish, *processed])
@@ -174,8 +178,8 @@ def test_the_programs_export_their_spans_over_otlp_to_a_receiver(
         a.value.string_value
         for link in _links_to(publish, origin)
         for a in link.attributes
-        if a.key == "inorder.entity_id"
+        if a.key == "inorder.entity"
     )
-    assert entities == ["o1", "o2"]
+    assert entities == ["subscription:o1", "subscription:o2"]
     processed = [s for s in receiver.of("inorder-consumer", "process ") if _links_to(s, origin)]
     assert all(s.kind == s.SPAN_KIND_CONSUMER for s in processed)

@@ -14,24 +14,31 @@ from opentelemetry.util._once import Once
 
 
 @contextmanager
-def recording() -> Iterator[InMemorySpanExporter]:
-    """An SDK tracer provider set globally for the block, keeping every finished span.
+def installed(provider: TracerProvider) -> Iterator[TracerProvider]:
+    """``provider`` set globally for the block, then shut down.
 
-    The API lets a process set its provider once; a test sets it for a while and puts
-    back what was there (none, for every other test).
+    The API lets a process set its provider once; a test or a benchmark sets one for a
+    while and puts back what was there (none, for everything else).
     """
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     before = trace._TRACER_PROVIDER  # the API's one global, put back after
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace.set_tracer_provider(provider)
     try:
-        yield exporter
+        yield provider
     finally:
         provider.shutdown()
         trace._TRACER_PROVIDER_SET_ONCE = Once()
         trace._TRACER_PROVIDER = before
+
+
+@contextmanager
+def recording() -> Iterator[InMemorySpanExporter]:
+    """An SDK tracer provider set globally for the block, keeping every finished span."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with installed(provider):
+        yield exporter
 
 
 def named(spans: Sequence[ReadableSpan], prefix: str) -> list[ReadableSpan]:
