@@ -321,10 +321,11 @@ class ConsumerService:
             raise DependencyDownError("not connected")
         prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
         outcomes = []
+        raw = tracing.values(prepared.raw, prepared.by_event)
         for applier, events in prepared.shares:
             group = self.settings.group_id
             with tracing.processing(applier, events, prepared.by_event, group) as span:
-                outcome = apply_guarded(applier, self._conn, events, prepared.raw)
+                outcome = apply_guarded(applier, self._conn, events, raw)
                 tracing.counted(span, outcome)
             outcomes.append((applier, outcome))
         for _, outcome in outcomes:  # their offsets wait for the work carried on

@@ -8,6 +8,10 @@ only once the application has set a tracer provider (the SDK, or
 - ``carried``: ``emit`` adds the current span's context to a row's headers, in the
   format of the global propagator (W3C ``traceparent`` and ``tracestate`` unless the
   application chose another); the relay copies row headers to the Kafka message.
+- ``stamp``: an event that waits (a parked step event) keeps its message's trace context
+  in its stored value, under ``inorder_trace`` (a field the codec does not read), with
+  when it began waiting; ``waited`` makes the span of the wait once it is over, with
+  ``span_between``, and ``link_current`` links the span at work to the event.
 - ``span``: one span made current for a block, with links. The relay's PRODUCER span per
   delivery and the consumer's CONSUMER span per route's share of a poll batch link to
   each message's creation context, as the messaging conventions do for batches and for
@@ -17,11 +21,14 @@ only once the application has set a tracer provider (the SDK, or
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+import orjson
 
 try:
     from opentelemetry import propagate, trace
@@ -136,6 +143,79 @@ def links(items: Iterable[tuple[Headers | None, Mapping[str, Any]]]) -> list[Any
             if len(made) == MOST_LINKS:
                 break
     return made
+
+
+# The field of a stored event value holding its trace context while it waits.
+STAMP_FIELD = "inorder_trace"
+_STAMP_KEY = b'"inorder_trace":{'
+
+
+def stamp(value: bytes, headers: Headers | None) -> bytes:
+    """``value`` (a JSON object) with its message's trace context and the time; as it was
+    when the message has none."""
+    if trace is None or not headers or _STAMP_KEY in value:
+        return value
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    context = {name: _text(v) for name, v in pairs if name in ("traceparent", "tracestate")}
+    body = value.rstrip()
+    if "traceparent" not in context or not body.endswith(b"}"):
+        return value
+    context["at"] = time.time()  # type: ignore[assignment]
+    return body[:-1] + b',"' + STAMP_FIELD.encode() + b'":' + orjson.dumps(context) + b"}"
+
+
+def with_distance(value: bytes, distance: int) -> bytes:
+    """A stamped ``value`` that also says how far ahead of its entity it came."""
+    if _STAMP_KEY not in value:
+        return value
+    return value.replace(_STAMP_KEY, _STAMP_KEY + b'"distance":%d,' % distance, 1)
+
+
+def waited(value: bytes) -> tuple[Any, float, int | None] | None:
+    """From a stamped value: the creation context, when the wait began, the distance."""
+    if trace is None or _STAMP_KEY not in value:
+        return None
+    try:
+        found = orjson.loads(value).get(STAMP_FIELD)
+        context = _w3c(str(found["traceparent"]), found.get("tracestate"))
+        began = float(found["at"])
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+    if context is None:
+        return None
+    distance = found.get("distance")
+    return context, began, distance if isinstance(distance, int) else None
+
+
+def span_between(
+    name: str, began: float, attributes: Mapping[str, Any], made_links: Sequence[Any]
+) -> None:
+    """A span from ``began`` (seconds since the epoch) to now, already over."""
+    if not active():
+        return
+    made = _tracer().start_span(
+        name,
+        attributes=dict(attributes),
+        links=list(made_links),
+        start_time=int(began * 1e9),
+    )
+    made.end()
+
+
+def link_current(context: Any, attributes: Mapping[str, Any]) -> None:
+    """Link the span at work (if one records) to ``context``."""
+    if trace is None or context is None:
+        return
+    current = trace.get_current_span()
+    if current.is_recording():
+        current.add_link(context, dict(attributes))
+
+
+def links_to(contexts: Iterable[Any], attributes: Mapping[str, Any]) -> list[Any]:
+    """Links to span contexts already known, each with ``attributes``."""
+    if trace is None:
+        return []
+    return [Link(context, dict(attributes)) for context in contexts]
 
 
 @contextmanager

@@ -71,3 +71,30 @@ def counted(span: Any, outcome: Outcome) -> None:
             "inorder.deferred": len(outcome.deferred),
         }
     )
+
+
+class Stamped(Mapping[str, bytes]):
+    """The batch's event values, each read with its message's trace context stamped in.
+
+    A route reads a value to keep it (a step event that parks): the context goes with
+    it, so the wait and the apply after it can be linked to the writer's trace. Values
+    no route asks for cost nothing.
+    """
+
+    def __init__(self, raw: Mapping[str, bytes], by_event: Mapping[str, Message]) -> None:
+        self._raw = raw
+        self._by_event = by_event
+
+    def __getitem__(self, event_id: str) -> bytes:
+        return tracing.stamp(self._raw[event_id], self._by_event[event_id].headers())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+def values(raw: Mapping[str, bytes], by_event: Mapping[str, Message]) -> Mapping[str, bytes]:
+    """What routes read the batch's values from: stamped while tracing is active."""
+    return Stamped(raw, by_event) if tracing.active() else raw

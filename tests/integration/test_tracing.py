@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from producer import OutboxEvent, emit
+from schemas import PayloadSchemas
 from tests.conftest import PgSchema
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
+from tests.integration import step_support as ss
 from tests.support import otlp, traces
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
@@ -99,6 +102,7 @@ class NoOpenTelemetry:
 sys.meta_path.insert(0, NoOpenTelemetry())
 import psycopg
 from producer import OutboxEvent, emit
+from schemas import PayloadSchemas
 from schemas import tracing
 import outbox_relay.publisher, consumer.service  # the programs' modules import fine
 assert not tracing.INSTALLED and not tracing.active()
@@ -183,3 +187,49 @@ def test_the_programs_export_their_spans_over_otlp_to_a_receiver(
     assert entities == ["subscription:o1", "subscription:o2"]
     processed = [s for s in receiver.of("inorder-consumer", "process ") if _links_to(s, origin)]
     assert all(s.kind == s.SPAN_KIND_CONSUMER for s in processed)
+
+
+def test_an_event_parked_behind_its_predecessor_has_a_park_span_and_its_apply_is_linked(
+    outbox: PgSchema,
+    services: Services,
+    topics: rs.RelayTopics,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """Seq 2 written in a span, relayed, parked; seq 1 comes: a park span and the apply link it."""
+    ss.prepare(outbox)
+    schemas = PayloadSchemas.configured(rs.TEST_SCHEMAS, allow_unknown=False)
+    tracer = trace.get_tracer("ledger-service")
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ss.routes_text())
+    relay = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    consumer = cs.parking_settings_for(
+        outbox, services, routes, topics.events, f"{topics.events}.dlq", redis_prefix
+    )
+
+    def write(seq: int) -> trace.SpanContext:
+        with tracer.start_as_current_span(f"add {seq}") as span, outbox.connect() as conn:
+            with conn.transaction():
+                event = OutboxEvent("ledger", "w", seq, "ledger.added", {}, topic=topics.events)
+                emit(conn, event, schemas=schemas)
+            return span.get_span_context()
+
+    with traces.recording() as spans, rs.running(relay), cs.running(consumer):
+        second = write(2)
+        wait_until(lambda: ss.progress(outbox, "w") is not None)  # parked: its row is made
+        parked_at = time.time()
+        first = write(1)
+        wait_until(lambda: ss.applied(outbox, "w") == [(1, 1), (1, 2)])
+        finished = spans.get_finished_spans()
+    assert any(traces.linked_to(s, second) for s in traces.named(finished, "publish "))
+    [park] = [s for s in traces.named(finished, "park") if traces.linked_to(s, second)]
+    assert park.attributes["inorder.seq"] == 2
+    assert park.attributes["inorder.reorder_distance"] == 1
+    assert park.attributes["inorder.route"] == "ledger"
+    assert park.start_time is not None
+    assert park.end_time is not None
+    assert park.start_time <= parked_at * 1e9 <= park.end_time
+    [applying] = [s for s in traces.named(finished, "process ") if traces.linked_to(s, first)]
+    [link] = traces.linked_to(applying, second)  # the drained event, linked at its apply
+    assert link.attributes["inorder.entity"] == "ledger:w"
+    assert applying.attributes["inorder.applied"] == 2

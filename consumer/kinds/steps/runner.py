@@ -17,12 +17,13 @@ from consumer.deadletter import PARK_CAP_REACHED
 from consumer.errors import RoutesError
 from consumer.kinds._barrier import apply_guarded
 from consumer.kinds._base import Carried, Conn, Links, Outcome, Refusal
+from consumer.kinds.steps import traced
 from consumer.kinds.steps.apply import apply_alone, apply_steps
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.parking import ParkingLot, lot_of
-from consumer.kinds.steps.plan import Plan, reorder_distance
+from consumer.kinds.steps.plan import Plan
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction
@@ -176,16 +177,15 @@ class StepApplier:
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
             with pipelined_transaction(conn):
                 self.store.mark_parked(conn, [e for _, e in early])
+        parking = traced.parked_values(early, [raw[e.event_id] for _, e in early])
         sizes = self.lot.park(
             self.route.stream,
-            [(e.entity_id, e.seq, raw[e.event_id]) for _, e in early],
+            [(e.entity_id, e.seq, value) for _, e, _, value in parking],
             self.route.max_parked,
             self.route.park_ttl_s,
         )
         held = [event for (_, event), size in zip(early, sizes, strict=True) if size < 0]
-        for entity_plan, event in early:
-            assert entity_plan.end is not None
-            outcome.parked.append((event, reorder_distance(entity_plan.end, event)))
+        outcome.parked += [(event, distance) for _, event, distance, _ in parking]
         outcome.escalated += self._hold(conn, held)
         outcome.held += [
             Refusal(
@@ -311,6 +311,7 @@ class StepApplier:
             for entity in alone:
                 self._carry(entity, [], {}, outcome)
             _add(outcome, plans)
+            traced.drained(route, ((e, members[id(e)]) for p in plans.values() for e in p.apply))
             done = {
                 entity: [members[id(e)] for e in plan.apply + plan.stale]
                 for entity, plan in plans.items()
