@@ -32,7 +32,7 @@ from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn, Read
 from outbox_relay.tracing import traced
 from outbox_relay.weighing import Bounds
-from schemas import PayloadSchemas
+from schemas import PayloadSchemas, tracing
 
 log = structlog.get_logger(__name__)
 
@@ -205,7 +205,9 @@ class Publisher:
         delivered = len(delivery.messages) - len(sent.missing())
         metrics.PUBLISHED.inc(delivered)
         if delivery.oldest is not None and delivered:
-            metrics.PUBLISH_LATENCY.observe(max(0.0, time.time() - delivery.oldest))
+            metrics.PUBLISH_LATENCY.observe(
+                max(0.0, time.time() - delivery.oldest), exemplar=tracing.current_exemplar()
+            )
         outcome.full = delivery.full
         outcome.rows += delivered
         if sent.failed:

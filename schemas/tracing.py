@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -62,13 +61,22 @@ def active() -> bool:
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
-@cache
+_tracers: dict[int, Any] = {}
+
+
 def _tracer() -> Any:
-    try:
-        release = version("inorder")
-    except PackageNotFoundError:  # pragma: no cover - run from a tree that is not installed
-        release = None
-    return trace.get_tracer("inorder", release)
+    """inorder's tracer from the provider set now (kept per provider)."""
+    provider = trace.get_tracer_provider()
+    made = _tracers.get(id(provider))
+    if made is None or made[0] is not provider:
+        try:
+            release = version("inorder")
+        except PackageNotFoundError:  # pragma: no cover - a tree that is not installed
+            release = None
+        made = (provider, provider.get_tracer("inorder", release))
+        _tracers.clear()
+        _tracers[id(provider)] = made
+    return made[1]
 
 
 def carried(headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -216,6 +224,21 @@ def links_to(contexts: Iterable[Any], attributes: Mapping[str, Any]) -> list[Any
     if trace is None:
         return []
     return [Link(context, dict(attributes)) for context in contexts]
+
+
+def exemplar(context: Any) -> dict[str, str] | None:
+    """The labels of a Prometheus exemplar naming ``context`` (a span context; None: none)."""
+    if context is None or not context.is_valid:
+        return None
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+def current_exemplar() -> dict[str, str] | None:
+    """An exemplar naming the span at work, when one records."""
+    if trace is None:
+        return None
+    current = trace.get_current_span()
+    return exemplar(current.get_span_context()) if current.is_recording() else None
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from consumer.deadletter import DeadLetter
 from consumer.kinds import Applier, Outcome, Refusal
 from consumer.loop.poll import Prepared
 from consumer.settings import ConsumerSettings
+from schemas import tracing
 
 log = structlog.get_logger(__name__)
 
@@ -73,13 +74,16 @@ def report(
         )
     # Latency is per entity: how late its state shows its newest event of this batch
     # (events drained from parking arrived in an earlier batch and have no message here).
-    now = time.time()
+    # While tracing, each latency names the trace its event was written in (an exemplar).
+    now, traced = time.time(), tracing.active()
     for applier, outcome in outcomes:
         outcome.count(applier.route.stream)
         newest = {e.entity_id: e for e in outcome.applied if e.event_id in by_event}
         for event in newest.values():
-            sent_at = by_event[event.event_id].timestamp()[1] / 1000
-            metrics.APPLY_LATENCY.observe(max(0.0, now - sent_at))
+            message = by_event[event.event_id]
+            late = max(0.0, now - message.timestamp()[1] / 1000)
+            origin = tracing.creation_context(message.headers()) if traced else None
+            metrics.APPLY_LATENCY.observe(late, exemplar=tracing.exemplar(origin))
 
 
 def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import REGISTRY
+from prometheus_client.exposition import choose_encoder
 
 
 class Health:
@@ -71,7 +72,9 @@ def _handler(health: Health) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+                # OpenMetrics when the scraper asks for it: the format exemplars need.
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._send(200, encoder(REGISTRY), content_type)
             elif self.path == "/healthz":
                 ok = health.live
                 self._send(200 if ok else 503, b"ok\n" if ok else b"main loop stalled\n")

@@ -10,6 +10,8 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
+from prometheus_client import REGISTRY
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from producer import OutboxEvent, emit
 from schemas import PayloadSchemas
@@ -78,6 +80,13 @@ def test_the_writer_s_span_is_linked_from_the_relay_s_and_the_consumer_s(
     assert sum(s.attributes["inorder.applied"] for s in processed) == 3
     # Links, never parents: each program's span starts its own trace.
     assert all(s.parent is None for s in [publish, *processed])
+    # The latency histograms name traces (exemplars, in OpenMetrics): the writer's for the
+    # apply latency, the delivery's for the relay's.
+    exposed = openmetrics.generate_latest(REGISTRY).decode()
+    applied = [line for line in exposed.splitlines() if line.startswith("event_apply_latency")]
+    assert any(f'trace_id="{origin.trace_id:032x}"' in line for line in applied)
+    published = [line for line in exposed.splitlines() if line.startswith("outbox_publish_latency")]
+    assert any(f'trace_id="{publish.context.trace_id:032x}"' in line for line in published)
 
 
 def test_without_a_tracer_provider_rows_get_no_trace_headers_and_no_span_is_made(
