@@ -21,7 +21,7 @@ from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
 from schemas.errors import TopicSettingsError
-from schemas.runtime import logs
+from schemas.runtime import logs, traces
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
 from schemas.runtime.outages import DOWN
@@ -120,6 +120,7 @@ def admin_main(argv: list[str] | None = None) -> None:
     settings = _load(SweeperSettings, ADMIN)
     routes = _routes(settings, ADMIN)
     logs.configure("WARNING")
+    exporting = traces.configure(ADMIN)  # a review's span, when OTLP export is asked for
     try:
         cli.run(args, settings, routes, Console())
     except AdminError as exc:
@@ -130,6 +131,8 @@ def admin_main(argv: list[str] | None = None) -> None:
         fail(ADMIN, [f"cannot connect: {logs.first_line(exc)}"])
     except psycopg.errors.InsufficientPrivilege as exc:
         fail(ADMIN, [f"not allowed: {logs.first_line(exc)}"], code=1)
+    finally:
+        traces.shutdown(exporting)
 
 
 if __name__ == "__main__":

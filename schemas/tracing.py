@@ -241,25 +241,33 @@ def current_exemplar() -> dict[str, str] | None:
     return exemplar(current.get_span_context()) if current.is_recording() else None
 
 
+_KINDS = {"producer": "PRODUCER", "consumer": "CONSUMER", "internal": "INTERNAL"}
+
+
 @contextmanager
 def span(
     name: str,
     kind: str,
     attributes: Mapping[str, Any],
     made_links: Sequence[Any] = (),
+    *,
+    began: float | None = None,
 ) -> Iterator[Any]:
-    """A span current for the block (``kind``: ``producer`` or ``consumer``); None when inactive.
+    """A span current for the block; None when inactive.
 
-    An exception leaving the block is recorded on the span, which ends with an error status.
+    ``kind``: ``producer``, ``consumer`` or ``internal``; ``began``: when it started, if
+    before the block (seconds since the epoch). An exception leaving the block is
+    recorded on the span, which ends with an error status.
     """
     if not active():
         yield None
         return
     with _tracer().start_as_current_span(
         name,
-        kind=SpanKind.PRODUCER if kind == "producer" else SpanKind.CONSUMER,
+        kind=getattr(SpanKind, _KINDS[kind]),
         attributes=dict(attributes),
         links=list(made_links),
+        start_time=None if began is None else int(began * 1e9),
         record_exception=True,
         set_status_on_exception=True,
     ) as current:

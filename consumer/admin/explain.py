@@ -75,7 +75,9 @@ def _outbox(outbox: Conn, story: Story) -> None:
     with outbox.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             "SELECT count(*) OVER () AS total, o.id, o.generation, o.seq, o.event_type, "
-            "o.created_at, outbox_published(o) AS sent, o.failure_reason AS failed "
+            "o.created_at, outbox_published(o) AS sent, o.failure_reason AS failed, "
+            # The trace the row was written in (emit's traceparent), to look it up by.
+            "nullif(split_part(o.headers->>'traceparent', '-', 2), '') AS trace_id "
             "FROM outbox o WHERE o.entity_type = %s AND o.entity_id = %s "
             "ORDER BY o.generation DESC, o.seq DESC, o.id DESC LIMIT %s",
             (story.stream, story.entity_id, MAX_OUTBOX_ROWS),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -211,4 +213,12 @@ def gated_call(conn: Any, event: Event) -> None:
     if event.entity_id.startswith("flaky") and event.entity_id not in LOST_ONCE:
         LOST_ONCE.add(event.entity_id)
         raise psycopg.OperationalError("server closed the connection unexpectedly")
+    record(conn, event)
+
+
+def fail_while_flagged(conn: Any, event: Event) -> None:
+    """Raises while the file ``INORDER_TEST_FAIL_FLAG`` names exists; records once it is gone."""
+    flag = os.environ.get("INORDER_TEST_FAIL_FLAG")
+    if flag and Path(flag).exists():
+        raise RuntimeError("the ledger service refused the step")
     record(conn, event)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
@@ -19,6 +20,7 @@ from tests.conftest import PgSchema
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
+from tests.integration import sweeper_support as sw
 from tests.support import otlp, traces
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
@@ -242,3 +244,57 @@ def test_an_event_parked_behind_its_predecessor_has_a_park_span_and_its_apply_is
     [link] = traces.linked_to(applying, second)  # the drained event, linked at its apply
     assert link.attributes["inorder.entity"] == "ledger:w"
     assert applying.attributes["inorder.applied"] == 2
+    # inorder-admin explain names the trace each outbox row was written in.
+    told = sw.run_tool("inorder-admin", cs.consumer_env(consumer), "--json", "explain", "ledger:w")
+    assert told.returncode == 0, told.stderr
+    for context in (first, second):
+        assert f'"trace_id":"{context.trace_id:032x}"' in told.stdout
+
+
+def test_a_review_span_covers_the_stop_and_the_step_applied_after_links_to_it(
+    outbox: PgSchema,
+    services: Services,
+    topics: rs.RelayTopics,
+    tmp_path: Path,
+    redis_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step fails and stops; inorder-admin review retry exports a review span from the stop."""
+    ss.prepare(outbox)
+    flag = tmp_path / "refuse"
+    flag.touch()
+    monkeypatch.setenv("INORDER_TEST_FAIL_FLAG", str(flag))
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ss.routes_text("fail_while_flagged"))
+    relay = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    consumer = cs.parking_settings_for(
+        outbox, services, routes, topics.events, f"{topics.events}.dlq", redis_prefix
+    )
+    schemas = PayloadSchemas.configured(rs.TEST_SCHEMAS, allow_unknown=False)
+    with traces.recording(), otlp.receiving() as receiver:
+        with rs.running(relay), cs.running(consumer):
+            with trace.get_tracer("ledger-service").start_as_current_span("add") as span:
+                with outbox.connect() as conn, conn.transaction():
+                    event = OutboxEvent("ledger", "w", 1, "ledger.added", {}, topic=topics.events)
+                    emit(conn, event, schemas=schemas)
+                origin = span.get_span_context()
+            wait_until(lambda: (ss.progress(outbox, "w") or (0,) * 5)[3] == 1)
+        stopped_by = time.time()
+        flag.unlink()
+        env = {
+            **cs.consumer_env(consumer),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "INORDER_TEST_FAIL_FLAG": str(flag),
+            "PYTHONPATH": str(sw.ROOT),  # the test's step functions
+        }
+        told = sw.run_tool("inorder-admin", env, "review", "retry", "ledger:w")
+        assert told.returncode == 0, told.stderr
+        assert ss.applied(outbox, "w") == [(1, 1)]
+        wait_until(lambda: receiver.of("inorder-admin", "review"))
+    [review] = receiver.of("inorder-admin", "review")
+    about = {a.key: a.value for a in review.attributes}
+    assert about["inorder.decision"].string_value == "retried"
+    assert about["inorder.seq"].int_value == 1
+    assert review.start_time_unix_nano <= stopped_by * 1e9 < review.end_time_unix_nano
+    assert _links_to(review, origin)  # the stopped step, drained and applied in the review
+    assert any(_links_to(s, origin) for s in receiver.of("inorder-admin", "park"))

@@ -23,7 +23,7 @@ from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
-from schemas import headers, kafka_key
+from schemas import headers, kafka_key, tracing
 from schemas.runtime import kafka_clients
 
 ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
@@ -219,17 +219,24 @@ class StepCommands:
         """Confirm the stopped step took effect (advance past it) or retry it; then drain."""
         applier, entity_id = self.entity(ref)
         conn = self.tools.conn
-        with conn.transaction():
-            generation, last, stopped = self.progress_row(applier, entity_id)
-            if stopped is None:
-                raise AdminError(f"{ref} is not waiting for a review")
-            if confirm and stopped != last + 1:
-                raise AdminError(f"{ref} stopped at {stopped} but has applied only {last}")
-            if confirm:
-                applier.store.confirm(conn, entity_id, generation, stopped, by)
-            applier.store.resume(conn, entity_id, generation, stopped)
-        self._drain(applier, entity_id)
         decision = "confirmed" if confirm else "retried"
+        since = applier.store.stopped_since(conn, entity_id)
+        about = {"inorder.entity": ref, "inorder.decision": decision}
+        # The review span: from the stop to the person's decision and the drain after it
+        # (the stopped event, applied there, links to it).
+        with tracing.span("review", "internal", about, began=since) as span:
+            with conn.transaction():
+                generation, last, stopped = self.progress_row(applier, entity_id)
+                if stopped is None:
+                    raise AdminError(f"{ref} is not waiting for a review")
+                if confirm and stopped != last + 1:
+                    raise AdminError(f"{ref} stopped at {stopped} but has applied only {last}")
+                if confirm:
+                    applier.store.confirm(conn, entity_id, generation, stopped, by)
+                applier.store.resume(conn, entity_id, generation, stopped)
+            if span is not None:
+                span.set_attribute("inorder.seq", stopped)
+            self._drain(applier, entity_id)
         self.tools.show(
             "reviewed", [{"entity": ref, "seq": stopped, "decision": decision, "by": by}]
         )

@@ -226,7 +226,7 @@ class StepStore:
         """Stop an entity before ``seq`` until a person looks at it."""
         conn.execute(
             "UPDATE inorder_step_progress SET stopped_at_seq = %s, stop_reason = %s, "
-            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            "stopped_at = now(), updated_at = now() WHERE route = %s AND entity_id = %s",
             (seq, safe_text(reason[:1000]), self.route.stream, entity_id),
         )
 
@@ -332,6 +332,15 @@ class StepStore:
         ).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
+    def stopped_since(self, conn: Conn, entity_id: str) -> float | None:
+        """When the entity was stopped for a person (seconds since the epoch; None: not known)."""
+        row = conn.execute(
+            "SELECT extract(epoch FROM stopped_at)::float8 FROM inorder_step_progress "
+            "WHERE route = %s AND entity_id = %s",
+            (self.route.stream, entity_id),
+        ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def skip(
         self, conn: Conn, entity_id: str, skipped: tuple[int, int, int], by: str, reason: str
     ) -> None:
@@ -378,7 +387,7 @@ class StepStore:
         )
         conn.execute(
             "UPDATE inorder_step_progress SET stopped_at_seq = NULL, stop_reason = NULL, "
-            "updated_at = now() WHERE route = %s AND entity_id = %s",
+            "stopped_at = NULL, updated_at = now() WHERE route = %s AND entity_id = %s",
             (self.route.stream, entity_id),
         )
 
