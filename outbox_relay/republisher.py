@@ -16,7 +16,7 @@ from outbox_relay.sending import deliver
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
 from outbox_relay.weighing import Bounds
-from schemas import PayloadSchemas
+from schemas import PayloadSchemas, tracing
 from schemas.errors import OutageError
 from schemas.republish import RepublishRequest, RepublishResult, encode
 
@@ -153,7 +153,8 @@ def _publish(
         if err is not None:
             errors.append(str(err))
 
-    producer.produce(topic, encode(result), result.key, on_delivery=on_delivery)
+    headers = tracing.injected()  # the answer's context, when it is traced
+    producer.produce(topic, encode(result), result.key, headers=headers, on_delivery=on_delivery)
     remaining = producer.flush(settings.delivery_timeout_ms / 1000 + 5)
     if errors or remaining:
         raise RepublishDeliveryError(f"republish answer not delivered: {errors or 'timed out'}")

@@ -25,7 +25,7 @@ from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, answer
 from outbox_relay.settings import RelaySettings
-from schemas import PayloadSchemas
+from schemas import PayloadSchemas, tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_request
 from schemas.runtime import postgres
@@ -187,9 +187,22 @@ class Relay:
             )
 
     def _answer(self, message: Message) -> None:
-        """Re-send the rows one request asks for and publish the answer."""
+        """Re-send the rows one request asks for and publish the answer.
+
+        Traced, the answer is a span linked to the request's context, and the result
+        carries the answer's context back to the sweeper.
+        """
         request = decode_request(message.value())
-        answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
+        origin = tracing.creation_context(message.headers())
+        about = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "process",
+            "inorder.entity": f"{request.entity_type}:{request.entity_id}",
+            "inorder.request_id": request.request_id,
+        }
+        links = tracing.links_to([origin] if origin is not None else [], {})
+        with tracing.span("republish answer", "consumer", about, links):
+            answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
 
     @staticmethod
     def _invalid_request(message: Message, reason: str, detail: str) -> None:

@@ -115,6 +115,33 @@ def creation_context(headers: Headers | None) -> Any:
     return found if found.is_valid else None
 
 
+def context_of(traceparent: str | None) -> Any:
+    """The span context a stored W3C ``traceparent`` names (None: none, or not valid)."""
+    if trace is None or not traceparent:
+        return None
+    return _w3c(traceparent, None)
+
+
+def traceparent_of(current: Any) -> str | None:
+    """The W3C ``traceparent`` of a span or a span context (None: none)."""
+    if current is None:
+        return None
+    found = current.get_span_context() if hasattr(current, "get_span_context") else current
+    if not found.is_valid:
+        return None
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+
+def injected() -> list[tuple[str, str | bytes | None]] | None:
+    """The current span's context as Kafka headers (None: no span, or the API missing)."""
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    made: list[tuple[str, str | bytes | None]] = [(k, v.encode()) for k, v in carrier.items()]
+    return made or None
+
+
 def _text(value: str | bytes | None) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

@@ -78,8 +78,11 @@ class Duties(Protocol):
     def sweep(self, report: SweepReport) -> None:
         """One pass over the kind's routes, counting what it did into ``report``."""
 
-    def answer(self, result: RepublishResult) -> bool:
-        """Act on the relay's result for one of the kind's streams; whether anything changed."""
+    def answer(self, result: RepublishResult, origin: object | None = None) -> bool:
+        """Act on the relay's result for one of the kind's streams; whether anything changed.
+
+        ``origin``: the trace context the relay answered in (None: not traced).
+        """
 
     def gauges(self, *, every: bool) -> None:
         """Export the kind's gauges: all of them, or (``every`` False) those a change moves."""

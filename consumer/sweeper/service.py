@@ -22,6 +22,7 @@ from consumer import metrics, tables
 from consumer.kinds import KINDS, Duties, Kind, Route, SweepReport
 from consumer.settings import SweeperSettings
 from consumer.sweeper.lease import Lease
+from schemas import tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_result
 from schemas.runtime import kafka_clients, postgres
@@ -232,7 +233,7 @@ class Sweeper:
 
         def use(message: Message) -> None:
             nonlocal changed
-            changed = self._answer(message.value()) or changed
+            changed = self._answer(message.value(), message.headers()) or changed
             metrics.REPUBLISH_RESULTS.labels("used").inc()
 
         fetched = self.io.results.consume(num_messages=100, timeout=0)
@@ -240,11 +241,11 @@ class Sweeper:
         handle_each(self.io.results, good, use, self._invalid_result, "unusable")
         return changed
 
-    def _answer(self, raw: bytes | None) -> bool:
+    def _answer(self, raw: bytes | None, headers: Any = None) -> bool:
         """Act on one result; whether anything changed."""
         result = decode_result(raw)
         duty = self.duties.get(self._kind_of.get(result.entity_type, ""))
-        return duty is not None and duty.answer(result)
+        return duty is not None and duty.answer(result, tracing.creation_context(headers))
 
     @staticmethod
     def _invalid_result(message: Message, reason: str, detail: str) -> None:

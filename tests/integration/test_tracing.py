@@ -16,7 +16,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from producer import OutboxEvent, emit
 from schemas import PayloadSchemas
-from tests.conftest import PgSchema
+from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
@@ -298,3 +298,34 @@ def test_a_review_span_covers_the_stop_and_the_step_applied_after_links_to_it(
     assert review.start_time_unix_nano <= stopped_by * 1e9 < review.end_time_unix_nano
     assert _links_to(review, origin)  # the stopped step, drained and applied in the review
     assert any(_links_to(s, origin) for s in receiver.of("inorder-admin", "park"))
+
+
+def test_a_healed_gap_has_a_span_linked_to_the_republish_request_and_the_relay_s_answer(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """A row the cursor passed: the sweeper asks, the relay answers, the gap's span links both."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    sw.write_outbox(p, range(1, 6))
+    with pg_schema.connect() as conn:  # the lost event: transaction id 0 sorts behind the cursor
+        conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
+        conn.commit()
+    with traces.recording() as spans, sw.running(p):
+        wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)
+        finished = spans.get_finished_spans()
+    requests = traces.named(finished, f"republish {p.topics.requests}")
+    answers = traces.named(finished, "republish answer")
+    assert requests
+    assert answers
+    assert requests[0].kind is SpanKind.PRODUCER
+    assert all(any(traces.linked_to(a, r.context) for r in requests) for a in answers)
+    [gap] = traces.named(finished, "gap")
+    assert (gap.attributes["inorder.gap.from_seq"], gap.attributes["inorder.gap.to_seq"]) == (3, 3)
+    assert any(traces.linked_to(gap, r.context) for r in requests)
+    assert any(traces.linked_to(gap, a.context) for a in answers)
+    assert gap.start_time is not None
+    assert gap.end_time is not None
+    assert gap.end_time - gap.start_time > 0

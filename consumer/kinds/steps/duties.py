@@ -17,13 +17,13 @@ import structlog
 from consumer import metrics
 from consumer.kinds._base import Links
 from consumer.kinds._plugin import SweepReport, Tools
-from consumer.kinds.steps import gaps
+from consumer.kinds.steps import gaps, traced
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
-from schemas import DecodeError, decode
+from schemas import DecodeError, decode, tracing
 from schemas.republish import RepublishRequest, RepublishResult, backoff_delays, encode
 
 log = structlog.get_logger(__name__)
@@ -68,6 +68,7 @@ class StepDuties:
             now = progress.get(gap.entity_id)
             if now is not None and gaps.healed(gap, now):
                 gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
+                traced.healed(gap)
                 seconds = time.time() - gap.first_seen.timestamp()
                 metrics.GAP_HEAL_TIME.observe(seconds)
                 report["healed"] += 1
@@ -175,8 +176,12 @@ class StepDuties:
             f"gap open since {gap.first_seen.isoformat()}",
         )
         topic = self.tools.settings.republish_requests_topic
-        self.tools.producer.produce(topic, encode(request), request.key)
-        gaps.requested(self.tools.conn, gap, self.delays[gap.attempts])
+        with traced.requesting(gap, topic, gap.attempts + 1) as sending:
+            self.tools.producer.produce(
+                topic, encode(request), request.key, headers=tracing.injected()
+            )
+            trace = tracing.traceparent_of(sending)
+        gaps.requested(self.tools.conn, gap, self.delays[gap.attempts], trace)
         metrics.REPUBLISH_REQUESTED.inc()
         report["requested"] += 1
         log.info(
@@ -204,9 +209,15 @@ class StepDuties:
 
     # ------------------------------------------------------------------ answers and gauges
 
-    def answer(self, result: RepublishResult) -> bool:
-        """Seqs the relay no longer has make their gap unrecoverable; whether one did."""
+    def answer(self, result: RepublishResult, origin: object | None = None) -> bool:
+        """Seqs the relay no longer has make their gap unrecoverable; whether one did.
+
+        ``origin``: the answer's trace context, kept on the gap for its span.
+        """
         gap = gaps.find(self.tools.conn, result.entity_type, result.entity_id)
+        trace = tracing.traceparent_of(origin)
+        if gap is not None and trace is not None:
+            gaps.answered(self.tools.conn, gap, trace)
         lost = sorted(set(result.missing) | set(result.failed))
         if (
             gap is None

@@ -54,11 +54,15 @@ class Gap:
     resolved_at: datetime | None
     resolved_by: str | None
     reason: str | None
+    # The traceparent of the last republish request, and of the relay's last answer.
+    request_trace: str | None = None
+    answer_trace: str | None = None
 
 
 _COLUMNS = (
     "id, route, entity_id, generation, from_seq, to_seq, event_type, status, first_seen, "
-    "attempts, next_attempt_at, missing, resolved_at, resolved_by, reason"
+    "attempts, next_attempt_at, missing, resolved_at, resolved_by, reason, "
+    "request_trace, answer_trace"
 )
 
 
@@ -141,13 +145,19 @@ def open_gap(
     return row is not None
 
 
-def requested(conn: Conn, gap: Gap, delay_s: float) -> None:
-    """Count one more republish request and when the next one is due."""
+def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) -> None:
+    """Count one more republish request and when the next one is due (``trace``: its span)."""
     conn.execute(
         "UPDATE inorder_gaps SET status = %s, attempts = attempts + 1, "
-        "next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s",
-        (GapStatus.REQUESTED, delay_s, gap.id),
+        "next_attempt_at = now() + make_interval(secs => %s), "
+        "request_trace = coalesce(%s, request_trace) WHERE id = %s",
+        (GapStatus.REQUESTED, delay_s, trace, gap.id),
     )
+
+
+def answered(conn: Conn, gap: Gap, trace: str) -> None:
+    """Remember the trace context of the relay's answer to the gap's request."""
+    conn.execute("UPDATE inorder_gaps SET answer_trace = %s WHERE id = %s", (trace, gap.id))
 
 
 def resolve(

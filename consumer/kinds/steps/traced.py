@@ -1,4 +1,4 @@
-"""Spans of a step event's wait in parking: how long it waited for its predecessor.
+"""Spans of what step entities wait for: a predecessor in parking (``park``), a gap (``gap``).
 
 While tracing is active, a step event that parks keeps its message's trace context in
 its parked value (the loop stamps it; ``schemas.tracing.stamp``), with when it parked
@@ -7,12 +7,20 @@ span covers the wait, linked to where the event was written; the span at work wh
 is drained (the consumer's batch span) is linked to it as well, so the writer's trace
 leads to the apply. Events parked without a context (or before tracing was on) make
 no span.
+
+A gap's span runs from its detection to its healing, linked to the sweeper's last
+republish request (a PRODUCER span whose context goes in the request's headers) and to
+the relay's answer (whose context comes back in the result's headers); both contexts are
+kept on the gap's row in between.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
+from consumer.kinds.steps.gaps import Gap
 from consumer.kinds.steps.plan import Plan, reorder_distance
 from schemas import Event, tracing
 
@@ -46,3 +54,37 @@ def drained(route: str, applied: Iterable[tuple[Event, bytes]]) -> None:
         if distance is not None:
             about["inorder.reorder_distance"] = distance
         tracing.span_between("park", began, about, tracing.links_to([context], attributes))
+
+
+def _gap_attributes(gap: Gap) -> dict[str, Any]:
+    return {
+        "inorder.route": gap.route,
+        "inorder.entity": f"{gap.route}:{gap.entity_id}",
+        "inorder.generation": gap.generation,
+        "inorder.gap.from_seq": gap.from_seq,
+        "inorder.gap.to_seq": gap.to_seq,
+    }
+
+
+@contextmanager
+def requesting(gap: Gap, topic: str, attempt: int) -> Iterator[Any]:
+    """The span of one republish request for ``gap``, current while it is sent."""
+    about = {
+        **_gap_attributes(gap),
+        "messaging.system": "kafka",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": topic,
+        "inorder.gap.attempt": attempt,
+    }
+    with tracing.span(f"republish {topic}", "producer", about) as span:
+        yield span
+
+
+def healed(gap: Gap) -> None:
+    """The gap's span, from detection until now, linked to its request and the answer."""
+    if not tracing.active():
+        return
+    contexts = [tracing.context_of(gap.request_trace), tracing.context_of(gap.answer_trace)]
+    about = {**_gap_attributes(gap), "inorder.gap.attempts": gap.attempts}
+    links = tracing.links_to([c for c in contexts if c is not None], {})
+    tracing.span_between("gap", gap.first_seen.timestamp(), about, links)
