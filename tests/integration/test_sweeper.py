@@ -42,10 +42,7 @@ def test_lost_event_is_detected_republished_and_healed(
     p = sw.pipeline(
         pg_schema, services, topic_factory, tmp_path, redis_prefix, gauge_interval_s=3600
     )
-    sw.write_outbox(p, range(1, 6))
-    with pg_schema.connect() as conn:  # the lost event: transaction id 0 sorts behind the cursor
-        conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
-        conn.commit()
+    sw.write_with_a_lost_row(p, range(1, 6), lost=3)
     before = _escalations()
     with sw.running(p):
         wait_until(lambda: (ss.progress(pg_schema) or (0, 0))[1] == 5, timeout_s=60)
@@ -141,10 +138,7 @@ def test_standby_sweeper_takes_over_when_the_active_one_dies(
         time.sleep(1.0)
         first.kill()
         first.wait(timeout=30)
-        sw.write_outbox(p, range(1, 6))
-        with pg_schema.connect() as conn:
-            conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
-            conn.commit()
+        sw.write_with_a_lost_row(p, range(1, 6), lost=3)
         with sw.running(p, sweeper=False):
             wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)
         holder = redis_client.get(lease) or b""

@@ -309,10 +309,7 @@ def test_a_healed_gap_has_a_span_linked_to_the_republish_request_and_the_relay_s
 ) -> None:
     """A row the cursor passed: the sweeper asks, the relay answers, the gap's span links both."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
-    sw.write_outbox(p, range(1, 6))
-    with pg_schema.connect() as conn:  # the lost event: transaction id 0 sorts behind the cursor
-        conn.execute("UPDATE outbox SET xid = '0' WHERE seq = 3")
-        conn.commit()
+    sw.write_with_a_lost_row(p, range(1, 6), lost=3)
     with traces.recording() as spans, sw.running(p):
         wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)
         finished = spans.get_finished_spans()
