@@ -90,7 +90,6 @@ def write_outbox(p: Pipeline, seqs: range, entity: str = "a") -> None:
         conn.commit()
 
 
-@contextmanager
 def write_with_a_lost_row(p: Pipeline, seqs: range, lost: int) -> None:
     """``write_outbox``, with the row of seq ``lost`` behind every relay's cursor (never sent
     by publishing: transaction id 0 sorts before any cursor), as a lost event would be."""
@@ -100,6 +99,7 @@ def write_with_a_lost_row(p: Pipeline, seqs: range, lost: int) -> None:
         conn.commit()
 
 
+@contextmanager
 def running(p: Pipeline, *, sweeper: bool = True) -> Iterator[Sweeper | None]:
     """Relay, consumer and (optionally) a sweeper serving until the block ends."""
     relay = rs.settings_for(p.db, p.services.kafka_bootstrap, p.topics, poll_interval_s=0.2)
