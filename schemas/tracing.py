@@ -97,16 +97,18 @@ def creation_context(headers: Headers | None) -> Any:
     """The span context a message was created in, from its headers (None: none).
 
     A W3C ``traceparent`` is read directly (most of the cost of a link, otherwise);
-    headers of another propagator go through the global one.
+    headers of another propagator go through the global one. Where a message carries
+    two, the first is the writer's: the relay puts the row's headers first, and a Kafka
+    client instrumentation adds its own send span's after them.
     """
     if trace is None or not headers:
         return None
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     parent = state = None
     for name, value in pairs:
-        if name == "traceparent":
+        if name == "traceparent" and parent is None:
             parent = value
-        elif name == "tracestate":
+        elif name == "tracestate" and state is None:
             state = value
     if parent is not None:
         return _w3c(_text(parent), None if state is None else _text(state))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -326,3 +327,33 @@ def test_a_healed_gap_has_a_span_linked_to_the_republish_request_and_the_relay_s
     assert gap.start_time is not None
     assert gap.end_time is not None
     assert gap.end_time - gap.start_time > 0
+
+
+def test_psycopg_s_own_instrumentation_puts_the_projection_s_statements_under_the_batch_span(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """With opentelemetry-instrumentation-psycopg on, the writes to the view nest in the span."""
+    cs.create_view(outbox)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    dlq = f"{topics.events}.dlq"
+    relay = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    consumer = cs.settings_for(outbox, services.kafka_bootstrap, routes, topics.events, dlq)
+    instrumentor = PsycopgInstrumentor()
+    with traces.recording() as spans:
+        instrumentor.instrument()
+        try:
+            origin = _emit_in_a_span(outbox, topics.events, ["p1", "p2"])
+            with rs.running(relay):
+                wait_until(lambda: rs.unsent(outbox) == 0)
+            with cs.running(consumer):
+                wait_until(lambda: len(cs.view(outbox)) == 2)
+        finally:
+            instrumentor.uninstrument()
+        finished = spans.get_finished_spans()
+    applying = {
+        s.context.span_id for s in traces.named(finished, "process ") if traces.linked_to(s, origin)
+    }
+    nested = [s for s in finished if s.parent is not None and s.parent.span_id in applying]
+    statements = " ".join(str(s.attributes.get("db.statement", s.name)) for s in nested)
+    assert "billing_view" in statements, statements

@@ -74,3 +74,10 @@ def test_reading_any_stored_value_or_header_never_raises(value: bytes, header: s
     tracing.waited(b'{"inorder_trace":{' + value)
     tracing.creation_context([("traceparent", header)])
     tracing.creation_context([("traceparent", header.encode("utf-8", "surrogatepass"))])
+
+
+def test_the_first_traceparent_of_a_message_is_the_writer_s() -> None:
+    """A Kafka instrumentation's own traceparent after the row's does not replace it."""
+    other = "00-11111111111111111111111111111111-2222222222222222-01"
+    found = tracing.creation_context([("traceparent", PARENT), ("traceparent", other)])
+    assert found.span_id == 0xB7AD6B7169203331
