@@ -21,6 +21,7 @@ only once the application has set a tracer provider (the SDK, or
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,8 +47,9 @@ except ImportError:  # the otel extra is not installed: everything here does not
 INSTALLED = trace is not None
 
 # The most links one span is given: a delivery or a batch of thousands of events links to
-# its first ones (the SDK's own default limit is the same).
-MOST_LINKS = 128
+# its first ones. The SDK's own limit, which it reads from the same variable: computing
+# links it would drop is a link's whole cost for nothing.
+MOST_LINKS = int(os.environ.get("OTEL_SPAN_LINK_COUNT_LIMIT", "") or 128)
 
 # Kafka headers as a message gives them (pairs), or a row's (a mapping).
 Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]

@@ -49,12 +49,10 @@ def processing(
 
 
 def _event_attributes(event: Event, message: Message) -> dict[str, Any]:
-    # Three per link: the SDK checks every attribute, and a share links up to 128 events.
-    return {
-        "inorder.entity": f"{event.entity_type}:{event.entity_id}",
-        "inorder.seq": event.seq,
-        "messaging.kafka.offset": message.offset(),
-    }
+    # One per link (the event's id names its entity and version): the SDK checks every
+    # attribute, and a share links up to 128 events.
+    del message
+    return {"inorder.event_id": event.event_id}
 
 
 def counted(span: Any, outcome: Outcome) -> None:

@@ -77,8 +77,8 @@ def test_the_writer_s_span_is_linked_from_the_relay_s_and_the_consumer_s(
     assert processed, "no consumer span links to the writer's span"
     assert all(s.kind is SpanKind.CONSUMER for s in processed)
     links = [link for s in processed for link in traces.linked_to(s, origin)]
-    assert sorted(link.attributes["inorder.entity"] for link in links) == [
-        f"subscription:{e}" for e in entities
+    assert sorted(link.attributes["inorder.event_id"] for link in links) == [
+        f"subscription:{e}:1:1" for e in entities
     ]
     assert sum(s.attributes["inorder.applied"] for s in processed) == 3
     # Links, never parents: each program's span starts its own trace.
