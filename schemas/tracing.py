@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import (
         Link,
@@ -134,6 +135,30 @@ def traceparent_of(current: Any) -> str | None:
     if not found.is_valid:
         return None
     return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+
+@contextmanager
+def continuing(context: Any) -> Iterator[None]:
+    """Make a remote span context (from ``creation_context``) current for the block.
+
+    No span is made: code in the block sees where the message it handles came from
+    (``current_traceparent``), and a span it opens is a child of that context.
+    """
+    if trace is None or context is None:
+        yield
+        return
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(context)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def current_traceparent() -> str | None:
+    """The W3C ``traceparent`` of the current span context (None: none)."""
+    if trace is None:
+        return None
+    return traceparent_of(trace.get_current_span().get_span_context())
 
 
 def injected() -> list[tuple[str, str | bytes | None]] | None:

@@ -78,10 +78,10 @@ class Duties(Protocol):
     def sweep(self, report: SweepReport) -> None:
         """One pass over the kind's routes, counting what it did into ``report``."""
 
-    def answer(self, result: RepublishResult, origin: object | None = None) -> bool:
+    def answer(self, result: RepublishResult) -> bool:
         """Act on the relay's result for one of the kind's streams; whether anything changed.
 
-        ``origin``: the trace context the relay answered in (None: not traced).
+        While tracing, the context the relay answered in is current (``schemas.tracing``).
         """
 
     def gauges(self, *, every: bool) -> None:

@@ -245,7 +245,10 @@ class Sweeper:
         """Act on one result; whether anything changed."""
         result = decode_result(raw)
         duty = self.duties.get(self._kind_of.get(result.entity_type, ""))
-        return duty is not None and duty.answer(result, tracing.creation_context(headers))
+        if duty is None:
+            return False
+        with tracing.continuing(tracing.creation_context(headers)):
+            return duty.answer(result)
 
     @staticmethod
     def _invalid_result(message: Message, reason: str, detail: str) -> None:

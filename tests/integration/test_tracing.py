@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -357,3 +358,35 @@ def test_psycopg_s_own_instrumentation_puts_the_projection_s_statements_under_th
     nested = [s for s in finished if s.parent is not None and s.parent.span_id in applying]
     statements = " ".join(str(s.attributes.get("db.statement", s.name)) for s in nested)
     assert "billing_view" in statements, statements
+
+
+def test_the_sweeper_exports_its_request_and_gap_spans_over_otlp(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """inorder-sweeper with OTEL_EXPORTER_OTLP_ENDPOINT: its republish and gap spans arrive."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    with otlp.receiving() as receiver:
+        env = {**sw.env(p), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+        env["OTEL_BSP_SCHEDULE_DELAY"] = "200"
+        with (tmp_path / "sweeper.log").open("ab") as sink:
+            sweeper = subprocess.Popen(
+                [sw.tool("inorder-sweeper")], env=env, stdout=sink, stderr=sink
+            )
+        try:
+            sw.write_with_a_lost_row(p, range(1, 6), lost=3)
+            with sw.running(p, sweeper=False):
+                wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["healed"], timeout_s=60)
+            wait_until(lambda: receiver.of("inorder-sweeper", "gap"), timeout_s=30)
+        finally:
+            sweeper.send_signal(signal.SIGTERM)
+            assert sweeper.wait(timeout=60) == 0
+    [gap] = receiver.of("inorder-sweeper", "gap")
+    requests = receiver.of("inorder-sweeper", f"republish {p.topics.requests}")
+    assert requests
+    assert requests[0].kind == requests[0].SPAN_KIND_PRODUCER
+    linked = {(link.trace_id, link.span_id) for link in gap.links}
+    assert any((r.trace_id, r.span_id) in linked for r in requests)

@@ -81,3 +81,13 @@ def test_the_first_traceparent_of_a_message_is_the_writer_s() -> None:
     other = "00-11111111111111111111111111111111-2222222222222222-01"
     found = tracing.creation_context([("traceparent", PARENT), ("traceparent", other)])
     assert found.span_id == 0xB7AD6B7169203331
+
+
+def test_a_remote_context_made_current_is_what_code_in_the_block_sees() -> None:
+    """``continuing`` makes a message's context current for the block only."""
+    found = tracing.creation_context([("traceparent", PARENT)])
+    with tracing.continuing(found):
+        assert tracing.current_traceparent() == PARENT
+    assert tracing.current_traceparent() is None
+    with tracing.continuing(None):
+        assert tracing.current_traceparent() is None

@@ -34,9 +34,8 @@ class BatchDuties:
             share.outcome().count(stream)
             report["batches_expired"] += sum(share.assembled.values()) + share.inconsistent
 
-    def answer(self, result: RepublishResult, origin: object | None = None) -> bool:
+    def answer(self, result: RepublishResult) -> bool:
         """Nothing: batch routes ask the relay for nothing."""
-        del result, origin
         return False
 
     def gauges(self, *, every: bool) -> None:

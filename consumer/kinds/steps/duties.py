@@ -209,13 +209,13 @@ class StepDuties:
 
     # ------------------------------------------------------------------ answers and gauges
 
-    def answer(self, result: RepublishResult, origin: object | None = None) -> bool:
+    def answer(self, result: RepublishResult) -> bool:
         """Seqs the relay no longer has make their gap unrecoverable; whether one did.
 
-        ``origin``: the answer's trace context, kept on the gap for its span.
+        The answer's trace context (current while tracing) is kept on the gap for its span.
         """
         gap = gaps.find(self.tools.conn, result.entity_type, result.entity_id)
-        trace = tracing.traceparent_of(origin)
+        trace = tracing.current_traceparent()
         if gap is not None and trace is not None:
             gaps.answered(self.tools.conn, gap, trace)
         lost = sorted(set(result.missing) | set(result.failed))
