@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from opentelemetry import trace
+from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from producer import OutboxEvent, emit
-from schemas import PayloadSchemas
+from schemas import PayloadSchemas, encode, tracing
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
@@ -115,7 +117,7 @@ class NoOpenTelemetry:
 sys.meta_path.insert(0, NoOpenTelemetry())
 import psycopg
 from producer import OutboxEvent, emit
-from schemas import PayloadSchemas
+from schemas import PayloadSchemas, encode, tracing
 from schemas import tracing
 import outbox_relay.publisher, consumer.service  # the programs' modules import fine
 assert not tracing.INSTALLED and not tracing.active()
@@ -390,3 +392,37 @@ def test_the_sweeper_exports_its_request_and_gap_spans_over_otlp(
     assert requests[0].kind == requests[0].SPAN_KIND_PRODUCER
     linked = {(link.trace_id, link.span_id) for link in gap.links}
     assert any((r.trace_id, r.span_id) in linked for r in requests)
+
+
+def test_a_kafka_client_instrumentation_s_own_context_does_not_replace_the_writer_s(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """A producer instrumented by opentelemetry's confluent-kafka package adds its own
+    traceparent after the row's: the consumer still links the writer's span."""
+    cs.create_view(outbox)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    dlq = f"{topics.events}.dlq"
+    consumer = cs.settings_for(outbox, services.kafka_bootstrap, routes, topics.events, dlq)
+    with traces.recording() as spans:
+        with trace.get_tracer("billing").start_as_current_span("change plan") as writing:
+            origin = writing.get_span_context()
+            row_headers = [(k, v.encode()) for k, v in tracing.carried({}).items()]
+        producer = ConfluentKafkaInstrumentor.instrument_producer(
+            Producer({"bootstrap.servers": services.kafka_bootstrap})
+        )
+        event = cs.plan_event("k1", 1)
+        producer.produce(
+            topic=topics.events, value=encode(event), key=event.key, headers=list(row_headers)
+        )
+        producer.flush(10)
+        [message] = drain(services.kafka_bootstrap, topics.events, expect=1)
+        parents = [v for k, v in message.headers() or [] if k == "traceparent"]
+        assert len(parents) == 2  # the row's, then the instrumentation's send span's
+        with cs.running(consumer):
+            wait_until(lambda: len(cs.view(outbox)) == 1)
+        finished = spans.get_finished_spans()
+    [sent] = [s for s in finished if s.kind is SpanKind.PRODUCER]  # the instrumentation's
+    [applying] = traces.named(finished, "process ")
+    assert traces.linked_to(applying, origin)
+    assert not traces.linked_to(applying, sent.context)
