@@ -37,7 +37,6 @@ try:
         Link,
         SpanContext,
         SpanKind,
-        StatusCode,
         TraceFlags,
         TraceState,
     )
@@ -64,22 +63,21 @@ def active() -> bool:
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
-_tracers: dict[int, Any] = {}
+# The provider inorder's tracer was last taken from, and that tracer.
+_tracer_of: tuple[Any, Any] = (None, None)
 
 
 def _tracer() -> Any:
-    """inorder's tracer from the provider set now (kept per provider)."""
+    """inorder's tracer from the provider set now (taken again when it changes)."""
+    global _tracer_of  # noqa: PLW0603 - one cache for the process, as the provider is
     provider = trace.get_tracer_provider()
-    made = _tracers.get(id(provider))
-    if made is None or made[0] is not provider:
+    if _tracer_of[0] is not provider:
         try:
             release = version("inorder")
         except PackageNotFoundError:  # pragma: no cover - a tree that is not installed
             release = None
-        made = (provider, provider.get_tracer("inorder", release))
-        _tracers.clear()
-        _tracers[id(provider)] = made
-    return made[1]
+        _tracer_of = (provider, provider.get_tracer("inorder", release))
+    return _tracer_of[1]
 
 
 def carried(headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -328,9 +326,3 @@ def span(
         set_status_on_exception=True,
     ) as current:
         yield current
-
-
-def failed(current: Any, description: str) -> None:
-    """Mark ``current`` (a span from ``span``, or None) as failed."""
-    if current is not None:
-        current.set_status(StatusCode.ERROR, description)

@@ -77,23 +77,19 @@ def report(
     # While tracing, the batch's slowest latency names the trace its event was written in
     # (an exemplar): Prometheus keeps one per bucket, and the slowest is the one to follow.
     now = time.time()
-    slowest: tuple[float, Message] | None = None
+    latencies: list[tuple[float, Message]] = []
     for applier, outcome in outcomes:
         outcome.count(applier.route.stream)
         newest = {e.entity_id: e for e in outcome.applied if e.event_id in by_event}
         for event in newest.values():
             message = by_event[event.event_id]
-            late = max(0.0, now - message.timestamp()[1] / 1000)
-            if slowest is None or late > slowest[0]:
-                if slowest is not None:
-                    metrics.APPLY_LATENCY.observe(slowest[0])
-                slowest = (late, message)
-            else:
-                metrics.APPLY_LATENCY.observe(late)
-    if slowest is not None:
-        late, message = slowest
-        origin = tracing.creation_context(message.headers()) if tracing.active() else None
-        metrics.APPLY_LATENCY.observe(late, exemplar=tracing.exemplar(origin))
+            latencies.append((max(0.0, now - message.timestamp()[1] / 1000), message))
+    slowest = max(range(len(latencies)), key=lambda i: latencies[i][0], default=None)
+    for i, (late, message) in enumerate(latencies):
+        named = None
+        if i == slowest and tracing.active():
+            named = tracing.exemplar(tracing.creation_context(message.headers()))
+        metrics.APPLY_LATENCY.observe(late, exemplar=named)
 
 
 def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:

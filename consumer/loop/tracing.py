@@ -3,7 +3,7 @@
 Made only while tracing is active (``schemas.tracing``). The span is current while the
 route applies, so database instrumentation nests under it; each link is an event's
 creation context (the writer's span, through the outbox and Kafka headers) with the
-entity, version and Kafka position. What the share did ends up on the span as counts.
+event's id. What the share did ends up on the span as counts.
 """
 
 from __future__ import annotations
@@ -39,20 +39,15 @@ def processing(
     }
     if topic is not None:
         attributes["messaging.destination.name"] = topic
+    # One attribute per link (the event's id names its entity and version): the SDK
+    # checks every attribute, and a share links up to MOST_LINKS events.
     links = tracing.links(
-        (message.headers(), _event_attributes(event, message))
+        (message.headers(), {"inorder.event_id": event.event_id})
         for event, message in zip(events, messages, strict=True)
     )
     name = f"process {topic or applier.route.stream}"
     with tracing.span(name, "consumer", attributes, links) as span:
         yield span
-
-
-def _event_attributes(event: Event, message: Message) -> dict[str, Any]:
-    # One per link (the event's id names its entity and version): the SDK checks every
-    # attribute, and a share links up to 128 events.
-    del message
-    return {"inorder.event_id": event.event_id}
 
 
 def counted(span: Any, outcome: Outcome) -> None:
