@@ -8,31 +8,135 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumer import metrics
 from consumer.errors import DependencyDownError
-from schemas import DecodeError, cloudevents, headers
+from schemas import DecodeError, Event, cloudevents, headers, kafka_key
 from schemas.limits import safe_text
 from schemas.runtime.causes import Cause, kafka_cause
+
+log = structlog.get_logger(__name__)
 
 # Reason codes of the consumer's own (the codec's come from schemas.codec).
 UNKNOWN_STREAM = "unknown_stream"
 PROJECTION_REJECTED = "projection_rejected"
 PARK_CAP_REACHED = "park_cap_reached"
 BATCH_REJECTED = "batch_rejected"
+STEP_FAILED = "step_failed"
+
+
+class Unsent:
+    """What a dead letter needs of a message, for an event no message of the batch carries.
+
+    An event drained from parking arrived in an earlier poll batch, whose offset is
+    committed: its copy is made of the parked bytes, keyed as the relay keys it; where
+    it came from is unknown (topic empty, partition and offset -1).
+    """
+
+    __slots__ = ("_key", "_value")
+
+    def __init__(self, event: Event, value: bytes) -> None:
+        self._key = kafka_key(event.entity_type, event.entity_id)
+        self._value = value
+
+    def value(self) -> bytes:
+        """The parked bytes."""
+        return self._value
+
+    def key(self) -> bytes:
+        """The entity's key."""
+        return self._key
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """None: parking keeps the value only."""
+        return []
+
+    def topic(self) -> str:
+        """Not known."""
+        return ""
+
+    def partition(self) -> int:
+        """Not known."""
+        return -1
+
+    def offset(self) -> int:
+        """Not known."""
+        return -1
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """One message to dead-letter, and why."""
 
-    message: Message
+    message: Message | Unsent
     reason: str
     detail: str
+
+
+class Refused(Protocol):
+    """A route's refusal of an event (``consumer.kinds.Refusal``), as letters read it."""
+
+    @property
+    def event(self) -> Event:
+        """The event refused."""
+
+    @property
+    def reason(self) -> str:
+        """The reason code."""
+
+    @property
+    def detail(self) -> str:
+        """What exactly was wrong."""
+
+    @property
+    def copy(self) -> bytes | None:
+        """The event's bytes when no message carries it."""
+
+
+def unsent(refusals: Sequence[Refused]) -> list[DeadLetter]:
+    """Letters of the refusals that carry their event's bytes (events drained from parking)."""
+    return [
+        DeadLetter(Unsent(r.event, r.copy), r.reason, r.detail)
+        for r in refusals
+        if r.copy is not None
+    ]
+
+
+def deliver(
+    conn: psycopg.Connection[Any],
+    producer: Producer,
+    settings: LetterSettings,
+    letters: Sequence[DeadLetter],
+) -> None:
+    """Send the letters to the dead-letter topic, record them, and log each."""
+    send(producer, settings.dead_letter_topic, letters, settings.dead_letter_max_value_bytes)
+    record(conn, letters)
+    for dead in letters:
+        log.warning(
+            "event_dead_lettered",
+            reason=dead.reason,
+            detail=dead.detail[:200],
+            topic=dead.message.topic(),
+            partition=dead.message.partition(),
+            offset=dead.message.offset(),
+        )
+
+
+class LetterSettings(Protocol):
+    """The settings letters are sent under (the consumer's and the sweeper's have them)."""
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """Where letters go."""
+
+    @property
+    def dead_letter_max_value_bytes(self) -> int:
+        """A longer value is cut to this."""
 
 
 Letter = tuple[bytes | None, bytes | None, list[tuple[str, str | bytes | None]]]

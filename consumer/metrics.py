@@ -62,6 +62,22 @@ NEEDS_REVIEW = Gauge(
     "Step entities stopped until a person looks at them (over every replica; refreshed at the "
     "next poll after this consumer stops one, and every 5 s)",
 )
+RETRYING = Gauge(
+    "steps_retrying",
+    "Step entities waiting for a failed step's next call (a handler's retry table; over "
+    "every replica, refreshed with steps_needs_review)",
+)
+RETRIES = Counter(
+    "step_retries_total",
+    "Failed step calls that will be made again after their backoff",
+    ["route", "event_type"],
+)
+RETRIES_EXHAUSTED = Counter(
+    "step_retries_exhausted_total",
+    "Steps given up on after their last call, by what the route says then "
+    "(stop, dead_letter or skip)",
+    ["route", "event_type", "then"],
+)
 LANE_EVENTS = Gauge(
     "steps_lane_events",
     "Step events taken into lanes and not yet applied or parked: the loop commits no offset "
@@ -117,6 +133,11 @@ BATCHES_HELD = Gauge("batches_held", "Batches held for a person to decide")
 def entity_stopped(route: str, n: int = 1) -> None:
     """Count stopped entities and have the review gauge refreshed at the next poll."""
     STOPPED.labels(route).inc(n)
+    _reviews_changed.set()
+
+
+def reviews_changed() -> None:
+    """Have the review and retry gauges refreshed at the next poll."""
     _reviews_changed.set()
 
 

@@ -74,6 +74,9 @@ class Refusal:
     event: Event
     reason: str
     detail: str
+    # The event's bytes when no message of the poll batch carries it (an event drained
+    # from parking): the dead-letter copy is made of them.
+    copy: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +98,10 @@ class Outcome:
     escalated: list[str] = field(default_factory=list)
     # Entities stopped until a person looks.
     stopped: int = 0
+    # Step routes: failed calls to be made again, by event type; steps given up on after
+    # their last call, by (event type, what then).
+    retried: Counter[str] = field(default_factory=Counter)
+    exhausted: Counter[tuple[str, str]] = field(default_factory=Counter)
     # Batch routes: worker results by verdict, batches assembled by outcome, and
     # batches found inconsistent.
     batch_results: Counter[str] = field(default_factory=Counter)
@@ -117,6 +124,12 @@ class Outcome:
             metrics.GAPS_ESCALATED.labels(event_type).inc()
         if self.stopped:
             metrics.entity_stopped(stream, self.stopped)
+        for event_type, n in self.retried.items():
+            metrics.RETRIES.labels(stream, event_type).inc(n)
+        for (event_type, then), n in self.exhausted.items():
+            metrics.RETRIES_EXHAUSTED.labels(stream, event_type, then).inc(n)
+        if self.retried or self.exhausted:
+            metrics.reviews_changed()
         for verdict, n in self.batch_results.items():
             metrics.BATCH_RESULTS.labels(verdict).inc(n)
         for assembled, n in self.batches_assembled.items():

@@ -59,19 +59,8 @@ def report(
     """
     refused = [*dead, *_letters(by_event, [r for _, o in outcomes for r in o.refused])]
     held = _letters(by_event, [h for _, o in outcomes for h in o.held])
-    limit = settings.dead_letter_max_value_bytes
-    deadletter.send(producer, settings.dead_letter_topic, refused, limit)
-    deadletter.send(producer, settings.held_topic, held, limit)
-    deadletter.record(conn, refused)
-    for letter in refused:
-        log.warning(
-            "event_dead_lettered",
-            reason=letter.reason,
-            detail=letter.detail[:200],
-            topic=letter.message.topic(),
-            partition=letter.message.partition(),
-            offset=letter.message.offset(),
-        )
+    deadletter.send(producer, settings.held_topic, held, settings.dead_letter_max_value_bytes)
+    deadletter.deliver(conn, producer, settings, refused)
     # Latency is per entity: how late its state shows its newest event of this batch
     # (events drained from parking arrived in an earlier batch and have no message here).
     # While tracing, the batch's slowest latency names the trace its event was written in
@@ -102,6 +91,9 @@ def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> li
     letters = []
     for refusal in refusals:
         message = by_event.get(refusal.event.event_id)
+        if message is None and refusal.copy is not None:  # drained from parking
+            letters += deadletter.unsent([refusal])
+            continue
         if message is None:
             log.info(
                 "letter_left_to_the_retried_batch",

@@ -222,3 +222,32 @@ def fail_while_flagged(conn: Any, event: Event) -> None:
     if flag and Path(flag).exists():
         raise RuntimeError("the ledger service refused the step")
     record(conn, event)
+
+
+# Calls of seq 3 per entity, for the retry tests (this process's only).
+FLAKY: dict[str, int] = {}
+
+
+def flaky_at_3(conn: Any, event: Event) -> None:
+    """Record the step; seq 3 raises TimeoutError at its first two calls (but for ok-*)."""
+    if event.seq == 3 and not event.entity_id.startswith("ok-"):
+        FLAKY[event.entity_id] = FLAKY.get(event.entity_id, 0) + 1
+        if FLAKY[event.entity_id] <= 2:
+            raise TimeoutError(f"the ledger service timed out ({FLAKY[event.entity_id]})")
+    record(conn, event)
+
+
+def down_at_3(conn: Any, event: Event) -> None:
+    """Record the step; seq 3 always raises ConnectionError (counted in ``FLAKY``)."""
+    if event.seq == 3:
+        FLAKY[event.entity_id] = FLAKY.get(event.entity_id, 0) + 1
+        raise ConnectionError("the ledger service is down")
+    record(conn, event)
+
+
+def flaky_while_flagged(conn: Any, event: Event) -> None:
+    """Seq 3 raises TimeoutError while ``INORDER_TEST_FAIL_FLAG`` exists (any process)."""
+    flag = os.environ.get("INORDER_TEST_FAIL_FLAG")
+    if event.seq == 3 and flag and Path(flag).exists():
+        raise TimeoutError("the ledger service timed out")
+    record(conn, event)

@@ -46,17 +46,29 @@ class Pipeline:
 
 
 def pipeline(
-    db: PgSchema, services: Services, topic_factory: TopicFactory, tmp: Path, prefix: str, **kw: Any
+    db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp: Path,
+    prefix: str,
+    *,
+    routes_text: str | None = None,
+    partitions: int = 3,
+    **kw: Any,
 ) -> Pipeline:
-    """Create the tables and topics and build settings shared by consumer, sweeper and admin."""
+    """Create the tables and topics and build settings shared by consumer, sweeper and admin.
+
+    ``routes_text``: the routes file (default ``ss.routes_text()``); ``partitions``: of
+    the events topic.
+    """
     ss.prepare(db)
     with db.connect(autocommit=True) as conn:
         migrate.apply(conn)
     topics = rs.RelayTopics(
-        topic_factory("events"), topic_factory("requests"), topic_factory("results")
+        topic_factory("events", partitions), topic_factory("requests"), topic_factory("results")
     )
     routes = tmp / "routes.toml"
-    routes.write_text(ss.routes_text())
+    routes.write_text(routes_text or ss.routes_text())
     settings = SweeperSettings(
         DATABASE_URL=db.url,
         KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,

@@ -29,6 +29,8 @@ def _full(seq: int) -> Outcome:
         parked=[(event, seq)],
         escalated=[event.event_type],
         stopped=1,
+        retried=Counter({event.event_type: 1}),
+        exhausted=Counter({(event.event_type, "skip"): 1}),
         batch_results=Counter({"done": seq}),
         batches_assembled=Counter({"complete": 1}),
         batches_inconsistent=1,
@@ -47,6 +49,7 @@ def test_merge_keeps_every_field_of_both() -> None:
     assert merged.stopped == 2
     assert merged.batch_results == Counter({"done": 3})
     assert merged.batches_inconsistent == 2
+    assert merged.retried == Counter({"seat_ledger.seats_added": 2})
 
 
 def _sample(name: str, labels: dict[str, str] | None = None) -> float:

@@ -13,6 +13,7 @@ parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 from consumer.kinds._base import Kind, Need
 from consumer.kinds.steps import commands, duties, gauges
 from consumer.kinds.steps.inspect import StepInspector
+from consumer.kinds.steps.retries import Retry
 from consumer.kinds.steps.route import Handler, StepRoute, parse
 from consumer.kinds.steps.runner import StepApplier
 
@@ -21,7 +22,7 @@ KIND = Kind(
     parse,
     StepApplier,
     needs=frozenset({Need.REDIS}),
-    settings=(StepRoute, Handler),
+    settings=(StepRoute, Handler, Retry),
     duties=duties.duties,
     inspector=StepInspector(),
     commands=commands.COMMANDS,

@@ -9,10 +9,12 @@ import psycopg
 import structlog
 
 from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
+from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.lanes import AsyncConn, Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
+from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
@@ -151,9 +153,13 @@ def apply_alone(
         pending = [e for e in pending if e.version not in aside]
         try:
             applied, done.stopped = _apply_single(conn, store, handlers, lanes, progress, event)
-        except StepFailedError as failed:  # rolled back: the entity waits for a person
-            reason = f"step failed: {failed.error!r}"
-            applied, done.stopped = False, _stop(conn, store, entity_id, event.seq, reason)
+        except StepFailedError as raised:  # rolled back: retried later, stopped, or moved on
+            failure = failed(conn, store, handlers, event, raised.error)
+            done.settle(failure)
+            applied = False
+            if failure.verdict.action in (Action.SKIP, Action.DEAD_LETTER):
+                progress = replace(progress, generation=event.generation, last_applied=event.seq)
+                continue
         if not applied:
             done.park += [event, *pending]  # it waits too, for a person or the next try
             break
@@ -179,11 +185,13 @@ def apply_steps(
     plan, for the caller to give to a lane of their own (``apply_alone``).
 
     A function that raises rolls the batch back; the batch is applied again with that
-    entity's earlier steps only, and the entity is stopped at the failing seq for a person.
+    entity's earlier steps only, and the failure is decided (``failures.failed``): the
+    entity waits for a retry or a person at the failing seq, or moves on past it.
     A ``many`` call that raises is first run again one step per call to find that step.
     How to try again after each failure is ``ladder.climb``'s to decide.
     """
     skip: set[str] = set()  # entities with an external call: applied one by one after
+    raised: dict[str, StepFailedError] = {}  # each cut entity's failing step
     rung = Rung()
     for _ in range(tries(sum(map(len, events.values())))):
         try:
@@ -198,17 +206,18 @@ def apply_steps(
             climbed = climb(rung, Failure.DATABASE, connection_lost=lost)
             if climbed is None:
                 raise
-        except StepFailedError as failed:
-            cut = (failed.entity_id, failed.event.version, f"step failed: {failed.error!r}")
+        except StepFailedError as failure:
+            raised[failure.entity_id] = failure
+            cut = (failure.entity_id, failure.event.version, f"step failed: {failure.error!r}")
             climbed = climb(rung, Failure.STEP, step=cut)
         assert climbed is not None
         rung = climbed
     else:
         # Cannot happen (every try cuts a step or changes mode); the barrier bisects it.
         raise StepsUnsettledError("step functions kept failing after every step was cut")
-    for entity_id, limit in rung.limits.items():
-        reason = rung.reasons[entity_id]
-        plans[entity_id].stopped = _stop(conn, store, entity_id, limit[1], reason)
+    for entity_id in rung.limits:
+        cause = raised[entity_id]
+        plans[entity_id].settle(failed(conn, store, handlers, cause.event, cause.error))
     due = sorted(entity_id for entity_id in skip if plans[entity_id].apply)
     if defer:
         for entity_id in due:

@@ -18,11 +18,12 @@ from consumer.errors import AdminError
 from consumer.kinds._base import Links
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.steps import gaps
+from consumer.kinds.steps.duties import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
-from consumer.kinds.steps.store import HELD, NEEDS_REVIEW
+from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING
 from schemas import headers, kafka_key, tracing
 from schemas.runtime import kafka_clients
 
@@ -64,7 +65,10 @@ def add(sub: Any) -> None:
     review = sub.add_parser("review", help="steps stopped for a person").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
-    review.add_parser("list", help="stopped steps, with the reason")
+    review.add_parser("list", help="steps stopped for a person, with the reason")
+    review.add_parser(
+        "retrying", help="steps waiting for their next call (a retry table), soonest first"
+    )
     for action, what in (
         ("confirm", "the earlier call took effect: advance past it"),
         ("retry", "it did not: run it again"),
@@ -92,6 +96,8 @@ def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[StepRoute]
             steps.held_replay(args.entity)
         case ("review", "list"):
             tools.rows("needs review", NEEDS_REVIEW)
+        case ("review", "retrying"):
+            tools.rows("retrying", RETRYING)
         case ("review", action):
             steps.review(args.entity, action == "confirm", args.by)
 
@@ -244,7 +250,7 @@ class StepCommands:
     def _drain(self, applier: StepApplier, entity_id: str) -> None:
         """Apply whatever became due for the entity, and count it as the consumer would."""
         applier.connect(Links.of(self.tools))
-        applier.drain(self.tools.conn, [entity_id]).count(applier.route.stream)
+        drain(self.tools, applier, [entity_id])
 
 
 def _gap_row(gap: gaps.Gap) -> dict[str, Any]:

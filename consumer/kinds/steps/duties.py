@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import structlog
 
-from consumer import metrics
+from consumer import deadletter, metrics
 from consumer.kinds._base import Links
 from consumer.kinds._plugin import SweepReport, Tools
-from consumer.kinds.steps import gaps, traced
+from consumer.kinds.steps import failures, gaps, traced
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
@@ -57,8 +57,20 @@ class StepDuties:
             # Parks an older consumer wrote during a rolling upgrade.
             self.lot.adopt_legacy(route)
             self._heal(route, report)
+            self._retry(route, report)
             self._overdue(route, report)
             self._parks_lost(route, report)
+
+    def _retry(self, route: str, report: SweepReport) -> None:
+        """Resume the entities whose failed step is due to be called again, and drain them."""
+        conn, applier = self.tools.conn, self.steps[route]
+        most = self.tools.settings.max_overdue_per_sweep
+        for entity_id in failures.due(conn, applier.store, most):
+            with conn.transaction():
+                if not failures.resume(conn, applier.store, entity_id):
+                    continue  # a person decided meanwhile
+            report["retried"] += 1
+            drain(self.tools, applier, [entity_id])
 
     def _heal(self, route: str, report: SweepReport) -> None:
         conn = self.tools.conn
@@ -104,7 +116,7 @@ class StepDuties:
         current = progress.get(entity_id, Progress(first.generation, 0))
         span = gaps.missing_range(current, first)
         if span is None:  # the next seq is parked: a drain was missed, do it now
-            self.steps[route].drain(self.tools.conn, [entity_id]).count(route)
+            drain(self.tools, self.steps[route], [entity_id])
             return
         self._escalate(route, entity_id, span, first.event_type, report, parked_from=first.seq)
 
@@ -242,6 +254,18 @@ class StepDuties:
                 oldest = since if oldest is None else min(oldest, since)
         metrics.PARKED_CURRENT.set(total)
         metrics.PARKED_OLDEST_AGE.set(time.time() - oldest if oldest else 0)
+
+
+def drain(tools: Tools, applier: StepApplier, entity_ids: Sequence[str]) -> None:
+    """Apply what became due for the entities, outside the loop: letters sent, counts added.
+
+    A step given up on there is dead-lettered from its parked bytes.
+    """
+    outcome = applier.drain(tools.conn, entity_ids)
+    letters = deadletter.unsent(outcome.refused)
+    if letters:
+        deadletter.deliver(tools.conn, tools.producer, tools.settings, letters)
+    outcome.count(applier.route.stream)
 
 
 def duties(routes: Sequence[StepRoute], tools: Tools) -> StepDuties:

@@ -32,12 +32,13 @@ class StepInspector:
         return StepStore(route).generation(conn, entity_id)
 
     def story(self, tools: Tools, route: StepRoute, entity_id: str) -> Findings:
-        """Progress, log, skips, unfinished calls, the entity's gaps, and what is parked."""
+        """Progress, log, skips, failed and unfinished calls, gaps, and what is parked."""
         key = (route.stream, entity_id)
         with tools.conn.cursor(row_factory=dict_row) as cur:
             applied = cur.execute(
                 "SELECT generation, last_applied, held_at, stopped_at_seq, stop_reason, "
-                "updated_at FROM inorder_step_progress WHERE route = %s AND entity_id = %s",
+                "retry_at, updated_at FROM inorder_step_progress "
+                "WHERE route = %s AND entity_id = %s",
                 key,
             ).fetchone()
             logged = cur.execute(
@@ -56,6 +57,11 @@ class StepInspector:
                 "ORDER BY started_at",
                 key,
             ).fetchall()
+            failed = cur.execute(
+                "SELECT generation, seq, attempt, error, led_to, retry_at, failed_at "
+                "FROM inorder_step_failures WHERE route = %s AND entity_id = %s ORDER BY id",
+                key,
+            ).fetchall()
         step_log: Rows = [
             {"generation": generation, "applied": ranges(r["seq"] for r in rows)}
             for generation, rows in groupby(logged, key=lambda r: r["generation"])
@@ -65,7 +71,8 @@ class StepInspector:
             parked = lot_of(tools).parked_seqs(route.stream, entity_id)
         sections: dict[str, tuple[str, Rows]] = {
             "step_log": ("step log", step_log),
-            "skips": ("skipped by a person", skips),
+            "skips": ("skipped (by a person, or by the route after failed calls)", skips),
+            "failed_calls": ("failed calls and what each led to", failed),
             "uncertain_calls": ("external calls not known to have finished", uncertain),
             "gaps": ("gaps", _gaps(tools.conn, route.stream, entity_id)),
         }

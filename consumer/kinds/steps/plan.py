@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from consumer.kinds.steps.retries import Action, Failed
 from consumer.kinds.steps.route import Entry
 from schemas import Event
 
@@ -45,6 +46,26 @@ class Plan:
     end: Progress | None = None
     # Why the entity was stopped for a person while this plan was applied (None: it was not).
     stopped: str | None = None
+    # Calls of its steps that raised, and what each led to (``retries``).
+    failed: list[Failed] = field(default_factory=list)
+
+    @property
+    def moved_on(self) -> list[Failed]:
+        """Failed steps the entity moved on past (skipped or dead-lettered)."""
+        return [f for f in self.failed if f.verdict.action in (Action.SKIP, Action.DEAD_LETTER)]
+
+    def settle(self, failure: Failed) -> None:
+        """Take one failure's verdict into the plan: stopped for a person, or moved on.
+
+        An entity that moves on leaves the failed event out of what it parks; those
+        after it still park, and the drain that follows applies them.
+        """
+        self.failed.append(failure)
+        action = failure.verdict.action
+        if action is Action.STOP:
+            self.stopped = failure.reason
+        elif action is not Action.RETRY:
+            self.park = [e for e in self.park if e.version != failure.event.version]
 
 
 def plan(progress: Progress, events: Iterable[Event]) -> Plan:

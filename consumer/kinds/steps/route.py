@@ -18,6 +18,8 @@ entity's sequence::
     [route.handlers."seat_ledger.seats_moved"]
     function = "billing.steps:move_seats_many"
     many = true                      # takes a list of events: one call per batch
+    [route.handlers."seat_ledger.seats_moved".retry]
+    attempts = 4                     # a raising step is called again later (``retries``)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import psycopg
 from consumer.errors import RoutesError
 from consumer.kinds._base import OneStream
 from consumer.kinds._spec import Spec, names, setting
+from consumer.kinds.steps.retries import MOST_ATTEMPTS, MOST_BACKOFF_S, Retry, Then
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 # The most lanes a route may set (each holds a connection while it works).
@@ -59,6 +62,11 @@ class Handler:
         "It takes a list, `fn(conn, events)`, and applies them in the order given (each "
         "entity's in seq order): one call per batch; not with `external`",
         False,
+    )
+    retry: Retry | None = setting(
+        '`[route.handlers."TYPE".retry]`: call a step that raised again later, with the '
+        "settings below; only that entity waits (unset: it stops for a person at once)",
+        None,
     )
 
 
@@ -97,6 +105,7 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
         return None
     for unknown in sorted(set(value) - names(Handler)):
         spec.problem(f"unknown setting {unknown!r} for handler {event_type}")
+    retry = _retry(spec, event_type, value)
     function = value.get("function")
     if not isinstance(function, str) or not FUNCTION.match(function):
         spec.problem(f"handler for {event_type} must be 'module:function', got {function!r}")
@@ -110,7 +119,45 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
             f"handler {event_type} cannot be both many and external "
             "(an outside call is recorded and made one event at a time)"
         )
-    return Handler(function, *(flags[k] is True for k in _FLAGS))
+    if retry is not None and flags["external"] is True and flags["idempotent"] is not True:
+        spec.problem(
+            f"handler {event_type} is external and not idempotent: a call that raised may "
+            "have taken effect, so it is never made again by itself (drop retry, or set "
+            "idempotent = true if a second call is harmless)"
+        )
+    return Handler(function, **{k: flags[k] is True for k in _FLAGS}, retry=retry)
+
+
+def _retry(spec: Spec, event_type: str, value: Mapping[str, Any]) -> Retry | None:
+    """The handler's ``retry`` table, checked; None when it has none (or it is wrong)."""
+    raw = value.get("retry")
+    if raw is None:
+        return None
+    where = f"retry of handler {event_type}"
+    if not isinstance(raw, Mapping):
+        spec.problem(f"{where} must be a table")
+        return None
+    for unknown in sorted(set(raw) - names(Retry)):
+        spec.problem(f"unknown setting {unknown!r} in {where}")
+    found = Retry()
+    attempts = raw.get("attempts", found.attempts)
+    if type(attempts) is not int or not 1 <= attempts <= MOST_ATTEMPTS:
+        spec.problem(f"attempts in {where} must be a whole number from 1 to {MOST_ATTEMPTS}")
+    waits = {}
+    for name in ("backoff_s", "max_backoff_s"):
+        wait = raw.get(name, getattr(found, name))
+        if type(wait) not in (int, float) or not 0 < wait <= MOST_BACKOFF_S:
+            spec.problem(f"{name} in {where} must be a number of seconds over 0, at most 7 days")
+        waits[name] = float(wait) if type(wait) in (int, float) else 0.0
+    on = raw.get("on", [])
+    if not isinstance(on, list) or not all(isinstance(n, str) and n.strip() for n in on):
+        spec.problem(f"on in {where} must be a list of exception class names")
+        on = []
+    then = raw.get("then", found.then)
+    if then not in set(Then):
+        spec.problem(f"then in {where} must be one of {', '.join(Then)}, got {then!r}")
+        then = Then.STOP
+    return Retry(attempts, on=tuple(on), then=Then(then), **waits)
 
 
 def parse(spec: Spec) -> StepRoute:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import structlog
 
 from consumer import metrics
-from consumer.deadletter import PARK_CAP_REACHED
+from consumer.deadletter import PARK_CAP_REACHED, STEP_FAILED
 from consumer.errors import RoutesError
 from consumer.kinds._barrier import apply_guarded
 from consumer.kinds._base import Carried, Conn, Links, Outcome, Refusal
@@ -24,6 +24,7 @@ from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.parking import ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan
+from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction
@@ -53,11 +54,26 @@ def _may_wait(entity_plan: Plan) -> bool:
     return entity_plan.start is None or entity_plan.start.parked_ahead
 
 
-def _add(outcome: Outcome, plans: Mapping[str, Plan]) -> None:
+def _add(
+    outcome: Outcome, plans: Mapping[str, Plan], copies: Mapping[int, bytes] | None = None
+) -> None:
+    """Count the plans into the outcome; a step given up on to the dead-letter topic.
+
+    ``copies``: each drained event's parked bytes (by ``id``), for a letter without a message.
+    """
     for entity_plan in plans.values():
         outcome.applied += entity_plan.apply
         outcome.stale += entity_plan.stale
         outcome.stopped += entity_plan.stopped is not None
+        for failure in entity_plan.failed:
+            event, verdict = failure.event, failure.verdict
+            if verdict.action is Action.RETRY:
+                outcome.retried[event.event_type] += 1
+            elif verdict.exhausted:
+                outcome.exhausted[(event.event_type, str(verdict.action))] += 1
+            if verdict.action is Action.DEAD_LETTER:
+                copy = None if copies is None else copies.get(id(event))
+                outcome.refused.append(Refusal(event, STEP_FAILED, failure.reason, copy))
 
 
 class StepApplier:
@@ -310,17 +326,24 @@ class StepApplier:
             )
             for entity in alone:
                 self._carry(entity, [], {}, outcome)
-            _add(outcome, plans)
+            _add(outcome, plans, members)
             traced.drained(route, ((e, members[id(e)]) for p in plans.values() for e in p.apply))
             done = {
-                entity: [members[id(e)] for e in plan.apply + plan.stale]
+                entity: [
+                    members[id(e)]
+                    for e in plan.apply + plan.stale + [f.event for f in plan.moved_on]
+                ]
                 for entity, plan in plans.items()
             }
             for entity, bad in broken.items():
                 done.setdefault(entity, []).extend(bad)
             self.lot.remove(route, done)
+            # Again: a full window may hold more that is due, and an entity that moved on
+            # past a failed step has its successors due now.
             candidates = [
-                e for e, p in plans.items() if p.apply and len(fetched[e]) == DRAIN_WINDOW
+                e
+                for e, p in plans.items()
+                if (p.apply and len(fetched[e]) == DRAIN_WINDOW) or p.moved_on
             ]
 
 

@@ -226,7 +226,8 @@ class StepStore:
         """Stop an entity before ``seq`` until a person looks at it."""
         conn.execute(
             "UPDATE inorder_step_progress SET stopped_at_seq = %s, stop_reason = %s, "
-            "stopped_at = now(), updated_at = now() WHERE route = %s AND entity_id = %s",
+            "stopped_at = now(), retry_at = NULL, updated_at = now() "
+            "WHERE route = %s AND entity_id = %s",
             (seq, safe_text(reason[:1000]), self.route.stream, entity_id),
         )
 
@@ -379,7 +380,10 @@ class StepStore:
         )
 
     def resume(self, conn: Conn, entity_id: str, generation: int, seq: int) -> None:
-        """Lift a stop: forget an unfinished attempt at ``seq`` so the step may run again."""
+        """A person lifts a stop: the step runs again, its failures counted afresh.
+
+        An unfinished attempt at ``seq`` is forgotten so the call may be made again.
+        """
         conn.execute(
             "DELETE FROM inorder_step_attempts WHERE route = %s AND entity_id = %s "
             "AND generation = %s AND seq = %s AND completed_at IS NULL",
@@ -387,7 +391,8 @@ class StepStore:
         )
         conn.execute(
             "UPDATE inorder_step_progress SET stopped_at_seq = NULL, stop_reason = NULL, "
-            "stopped_at = NULL, updated_at = now() WHERE route = %s AND entity_id = %s",
+            "stopped_at = NULL, retry_at = NULL, failures = 0, updated_at = now() "
+            "WHERE route = %s AND entity_id = %s",
             (self.route.stream, entity_id),
         )
 
@@ -415,5 +420,11 @@ HELD = (
 NEEDS_REVIEW = (
     "SELECT route AS stream, entity_id AS entity, generation, last_applied, "
     "stopped_at_seq AS stopped_at, stop_reason AS reason "
-    "FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL ORDER BY updated_at"
+    "FROM inorder_step_progress WHERE stopped_at_seq IS NOT NULL AND retry_at IS NULL "
+    "ORDER BY updated_at"
+)
+RETRYING = (
+    "SELECT route AS stream, entity_id AS entity, generation, stopped_at_seq AS seq, "
+    "failures, retry_at, stop_reason AS reason "
+    "FROM inorder_step_progress WHERE retry_at IS NOT NULL ORDER BY retry_at"
 )
