@@ -251,3 +251,16 @@ def flaky_while_flagged(conn: Any, event: Event) -> None:
     if event.seq == 3 and flag and Path(flag).exists():
         raise TimeoutError("the ledger service timed out")
     record(conn, event)
+
+
+# Failures to raise per (entity, seq) before a call passes, for the retry property test.
+FAIL_PLAN: dict[tuple[str, int], int] = {}
+
+
+def fail_as_planned(conn: Any, event: Event) -> None:
+    """Record the step once ``FAIL_PLAN`` has no failure left for it; until then, time out."""
+    key = (event.entity_id, event.seq)
+    if FAIL_PLAN.get(key, 0) > 0:
+        FAIL_PLAN[key] -= 1
+        raise TimeoutError(f"planned failure of seq {event.seq}")
+    record(conn, event)

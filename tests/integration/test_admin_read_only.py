@@ -77,6 +77,7 @@ def test_reading_commands_work_with_a_select_only_role(
             "gaps": ("--json", "gaps", "list"),
             "parked": ("--json", "parked", "top"),
             "batches": ("--json", "batches", "list"),
+            "retrying": ("--json", "review", "retrying"),
             "audit": ("--json", "audit"),
             "explain": ("--json", "explain", "ledger:a"),
         }.items()

@@ -23,6 +23,7 @@ from schemas import PayloadSchemas, encode, tracing
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
+from tests.integration import step_handlers
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
 from tests.support import otlp, traces
@@ -426,3 +427,28 @@ def test_a_kafka_client_instrumentation_s_own_context_does_not_replace_the_write
     [applying] = traces.named(finished, "process ")
     assert traces.linked_to(applying, origin)
     assert not traces.linked_to(applying, sent.context)
+
+
+def test_each_retry_of_a_failed_step_has_a_retry_span(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """A step timing out twice: the sweeper's two retries each make a span naming the entity."""
+    step_handlers.FLAKY.clear()
+    routes = (
+        f'[[route]]\nstream = "{ss.STREAM}"\nkind = "step"\n'
+        '[route.handlers."ledger.added"]\n'
+        'function = "tests.integration.step_handlers:flaky_at_3"\n'
+        '[route.handlers."ledger.added".retry]\nbackoff_s = 0.2\n'
+    )
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix, routes_text=routes)
+    sw.write_outbox(p, range(1, 5))
+    with traces.recording() as spans, sw.running(p):
+        wait_until(lambda: (ss.progress(pg_schema) or (0, 0))[1] == 4, timeout_s=60)
+        finished = spans.get_finished_spans()
+    retries = [s for s in traces.named(finished, "retry") if s.name == "retry"]
+    assert len(retries) == 2
+    assert {s.attributes["inorder.entity"] for s in retries} == {"ledger:a"}

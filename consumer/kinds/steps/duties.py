@@ -70,7 +70,10 @@ class StepDuties:
                 if not failures.resume(conn, applier.store, entity_id):
                     continue  # a person decided meanwhile
             report["retried"] += 1
-            drain(self.tools, applier, [entity_id])
+            # The retry span: the call made again, and whatever it let drain after it.
+            about = {"inorder.entity": f"{route}:{entity_id}"}
+            with tracing.span("retry", "internal", about):
+                drain(self.tools, applier, [entity_id])
 
     def _heal(self, route: str, report: SweepReport) -> None:
         conn = self.tools.conn
