@@ -114,8 +114,10 @@ def deliver(
     letters: Sequence[DeadLetter],
 ) -> None:
     """Send the letters to the dead-letter topic, record them, and log each."""
-    send(producer, settings.dead_letter_topic, letters, settings.dead_letter_max_value_bytes)
-    record(conn, letters)
+    placed = send(
+        producer, settings.dead_letter_topic, letters, settings.dead_letter_max_value_bytes
+    )
+    record(conn, letters, placed)
     for dead in letters:
         log.warning(
             "event_dead_lettered",
@@ -163,71 +165,141 @@ def letter(dead: DeadLetter, max_value_bytes: int, *, minimal: bool = False) -> 
         max_value_bytes = min(max_value_bytes, MINIMAL_BYTES)
         if key is not None and len(key) > MINIMAL_BYTES:
             key = key[:MINIMAL_BYTES]
-    out += [
-        (headers.DLQ_REASON, dead.reason),
-        (headers.DLQ_DETAIL, dead.detail[:1000]),
-        (headers.DLQ_TOPIC, message.topic() or ""),
-        (headers.DLQ_PARTITION, str(message.partition())),
-        (headers.DLQ_OFFSET, str(message.offset())),
-    ]
+    out = [(k, v) for k, v in out if not headers.about_a_letter(k)]  # a letter's letter
+    out += _where_from(message, dead.reason, dead.detail[:1000])
     if value is not None and len(value) > max_value_bytes:
         out.append((headers.DLQ_TRUNCATED_FROM, str(len(value))))
         value = value[:max_value_bytes]
     return key, value, out
 
 
-def record(conn: psycopg.Connection[Any], letters: Sequence[DeadLetter]) -> None:
-    """Keep a row per dead-lettered event whose entity is known, for the audit to explain it."""
+def _where_from(
+    message: Message | Unsent, reason: str, detail: str
+) -> list[tuple[str, str | bytes | None]]:
+    """Why, and the original's place, under inorder's names and those Kafka tooling reads."""
+    topic, partition, offset = message.topic() or "", message.partition(), message.offset()
+    found: list[tuple[str, str | bytes | None]] = [
+        (headers.DLQ_REASON, reason),
+        (headers.DLQ_DETAIL, detail),
+        (headers.DLQ_TOPIC, topic),
+        (headers.DLQ_PARTITION, str(partition)),
+        (headers.DLQ_OFFSET, str(offset)),
+        (headers.CONNECT_EXCEPTION, reason),
+        (headers.CONNECT_MESSAGE, detail),
+        (headers.SPRING_EXCEPTION, reason),
+        (headers.SPRING_MESSAGE, detail),
+    ]
+    if topic and partition is not None and partition >= 0 and offset is not None:
+        found += [
+            (headers.CONNECT_TOPIC, topic),
+            (headers.CONNECT_PARTITION, str(partition)),
+            (headers.CONNECT_OFFSET, str(offset)),
+            (headers.SPRING_TOPIC, topic),
+            (headers.SPRING_PARTITION, partition.to_bytes(4, "big", signed=True)),
+            (headers.SPRING_OFFSET, offset.to_bytes(8, "big", signed=True)),
+        ]
+    return found
+
+
+def replays_of(message: Message | Unsent) -> int:
+    """How many times the message's event was replayed from dead letters (its header)."""
+    pairs: Any = message.headers() or []
+    for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
+        if key == headers.REPLAYS and value is not None:
+            text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+            return int(text) if text.isdigit() and len(text) < 6 else 0
+    return 0
+
+
+def record(
+    conn: psycopg.Connection[Any],
+    letters: Sequence[DeadLetter],
+    placed: Sequence[Placed | None] = (),
+) -> None:
+    """Keep a row per dead-lettered event, for the audit to explain and a person to replay.
+
+    ``placed``: where each letter's copy is in the dead-letter topic, as ``send`` returns
+    it. A message that is not an event has nothing to explain or replay: it stays in the
+    topic only. The replay count is the original's header, or one more than the replays
+    of the event's earlier letters (a replay from the outbox carries no header).
+    """
     rows = []
-    for dead in letters:
+    for i, dead in enumerate(letters):
         try:
             event, _ = cloudevents.decode_message(dead.message.value(), dead.message.headers())
         except DecodeError:
-            continue  # not an event: nothing in the projections or step logs to explain
+            continue
         m = dead.message
+        where = placed[i] if i < len(placed) else None
         rows.append(
-            (  # escaped: a letter may be here for holding text no column can store
-                safe_text(event.entity_type),
-                safe_text(event.entity_id),
-                event.generation,
-                event.seq,
-                safe_text(event.event_id),
-                dead.reason,
-                safe_text(dead.detail[:1000]),
-                m.topic() or "",
-                m.partition() or 0,
-                m.offset() or 0,
-            )
+            {  # escaped: a letter may be here for holding text no column can store
+                "t": safe_text(event.entity_type),
+                "e": safe_text(event.entity_id),
+                "g": event.generation,
+                "s": event.seq,
+                "i": safe_text(event.event_id),
+                "y": safe_text(event.event_type),
+                "r": dead.reason,
+                "d": safe_text(dead.detail[:1000]),
+                "ot": m.topic() or "",
+                "op": m.partition() or 0,
+                "oo": m.offset() or 0,
+                "lt": None if where is None else where.topic,
+                "lp": None if where is None else where.partition,
+                "lo": None if where is None else where.offset,
+                "cut": where is not None and where.cut,
+                "n": replays_of(m),
+            }
         )
     if rows:
         with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO inorder_dead_letters (entity_type, entity_id, generation, seq, "
-                "event_id, reason, detail, topic, kafka_partition, kafka_offset) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                rows,
-            )
+            cur.executemany(_RECORD, rows)
+
+
+_RECORD = (
+    "INSERT INTO inorder_dead_letters (entity_type, entity_id, generation, seq, event_id, "
+    "event_type, reason, detail, topic, kafka_partition, kafka_offset, letter_topic, "
+    "letter_partition, letter_offset, cut, replays) "
+    "SELECT %(t)s, %(e)s, %(g)s, %(s)s, %(i)s, %(y)s, %(r)s, %(d)s, %(ot)s, %(op)s, %(oo)s, "
+    "%(lt)s, %(lp)s, %(lo)s, %(cut)s, greatest(%(n)s, (SELECT coalesce(max(replays) + 1, 0) "
+    "FROM inorder_dead_letters WHERE event_id = %(i)s AND status = 'replayed'))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a letter's copy went: topic, partition, offset, and whether it was cut."""
+
+    topic: str
+    partition: int
+    offset: int
+    cut: bool
 
 
 def send(
     producer: Producer, topic: str, letters: Sequence[DeadLetter], max_value_bytes: int
-) -> None:
-    """Produce every dead letter and wait for Kafka to have them all.
+) -> list[Placed | None]:
+    """Produce every dead letter and wait for Kafka to have them all; where each went.
 
     A copy Kafka refuses for its size (or anything else about that one message) is
     sent again in its minimal form; only an outage fails the batch, to be retried.
     """
     if not letters:
-        return
-    refused = _produce_all(producer, topic, letters, max_value_bytes, minimal=False)
+        return []
+    placed: list[Placed | None] = [None] * len(letters)
+    refused = _produce_all(producer, topic, letters, max_value_bytes, placed, minimal=False)
     if refused:
         again = [letters[i] for i in refused]
-        still = _produce_all(producer, topic, again, max_value_bytes, minimal=True)
+        placed_again: list[Placed | None] = [None] * len(again)
+        still = _produce_all(producer, topic, again, max_value_bytes, placed_again, minimal=True)
         if still:
             first = next(iter(still.values()))
             raise DependencyDownError(f"dead letters not delivered even cut down: {first}")
+        for i, where in zip(refused, placed_again, strict=True):
+            placed[i] = where
     for dead in letters:
         metrics.DEAD_LETTERED.labels(dead.reason).inc()
+    return placed
 
 
 def _produce_all(
@@ -235,10 +307,11 @@ def _produce_all(
     topic: str,
     letters: Sequence[DeadLetter],
     max_value_bytes: int,
+    placed: list[Placed | None],
     *,
     minimal: bool,
 ) -> dict[int, str]:
-    """Produce and flush; the letters Kafka refused for their own sake (index -> why).
+    """Produce and flush, filling ``placed``; the letters Kafka refused for their own sake.
 
     An outage (a delivery that failed or timed out for any other cause) raises.
     """
@@ -246,10 +319,13 @@ def _produce_all(
     refused: dict[int, str] = {}
     for i, dead in enumerate(letters):
         key, value, hdrs = letter(dead, max_value_bytes, minimal=minimal)
+        cut = minimal or any(k == headers.DLQ_TRUNCATED_FROM for k, _ in hdrs)
 
-        def on_delivery(err: KafkaError | None, _msg: object, i: int = i) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message, i: int = i, cut: bool = cut) -> None:
             if err is not None:
                 errors[i] = err
+            else:
+                placed[i] = Placed(topic, msg.partition() or 0, msg.offset() or 0, cut)
 
         try:
             producer.produce(topic, value, key, headers=hdrs, on_delivery=on_delivery)

@@ -133,10 +133,12 @@ class Audit:
         return int(row[0]) if row else 0
 
     def dead_letter(self, stream: str, entity: str, generation: int, seq: int) -> str | None:
-        """``dead-lettered: REASON`` when the consumer refused this event, else None."""
+        """``dead-lettered: REASON`` (and the letter's status once a person acted) or None."""
         row = self.consumer.execute(
-            "SELECT reason FROM inorder_dead_letters WHERE entity_type = %s AND entity_id = %s "
-            "AND generation = %s AND seq = %s LIMIT 1",
+            "SELECT reason, status FROM inorder_dead_letters WHERE entity_type = %s "
+            "AND entity_id = %s AND generation = %s AND seq = %s ORDER BY id DESC LIMIT 1",
             (stream, entity, generation, seq),
         ).fetchone()
-        return f"dead-lettered: {row[0]}" if row else None
+        if row is None:
+            return None
+        return f"dead-lettered: {row[0]}" + ("" if row[1] == "new" else f" ({row[1]})")

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 
+from consumer.admin import letters
 from consumer.admin.commands import Admin
 from consumer.kinds import KINDS, Kind, Route
 from consumer.settings import SweeperSettings
@@ -53,6 +54,7 @@ def parser(kinds: Mapping[str, Kind] = KINDS) -> argparse.ArgumentParser:
     rep.add_argument(
         "--generation", type=int, help="the generation (default: the one the consumer holds)"
     )
+    letters.add(sub)
     for kind in kinds.values():
         if kind.commands is not None:
             kind.commands.add(sub)
@@ -77,6 +79,8 @@ def run(
                 admin.explain(args.entity)
             case "republish":
                 admin.republish(args.entity, args.from_seq, args.to_seq, args.generation)
+            case "dead-letters":
+                letters.run(args, admin)
             case name:
                 admin.run_kind_command(name, args)
     finally:

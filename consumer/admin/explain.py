@@ -99,8 +99,13 @@ def gather(
         story.held = inspector.story(tools, route, entity_id)
     with tools.conn.cursor(row_factory=dict_row) as cur:
         story.dead_letters = cur.execute(
-            "SELECT generation, seq, reason, detail, recorded_at FROM inorder_dead_letters "
-            "WHERE entity_type = %s AND entity_id = %s ORDER BY recorded_at",
+            "SELECT d.id, d.generation, d.seq, d.reason, d.detail, d.recorded_at, d.status, "
+            "d.replays, (SELECT string_agg(x.decision || coalesce(' from ' || x.source, '') "
+            "  || ' by ' || x.done_by || ' at ' || to_char(x.done_at, 'YYYY-MM-DD HH24:MI:SS') "
+            "  || ': ' || x.reason, '; ' ORDER BY x.done_at) "
+            " FROM inorder_dead_letter_decisions x WHERE x.letter_id = d.id) AS decisions "
+            "FROM inorder_dead_letters d WHERE d.entity_type = %s AND d.entity_id = %s "
+            "ORDER BY d.recorded_at",
             (route.stream, entity_id),
         ).fetchall()
     audit = Audit(outbox, tools.conn, kinds, only=entity_id)

@@ -58,7 +58,7 @@ def test_dead_letter_copy_keeps_original_and_says_why() -> None:
     """The copy keeps key, value and headers and adds reason, detail and origin."""
     key, value, hdrs = letter(DeadLetter(StandIn(b"{", 41), "not_json", "bad"), 1024)  # type: ignore[arg-type]
     assert (key, value) == (b"k", b"{")
-    assert hdrs == [
+    assert hdrs[:6] == [
         ("trace", b"1"),
         (headers.DLQ_REASON, "not_json"),
         (headers.DLQ_DETAIL, "bad"),

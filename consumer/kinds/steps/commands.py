@@ -211,7 +211,7 @@ class StepCommands:
                     idle_since = time.monotonic()
                     if message.error() is None and message.key() == key:
                         pairs: Any = message.headers() or []
-                        kept = [(k, v) for k, v in pairs if not k.startswith(headers.DLQ_PREFIX)]
+                        kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
                         producer.produce(settings.topics[0], message.value(), key, headers=kept)
                         sent += 1
         finally:
