@@ -133,6 +133,42 @@ def test_an_entity_added_without_events_is_drained_in_its_lane() -> None:
     assert (log.drains, [t.entity for t in turns], inflight.entities) == (["p"], ["p"], 0)
 
 
+class _Held:
+    """Lanes whose tasks wait until ``go`` is called, so events can join a queue first."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Callable[[], None]] = []
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self.tasks.append(task)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        yield object()
+
+    def go(self) -> None:
+        for task in self.tasks:
+            task()
+
+
+def test_a_drain_asked_for_still_happens_when_events_join_the_queue_first() -> None:
+    """A drain-only turn, then (stale) events before the lane starts: applied, then drained."""
+    log = _Log(set())
+    lanes = _Held()
+    inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
+    again = _event("p", 1, copy=1)
+    inflight.add("p", [], {})
+    inflight.add("p", [again], {again.event_id: b""})
+    lanes.go()
+    [turn] = inflight.finished(None)
+    assert (log.applied["p"], log.drains, [e.seq for e in turn.taken]) == (
+        [again.event_id],
+        ["p"],
+        [1],
+    )
+    assert inflight.entities == 0
+
+
 def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry() -> None:
     """Work that lost the database stays queued; events that come meanwhile wait behind it."""
     log = _Log({"a"})

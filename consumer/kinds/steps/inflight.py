@@ -66,6 +66,8 @@ class InFlight:
         self._queues: dict[str, list[tuple[Event, bytes, float]]] = {}
         self._applying: dict[str, float] = {}
         self._running: set[str] = set()
+        # Entities to drain once their queued events are applied (or at once, none queued).
+        self._drains: set[str] = set()
         self._stalled: set[str] = set()
         self._finished: list[Finished] = []
         self._events = 0
@@ -95,14 +97,17 @@ class InFlight:
     def add(self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]) -> None:
         """Queue ``events`` behind the entity's; a lane starts on it unless one has it already.
 
-        No events: a lane drains what the entity parked (unless it is queued: its lane
-        drains after applying). Waits while there is no room.
+        No events: a lane drains what the entity parked, after whatever is queued before
+        (events that join later do not take the drain's place: they may all be stale,
+        and apply nothing that would drain). Waits while there is no room.
         """
         with self._changed:
             self._changed.wait_for(lambda: self._room(entity))
             self._events += len(events)
             now = time.monotonic()
             taken = [(e, raw[e.event_id], now) for e in events]
+            if not events:
+                self._drains.add(entity)
             queued = self._queues.get(entity)
             if queued is not None:
                 queued.extend(taken)
@@ -143,27 +148,31 @@ class InFlight:
     def _run(self, entity: str) -> None:
         """A lane's turn: the entity's queue, chunk by chunk, until it is empty."""
         turn = Finished(entity)
-        first = True
         try:
             with self._lanes.connection() as conn:
                 while True:
                     with self._changed:
                         queued = self._queues[entity]
-                        if not queued and not first:  # done: the entity leaves its lane
+                        drain = entity in self._drains
+                        self._drains.discard(entity)
+                        if not queued and not drain:  # done: the entity leaves its lane
                             del self._queues[entity]
                             self._running.discard(entity)
                             return
                         self._queues[entity] = []
                         if queued:
                             self._applying[entity] = queued[0][2]
-                    first = False
                     chunk = [event for event, _, _ in queued]
                     raw = {event.event_id: value for event, value, _ in queued}
                     try:
-                        outcome = self._work(conn, entity, chunk, raw)
+                        outcome = self._work(conn, entity, chunk, raw) if chunk else Outcome()
+                        if drain:
+                            outcome = merge(outcome, self._work(conn, entity, [], {}))
                     except BaseException:
                         with self._changed:  # put back in front of what came meanwhile
                             self._queues[entity] = queued + self._queues[entity]
+                            if drain:
+                                self._drains.add(entity)
                             self._applying.pop(entity, None)
                         raise
                     turn.outcome = merge(turn.outcome, outcome)
