@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import uuid
 
 import psycopg
+import structlog
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from producer import loadgen, migrate
+from producer import loadgen, migrate, snapshots
 from producer.settings import ProducerSettings
 from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas.batches import BatchItem, BatchTopics, create_batch
@@ -20,6 +22,7 @@ from schemas.runtime.config import load_or_exit
 from schemas.runtime.usage import program_version, settings_block
 
 PROGRAM = "inorder-producer"
+log = structlog.get_logger(PROGRAM)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,6 +56,38 @@ def parser() -> argparse.ArgumentParser:
         choices=["assemble_incomplete", "hold"],
         help="what a batch does when its deadline passes with positions missing",
     )
+    snap = commands.add_parser(
+        "snapshot",
+        help="write each entity's current state through the outbox as a <stream>.snapshot "
+        "event at its version (again: only entities that changed since)",
+    )
+    snap.add_argument("stream", help="the entity type, e.g. subscription")
+    snap.add_argument(
+        "--table",
+        required=True,
+        help="the entities' table (`name` or `schema.name`) with id, generation and version",
+    )
+    snap.add_argument("--topic", help="the events' topic (default: INORDER_EVENTS_TOPIC)")
+    snap.add_argument(
+        "--payload",
+        default=snapshots.ROW,
+        help="SQL making the payload from the row `t` (default: its columns but id, "
+        "generation, version and deleted)",
+    )
+    snap.add_argument("--where", help='SQL filter on the row `t`, e.g. "NOT t.deleted"')
+    snap.add_argument("--rate", type=float, help="entities per second (default: flat out)")
+    snap.add_argument(
+        "--requested",
+        action="store_true",
+        help="only the entities consumers asked for (a gap that can no longer be republished)",
+    )
+    snap.add_argument(
+        "--follow",
+        type=float,
+        metavar="SECONDS",
+        help="with --requested: keep taking new asks, looking every SECONDS, until stopped",
+    )
+    snap.add_argument("--no-progress", action="store_true", help="no progress bar")
     worker = commands.add_parser("worker", help="the example worker: finish items out of order")
     worker.add_argument("--max-delay-ms", type=int, default=200, help="per item (default 200)")
     worker.add_argument("--fail-rate", type=float, default=0.0, help="share of items that fail")
@@ -115,6 +150,58 @@ def _loadgen(args: argparse.Namespace, conninfo: str, topic: str) -> None:
     )
 
 
+def _snapshot(args: argparse.Namespace, conninfo: str, topic: str) -> None:
+    plan = snapshots.Snapshot(
+        args.stream,
+        args.table,
+        args.topic or topic,
+        args.payload,
+        args.where,
+        args.rate,
+        requested=args.requested,
+    )
+    if args.follow is not None:
+        if not args.requested or args.follow <= 0:
+            sys.stderr.write(f"{PROGRAM}: --follow needs --requested and a number of seconds\n")
+            raise SystemExit(2)
+        _follow(plan, conninfo, args.follow)
+        return
+    console = Console(stderr=True)
+    columns = ("{task.description}", MofNCompleteColumn(), TimeElapsedColumn())
+    with (
+        postgres.connect(conninfo, PROGRAM, autocommit=False) as conn,
+        Progress(*columns, console=console, disable=args.no_progress) as progress,
+    ):
+        task = progress.add_task("entities", total=None)
+        try:
+            report = snapshots.take(conn, plan, lambda n: progress.advance(task, n))
+        except psycopg.errors.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                raise
+            sys.stderr.write(f"{PROGRAM}: snapshot refused: {logs.first_line(exc)}\n")
+            raise SystemExit(2) from None
+    console.print(
+        f"{args.stream}: {report.written} snapshots written, {report.already} already "
+        f"there at their version, of {report.read} entities",
+        soft_wrap=True,
+    )
+
+
+def _follow(plan: snapshots.Snapshot, conninfo: str, every_s: float) -> None:
+    """Take consumers' asks as they come, until SIGTERM or SIGINT; each taken is logged."""
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    with postgres.connect(conninfo, PROGRAM, autocommit=False) as conn:
+        while not stopping.is_set():
+            report = snapshots.take(conn, plan)
+            if report.read:
+                log.info(
+                    "snapshots_taken", stream=plan.stream, written=report.written, asks=report.taken
+                )
+            stopping.wait(every_s)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run one producer command."""
     args = parser().parse_args(argv)
@@ -134,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
             _batches(args, conninfo, settings.events_topic)
         elif args.command == "worker":
             _worker(args)
+        elif args.command == "snapshot":
+            _snapshot(args, conninfo, settings.events_topic)
     except psycopg.OperationalError as exc:
         first = logs.first_line(exc)
         sys.stderr.write(f"{PROGRAM}: cannot use PostgreSQL: {first}\n")

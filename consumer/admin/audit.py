@@ -47,6 +47,8 @@ class Report:
     divergences: list[Divergence] = field(default_factory=list)
     # Streams whose kind cannot be audited (it has no inspector).
     not_audited: list[str] = field(default_factory=list)
+    # Entities whose state came from a snapshot (``route:entity``), consistent with it.
+    healed_by_snapshot: list[str] = field(default_factory=list)
 
     @property
     def unexplained(self) -> list[Divergence]:
@@ -117,6 +119,10 @@ class Audit:
             self.report.rows += len(left) + len(right)
             self.tick()
             yield entity, left, right
+
+    def healed(self, route: str, entity: str) -> None:
+        """Note an entity whose consistent state came from a snapshot."""
+        self.report.healed_by_snapshot.append(f"{route}:{entity}")
 
     def diverge(self, route: str, entity: str, detail: str, cause: str | None) -> None:
         """Record one divergence (``cause`` None: unexplained)."""

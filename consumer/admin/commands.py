@@ -177,6 +177,7 @@ class Admin:
             "divergences": len(report.divergences),
             "unexplained": unexplained,
             "not_audited": len(report.not_audited),
+            "healed_by_snapshot": len(report.healed_by_snapshot),
         }
         self.show("audit", [summary])
         if unexplained:

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 
 from consumer.admin.audit import Audit, Divergence
 from consumer.kinds import Findings, Kind, Route, Tools
+from schemas.snapshot import snapshot_type
 
 Conn = psycopg.Connection[Any]
 # More outbox rows than this are summarised by their count (the newest are shown).
@@ -66,9 +67,21 @@ def verdict(story: Story) -> str:
     if story.divergences:
         causes = dict.fromkeys(f"{d.detail} ({d.cause})" for d in story.divergences)
         return "behind, explained: " + "; ".join(causes)
+    consistent = "consistent with the outbox" + _healed(story)
     if story.held.parked:
-        return f"consistent with the outbox; {len(story.held.parked)} event(s) parked"
-    return "consistent with the outbox"
+        return f"{consistent}; {len(story.held.parked)} event(s) parked"
+    return consistent
+
+
+def _healed(story: Story) -> str:
+    """`` (healed by snapshot at G/S)`` when the outbox's newest version is a lone snapshot."""
+    if not story.outbox:
+        return ""
+    newest = max((r["generation"], r["seq"]) for r in story.outbox)
+    at = [r for r in story.outbox if (r["generation"], r["seq"]) == newest]
+    if {r["event_type"] for r in at} != {snapshot_type(story.stream)}:
+        return ""
+    return f" (healed by snapshot at {newest[0]}/{newest[1]})"
 
 
 def _outbox(outbox: Conn, story: Story) -> None:

@@ -73,7 +73,11 @@ class SweepReport(Counter[str]):
 
 
 class Duties(Protocol):
-    """A kind's periodic work, run by the active sweeper."""
+    """A kind's periodic work, run by the active sweeper.
+
+    Duties that open connections of their own may also have a ``close()``, called once as
+    the sweeper stops.
+    """
 
     def sweep(self, report: SweepReport) -> None:
         """One pass over the kind's routes, counting what it did into ``report``."""

@@ -206,6 +206,10 @@ class Sweeper:
             io.lease.release()
         io.results.close()
         io.producer.flush(10)
+        for duty in self.duties.values():  # a kind's own connections (optional ``close``)
+            close = getattr(duty, "close", None)
+            if close is not None:
+                close()
         io.conn.close()
         io.redis.close()
 

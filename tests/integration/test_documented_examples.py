@@ -26,7 +26,7 @@ from consumer import examples
 from consumer.kinds.batches import BatchRoute
 from consumer.routes import parse_routes
 from consumer.testing import event
-from producer import OutboxEvent, emit, migrate
+from producer import OutboxEvent, emit, migrate, subscriptions
 from tests.conftest import PgSchema, TopicFactory
 from tests.support.docs import CONSUMER, PRODUCER, ROOT, example, module_of
 from tests.support.kafka import wait_until
@@ -187,6 +187,42 @@ def test_the_load_generator_command_writes_the_example_service(pg_schema: PgSche
             "SELECT count(DISTINCT entity_id) FROM outbox WHERE entity_type = 'subscription'"
         ).fetchone()
     assert entities == (100,)
+
+
+def test_the_snapshot_command_writes_payloads_the_shipped_schema_accepts(
+    pg_schema: PgSchema,
+) -> None:
+    """producer/README.md's snapshot command writes each subscription's state, schema-valid."""
+    with pg_schema.connect(autocommit=True) as conn:
+        migrate.apply(conn, (migrate.OUTBOX, migrate.EXAMPLE))
+        subscriptions.create_subscription(conn, "s1", "pro")
+        subscriptions.create_subscription(conn, "s2", "basic")
+        subscriptions.delete_subscription(conn, "s2")
+    command = example("snapshot", PRODUCER).replace(".venv/bin/", f"{BIN}/")
+    env = {**os.environ, "DATABASE_URL": pg_schema.url, "INORDER_LOG_LEVEL": "WARNING"}
+    done = subprocess.run(
+        ["bash", "-e", "-c", command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with pg_schema.connect() as conn:
+        rows = conn.execute(
+            "SELECT entity_id, generation, seq, event_type, payload FROM outbox "
+            "WHERE event_type = 'subscription.snapshot' ORDER BY entity_id"
+        ).fetchall()
+    assert [r[:4] for r in rows] == [
+        ("s1", 1, 1, "subscription.snapshot"),
+        ("s2", 1, 2, "subscription.snapshot"),
+    ]
+    registry = schemas.default_payload_schemas()
+    for row in rows:
+        registry.validate(row[3], row[4])
+    assert rows[1][4]["status"] == "deleted"
 
 
 def test_the_projection_route_example_keeps_the_newest(inorder_driver: Any) -> None:

@@ -108,7 +108,7 @@ def test_duplicate_entity_version_is_a_named_error(outbox: PgSchema) -> None:
         with pytest.raises(DuplicateEventError) as caught, conn.transaction():
             emit(conn, _event(seq=3, event_id="another-id"))
     assert caught.value.constraint == "outbox_entity_seq_key"
-    assert "(subscription, s1, 1, 3)" in caught.value.detail
+    assert "(subscription, s1, 1, 3, f)" in caught.value.detail
 
 
 @pytest.mark.parametrize(

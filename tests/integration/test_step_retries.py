@@ -31,6 +31,22 @@ def _routes(handler: str, retry: str) -> str:
     )
 
 
+def _pipeline(
+    db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp: Path,
+    prefix: str,
+    handler: str,
+    retry: str,
+    **kw: Any,
+) -> sw.Pipeline:
+    """The whole pipeline on one test's names, its step handler with the retry table given."""
+    return sw.pipeline(
+        db, services, topic_factory, tmp, prefix, routes_text=_routes(handler, retry), **kw
+    )
+
+
 def _failures(schema: PgSchema, entity: str = "a") -> list[dict[str, Any]]:
     """Every failed call of the entity's steps, oldest first, with its wait in seconds."""
     with schema.connect() as conn:
@@ -87,14 +103,16 @@ def test_a_step_failing_twice_is_applied_once_after_two_retries_with_their_delay
     """Two timeouts, then success: waits as configured, later events drain, ok-b never waits."""
     step_handlers.FLAKY.clear()
     retry = 'attempts = 3\nbackoff_s = 1.0\nmax_backoff_s = 1.5\non = ["TimeoutError"]'
-    p = sw.pipeline(
+    # a and ok-b share the partition: only a may wait
+    p = _pipeline(
         pg_schema,
         services,
         topic_factory,
         tmp_path,
         redis_prefix,
-        routes_text=_routes("flaky_at_3", retry),
-        partitions=1,  # a and ok-b share the partition: only a may wait
+        "flaky_at_3",
+        retry,
+        partitions=1,
     )
     before = _metric("step_retries_total", route="ledger", event_type="ledger.added")
     sw.write_outbox(p, range(1, 7), entity="a")
@@ -140,14 +158,7 @@ def test_spent_retries_do_what_the_route_says(
     """After its last call a step stops for a person, goes to the dead letters, or is skipped."""
     step_handlers.FLAKY.clear()
     retry = f'attempts = 2\nbackoff_s = 0.2\nthen = "{then}"'
-    p = sw.pipeline(
-        pg_schema,
-        services,
-        topic_factory,
-        tmp_path,
-        redis_prefix,
-        routes_text=_routes("down_at_3", retry),
-    )
+    p = _pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix, "down_at_3", retry)
     labels = {"route": "ledger", "event_type": "ledger.added", "then": then}
     before = _metric("step_retries_exhausted_total", **labels)
     sw.write_outbox(p, range(1, 6))
@@ -199,14 +210,7 @@ def test_an_exception_not_named_in_on_stops_at_its_first_call(
     """A ConnectionError under ``on = ["TimeoutError"]`` is not retried: it does what then says."""
     step_handlers.FLAKY.clear()
     retry = 'attempts = 5\nbackoff_s = 0.2\non = ["TimeoutError"]'
-    p = sw.pipeline(
-        pg_schema,
-        services,
-        topic_factory,
-        tmp_path,
-        redis_prefix,
-        routes_text=_routes("down_at_3", retry),
-    )
+    p = _pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix, "down_at_3", retry)
     sw.write_outbox(p, range(1, 5))
     with sw.running(p):
         wait_until(lambda: (ss.progress(pg_schema) or (0,) * 5)[3] == 3, timeout_s=60)
@@ -228,13 +232,8 @@ def test_a_consumer_killed_while_a_retry_waits_loses_nothing(
     flag = tmp_path / "failing"
     flag.touch()
     retry = "attempts = 20\nbackoff_s = 0.5\nmax_backoff_s = 1.0"
-    p = sw.pipeline(
-        pg_schema,
-        services,
-        topic_factory,
-        tmp_path,
-        redis_prefix,
-        routes_text=_routes("flaky_while_flagged", retry),
+    p = _pipeline(
+        pg_schema, services, topic_factory, tmp_path, redis_prefix, "flaky_while_flagged", retry
     )
     env = {**cs.consumer_env(p.settings), "PYTHONPATH": str(ROOT)}
     env["INORDER_TEST_FAIL_FLAG"] = str(flag)

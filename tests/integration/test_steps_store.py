@@ -480,3 +480,18 @@ def test_a_repeated_event_beside_an_external_step_loses_nothing(
         assert ss.feed(run, conn, [*events, ss.step(2, "dup")]) == []
     assert ss.applied(steps_db, "dup") == [(1, s) for s in range(1, 6)]
     assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "dup"))
+
+
+def test_a_snapshot_is_ignored_by_a_step_route_without_baseline(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Without baseline a snapshot changes nothing: counted stale, nothing applied or parked."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    snapshot = ss.step(9, event_type="ledger.snapshot")
+    with steps_db.connect(autocommit=True) as conn:
+        assert ss.feed(run, conn, [ss.step(1), snapshot, ss.step(2)]) == []
+        outcome = run.apply(conn, [snapshot], {snapshot.event_id: encode(snapshot)})
+    assert [e.seq for e in outcome.stale] == [9]
+    assert ss.applied(steps_db) == [(1, 1), (1, 2)]
+    assert ss.progress(steps_db)[:2] == (1, 2)
+    assert not redis_client.exists(run.lot.entity_key(ss.STREAM, "a"))

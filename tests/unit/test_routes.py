@@ -134,6 +134,11 @@ def test_projection_route_is_parsed_with_defaults() -> None:
             STEPS.replace("many = true", "many = true\nexternal = true"),
             "cannot be both many and external",
         ),
+        (STEPS.replace('kind = "step"', 'kind = "step"\nbaseline = "yes"'), "baseline must be"),
+        (
+            STEPS.replace('kind = "step"', 'kind = "step"\nsnapshot_when_unrecoverable = true'),
+            "snapshot_when_unrecoverable needs baseline = true",
+        ),
     ],
 )
 def test_each_mistake_is_named(text: str, problem: str) -> None:

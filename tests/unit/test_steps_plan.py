@@ -133,3 +133,74 @@ def test_reorder_distance_is_what_its_metric_help_says() -> None:
 def test_parked_ahead_compares_generation_first_then_seq(progress: Progress, ahead: bool) -> None:
     """A mark is ahead only when newer than what was applied; no mark is never ahead."""
     assert progress.parked_ahead is ahead
+
+
+def _snapshot(seq: int, generation: int = 1) -> Event:
+    return Event(f"snap:{seq}", "l.snapshot", "l", "s1", generation, seq, "t", "t", {})
+
+
+def _run(delivered: list[Event], cuts: list[int], *, baseline: bool) -> list[Event]:
+    """Feed ``delivered`` in batches with parking and draining, as the runner does."""
+    progress = Progress(1, 0)
+    parked: dict[int, Event] = {}
+    applied: list[Event] = []
+    bounds = sorted({c for c in cuts if c < len(delivered)})
+    for start, end in zip([0, *bounds], [*bounds, len(delivered)], strict=True):
+        batch = plan(progress, delivered[start:end], baseline=baseline)
+        applied += batch.apply
+        progress = batch.end or progress
+        parked.update({id(e): e for e in batch.park})
+        while True:
+            drained = plan(progress, list(parked.values()), baseline=baseline)
+            for event in drained.apply + drained.stale:
+                parked.pop(id(event), None)
+            if not drained.apply:
+                break
+            applied += drained.apply
+            progress = drained.end or progress
+    assert parked == {}
+    return applied
+
+
+@given(
+    snapshot_at=st.integers(1, 20),
+    duplicates=st.lists(st.integers(1, 20), max_size=8),
+    cuts=st.lists(st.integers(1, 30), max_size=6, unique=True),
+    baseline=st.booleans(),
+    data=st.data(),
+)
+def test_a_snapshot_is_ignored_or_moves_the_entity_on_but_never_takes_a_step_s_place(
+    snapshot_at: int, duplicates: list[int], cuts: list[int], baseline: bool, data: st.DataObject
+) -> None:
+    """Shuffled, duplicated: no baseline, no effect; baseline: one jump, steps in order around."""
+    events = [_e(s) for s in range(1, 21)] + [_e(s) for s in duplicates]
+    delivered = data.draw(st.permutations([*events, _snapshot(snapshot_at)]))
+    applied = _run(delivered, cuts, baseline=baseline)
+    snapshots = [e for e in applied if e.event_type == "l.snapshot"]
+    steps = [e.seq for e in applied if e.event_type != "l.snapshot"]
+    if not baseline:
+        assert (snapshots, steps) == ([], list(range(1, 21)))
+        return
+    assert [e.version for e in applied] == sorted(e.version for e in applied)
+    assert len(snapshots) <= 1
+    skipped_to = snapshots[0].seq if snapshots else 0
+    assert steps == [s for s in range(1, 21) if s > skipped_to or s < _jumped_from(applied)]
+    assert len(set(steps)) == len(steps)
+
+
+def _jumped_from(applied: list[Event]) -> int:
+    """The first seq after the steps applied before the snapshot (all of them, if none came)."""
+    before = []
+    for event in applied:
+        if event.event_type == "l.snapshot":
+            return (before[-1] if before else 0) + 1
+        before.append(event.seq)
+    return 10**9
+
+
+def test_a_baseline_snapshot_waits_while_its_entity_is_stopped() -> None:
+    """Stopped for a person, an entity parks a newer snapshot rather than jumping past the stop."""
+    result = plan(Progress(1, 4, stopped=True), [_snapshot(9)], baseline=True)
+    assert (_seqs(result.apply), _seqs(result.park)) == ([], [(1, 9)])
+    stale = plan(Progress(1, 9), [_snapshot(9), _snapshot(3)], baseline=True)
+    assert _seqs(stale.stale) == [(1, 3), (1, 9)]

@@ -14,6 +14,7 @@ from psycopg import sql
 from consumer.admin.audit import Audit
 from consumer.kinds._plugin import Conn, Findings, Tools
 from consumer.kinds.projection.table import ProjectionRoute, field_value, stored_row
+from schemas.snapshot import snapshot_type
 
 
 class ProjectionInspector:
@@ -29,16 +30,18 @@ class ProjectionInspector:
         return Findings(applied=stored_row(tools.conn, route, entity_id))
 
     def audit(self, audit: Audit, route: ProjectionRoute) -> None:
-        """Each entity's row against its newest outbox event."""
+        """Each entity's row against its newest outbox event (or that version's snapshot)."""
+        snapshot = snapshot_type(route.stream)
         newest = audit.stream(
             audit.outbox,
             sql.SQL(
                 'SELECT DISTINCT ON (entity_id COLLATE "C") entity_id, generation, seq, payload, '
-                "NOT outbox_published(outbox), failure_reason FROM outbox WHERE entity_type = %s "
-                "AND (%s::text IS NULL OR entity_id = %s) "
-                'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC'
+                "NOT outbox_published(outbox), failure_reason, event_type = %s "
+                "FROM outbox WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
+                # The change event of the newest version first; its snapshot when it is gone.
+                'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC, event_type = %s'
             ),
-            (route.stream, audit.only, audit.only),
+            (snapshot, route.stream, audit.only, audit.only, snapshot),
         )
         columns = sql.SQL(", ").join(
             sql.SQL("to_jsonb({})").format(sql.Identifier(c)) for c in route.columns
@@ -65,7 +68,7 @@ def _compare(audit: Audit, route: ProjectionRoute, entity: str, event: Any, row:
             route.stream, entity, "row has no event in the outbox", "purged from the outbox"
         )
         return
-    _, generation, seq, payload, _, _ = event
+    _, generation, seq, payload, _, _, from_snapshot = event
     if row is None:
         detail = f"no row; newest event is {generation}/{seq}"
     elif (row[1], row[2]) != (generation, seq):
@@ -80,13 +83,15 @@ def _compare(audit: Audit, route: ProjectionRoute, entity: str, event: Any, row:
                     f"column {column} is {value!r}, event says {expected!r}",
                     None,
                 )
+        if from_snapshot:
+            audit.healed(route.stream, entity)
         return
     audit.diverge(route.stream, entity, detail, _cause(audit, route, entity, event))
 
 
 def _cause(audit: Audit, route: ProjectionRoute, entity: str, event: Any) -> str | None:
     """Why a row lags its newest event (looked up only when it does)."""
-    _, generation, seq, _, unpublished, failure = event
+    _, generation, seq, _, unpublished, failure, _ = event
     if failure:  # a failed row is never published: the failure is the cause
         return f"outbox row failed: {failure}"
     if unpublished:

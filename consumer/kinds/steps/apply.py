@@ -18,6 +18,7 @@ from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
+from schemas.snapshot import is_snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +42,8 @@ def _apply_together(
     # a result: that takes one more.)
     with pipelined_transaction(conn) if rung.pipelined else plain_transaction(conn) as sync:
         progress = store.lock(conn, firsts(events), sync)
-        decided = share(progress, events, rung.limits, skip, handlers.alone)
+        baseline = store.route.baseline
+        decided = share(progress, events, rung.limits, skip, handlers.alone, baseline=baseline)
         skip |= decided.one_by_one
         if rung.pipelined:  # decided under the locks: every claim applies, or the batch fails
             store.advance(conn, decided.claims)
@@ -132,25 +134,26 @@ def apply_alone(
     """
     done = Plan()
     pending: list[Event] = []
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int, bool]] = set()
     for event in events:  # a version delivered twice: the first copy counts, the rest are stale
-        if event.version in seen:
+        copy = (*event.version, is_snapshot(event))  # a snapshot may share its version
+        if copy in seen:
             done.stale.append(event)
         else:
-            seen.add(event.version)
+            seen.add(copy)
             pending.append(event)
     with conn.transaction():
         progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
     while pending:
-        step_plan = plan(progress, pending)
+        step_plan = plan(progress, pending, baseline=store.route.baseline)
         done.stale += step_plan.stale
         done.end = step_plan.end
         if not step_plan.apply:
             done.park += step_plan.park
             break
         event = step_plan.apply[0]
-        aside = {event.version, *(e.version for e in step_plan.stale)}
-        pending = [e for e in pending if e.version not in aside]
+        aside = {id(event), *(id(e) for e in step_plan.stale)}
+        pending = [e for e in pending if id(e) not in aside]
         try:
             applied, done.stopped = _apply_single(conn, store, handlers, lanes, progress, event)
         except StepFailedError as raised:  # rolled back: retried later, stopped, or moved on

@@ -18,6 +18,7 @@ from consumer import deadletter, metrics
 from consumer.kinds._base import Links
 from consumer.kinds._plugin import SweepReport, Tools
 from consumer.kinds.steps import failures, gaps, traced
+from consumer.kinds.steps.asking import Asker
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
@@ -43,11 +44,16 @@ class StepDuties:
             settings.republish_max_attempts,
         )
         self.lot = lot_of(tools)
+        self._asker = Asker(settings)
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
         links = Links.of(tools)
         for applier in self.steps.values():
             applier.connect(links)
+
+    def close(self) -> None:
+        """Close the connection snapshot requests were written on, if one was opened."""
+        self._asker.close()
 
     # ------------------------------------------------------------------ sweeping
 
@@ -77,17 +83,43 @@ class StepDuties:
 
     def _heal(self, route: str, report: SweepReport) -> None:
         conn = self.tools.conn
-        open_gaps = [g for g in gaps.unresolved(conn, route) if g.status != GapStatus.UNRECOVERABLE]
-        progress = self.steps[route].store.read(conn, [g.entity_id for g in open_gaps])
+        open_gaps = gaps.unresolved(conn, route)
+        store = self.steps[route].store
+        progress = store.read(conn, [g.entity_id for g in open_gaps])
         for gap in open_gaps:
             now = progress.get(gap.entity_id)
-            if now is not None and gaps.healed(gap, now):
-                gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
-                traced.healed(gap)
-                seconds = time.time() - gap.first_seen.timestamp()
-                metrics.GAP_HEAL_TIME.observe(seconds)
-                report["healed"] += 1
-                log.info("gap_healed", route=route, entity=gap.entity_id, seconds=round(seconds, 3))
+            if now is None or not gaps.healed(gap, now):
+                continue
+            if gap.status == GapStatus.UNRECOVERABLE:
+                self._passed(gap, report)
+                continue
+            gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
+            traced.healed(gap)
+            seconds = time.time() - gap.first_seen.timestamp()
+            metrics.GAP_HEAL_TIME.observe(seconds)
+            report["healed"] += 1
+            log.info("gap_healed", route=route, entity=gap.entity_id, seconds=round(seconds, 3))
+
+    def _passed(self, gap: gaps.Gap, report: SweepReport) -> None:
+        """An entity moved past a gap given up on: by a baseline snapshot, or a late answer.
+
+        The gap is healed and the entity's hold released.
+        """
+        conn = self.tools.conn
+        at = gaps.passed_by_snapshot(conn, gap)
+        by, why = (
+            ("snapshot", f"moved past by the snapshot at seq {at}")
+            if at
+            else (
+                "sweeper",
+                "range applied after the gap was given up",
+            )
+        )
+        with conn.transaction():
+            gaps.resolve(conn, gap, GapStatus.HEALED, by, why)
+            self.steps[gap.route].store.release(conn, gap.entity_id)
+        report["healed"] += 1
+        log.info("gap_healed", route=gap.route, entity=gap.entity_id, by=by, reason=why)
 
     def _overdue(self, route: str, report: SweepReport) -> None:
         settings = self.tools.settings
@@ -210,6 +242,10 @@ class StepDuties:
 
     def _unrecoverable(self, gap: gaps.Gap, reason: str, missing: list[int] | None) -> None:
         conn = self.tools.conn
+        route = self.steps[gap.route].route
+        if route.snapshot_when_unrecoverable:  # asked first: the gap's row says so after
+            asked = self._asker.ask(gap.route, gap.entity_id, f"gap {gap.id}: {reason}")
+            reason += "; a snapshot was requested" if asked else ""
         with conn.transaction():
             gaps.resolve(conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing)
             self.steps[gap.route].store.hold(conn, gap.entity_id)

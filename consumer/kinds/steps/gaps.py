@@ -17,6 +17,7 @@ from psycopg.rows import class_row
 
 from consumer.kinds.steps.plan import Progress
 from schemas import Event
+from schemas.snapshot import snapshot_type
 
 Conn = psycopg.Connection[Any]
 
@@ -192,3 +193,13 @@ def status_counts(conn: Conn) -> dict[str, int]:
     """Number of gaps per status."""
     rows = conn.execute("SELECT status, count(*) FROM inorder_gaps GROUP BY status").fetchall()
     return {status: int(count) for status, count in rows}
+
+
+def passed_by_snapshot(conn: Conn, gap: Gap) -> int | None:
+    """The seq of a snapshot the entity took as its baseline past the gap's start, if any."""
+    row = conn.execute(
+        "SELECT min(seq) FROM inorder_step_log WHERE route = %s AND entity_id = %s "
+        "AND generation = %s AND seq >= %s AND event_type = %s",
+        (gap.route, gap.entity_id, gap.generation, gap.from_seq, snapshot_type(gap.route)),
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])

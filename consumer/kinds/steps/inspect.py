@@ -1,9 +1,10 @@
 """A step route's part of ``inorder-admin``: its progress and log for ``explain``, its audit.
 
 The audit: every outbox seq of an entity must be in the step log once, unless a person
-skipped it; a seq missing is explained by the first known state that accounts for it
-(superseded generation, failed or unpublished row, stopped for review, open gap, held,
-dead-lettered) or left unexplained.
+skipped it or a snapshot the route took as its baseline moved the entity past it; a seq
+missing is explained by the first known state that accounts for it (superseded
+generation, failed or unpublished row, stopped for review, open gap, held, dead-lettered)
+or left unexplained.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from consumer.kinds.steps.gaps import UNRESOLVED
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.store import StepStore
+from schemas.snapshot import snapshot_type
 
 
 class StepInspector:
@@ -80,33 +82,41 @@ class StepInspector:
 
     def audit(self, audit: Audit, route: StepRoute) -> None:
         """Every outbox seq of each entity against the step log."""
+        snapshot = snapshot_type(route.stream)
+        # Snapshots count only where the route takes them as a baseline.
         sent = audit.stream(
             audit.outbox,
             sql.SQL(
                 "SELECT entity_id, generation, seq, NOT outbox_published(outbox), failure_reason "
                 "FROM outbox WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
+                "AND (%s OR event_type <> %s) "
                 'ORDER BY entity_id COLLATE "C", generation, seq'
             ),
-            (route.stream, audit.only, audit.only),
+            (route.stream, audit.only, audit.only, route.baseline, snapshot),
         )
         applied = audit.stream(
             audit.consumer,
             sql.SQL(
-                "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied "
+                "SELECT l.entity_id, l.generation, l.seq, p.generation, p.last_applied, "
+                "l.event_type = %s "
                 "FROM inorder_step_log l JOIN inorder_step_progress p "
                 "ON p.route = l.route AND p.entity_id = l.entity_id WHERE l.route = %s "
                 "AND (%s::text IS NULL OR l.entity_id = %s) "
                 'ORDER BY l.entity_id COLLATE "C", l.generation, l.seq'
             ),
-            (route.stream, audit.only, audit.only),
+            (snapshot, route.stream, audit.only, audit.only),
         )
         for entity, events, logged in audit.entity_pairs(sent, applied):
             done = {(row[1], row[2]) for row in logged}
+            baselines = [(row[1], row[2]) for row in logged if row[5]]
             missing = [e for e in events if (e[1], e[2]) not in done]
+            if baselines:
+                audit.healed(route.stream, entity)
+                missing = [e for e in missing if not any(e[1:3] < b for b in baselines)]
             if missing:
                 _explain_missing(audit, route.stream, entity, missing)
             if logged:
-                _, log_gen, log_seq, gen, last = logged[-1]
+                _, log_gen, log_seq, gen, last, _ = logged[-1]
                 if (gen, last) < (log_gen, log_seq):
                     detail = f"progress {gen}/{last} is behind the log's {log_gen}/{log_seq}"
                     audit.diverge(route.stream, entity, detail, None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from consumer.kinds.steps.retries import Action, Failed
 from consumer.kinds.steps.route import Entry
 from schemas import Event
+from schemas.snapshot import is_snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +69,27 @@ class Plan:
             self.park = [e for e in self.park if e.version != failure.event.version]
 
 
-def plan(progress: Progress, events: Iterable[Event]) -> Plan:
+def plan(progress: Progress, events: Iterable[Event], *, baseline: bool = False) -> Plan:
     """Decide, for one entity, which events apply now (in order), which park, which are stale.
 
     A newer generation starts over at seq 1; anything of an older generation is stale.
-    An entity stopped for a person applies nothing and parks what is newer.
+    An entity stopped for a person applies nothing and parks what is newer. A snapshot
+    is stale unless the route takes snapshots as a ``baseline``: then one newer than
+    where the entity stands applies at once, moving it on to the snapshot's version.
     """
     result = Plan(start=progress)
     generation, last = progress.generation, progress.last_applied
     seen: set[tuple[int, int]] = set()
-    for event in sorted(events, key=lambda e: e.version):
+    for event in sorted(events, key=lambda e: (e.version, is_snapshot(e))):
+        if is_snapshot(event):
+            if not baseline or event.version <= (generation, last):
+                result.stale.append(event)
+            elif progress.stopped:
+                result.park.append(event)
+            else:
+                result.apply.append(event)
+                generation, last = event.generation, event.seq
+            continue
         if event.version in seen or event.generation < generation:
             result.stale.append(event)
             continue
@@ -128,6 +140,8 @@ def share(
     limits: Mapping[str, tuple[int, int]],
     one_by_one: set[str],
     external: Callable[[Event], bool],
+    *,
+    baseline: bool = False,
 ) -> Share:
     """Decide a whole share under its locks, in entity order.
 
@@ -137,7 +151,7 @@ def share(
     """
     decided = Share(one_by_one=set(one_by_one))
     for entity_id in sorted(events):
-        entity_plan = plan(progress[entity_id], events[entity_id])
+        entity_plan = plan(progress[entity_id], events[entity_id], baseline=baseline)
         decided.plans[entity_id] = entity_plan
         if entity_id in limits:
             cut(entity_plan, limits[entity_id])

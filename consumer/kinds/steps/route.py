@@ -88,6 +88,18 @@ class StepRoute(OneStream):
         "(unset: the consumer's `INORDER_STEP_LANES`, 1 unless set)",
         None,
     )
+    baseline: bool = setting(
+        "A `<stream>.snapshot` event (`inorder-producer snapshot`) newer than where an entity "
+        "stands moves it on to the snapshot's version, logged as the snapshot (a handler for "
+        "that type may rebuild the state); off, snapshots are ignored",
+        False,
+    )
+    snapshot_when_unrecoverable: bool = setting(
+        "With `baseline`: when a gap can no longer be republished, the sweeper asks the "
+        "producer for a snapshot of the entity (`inorder-producer snapshot STREAM "
+        "--requested` takes the asks); the entity moves on once it comes",
+        False,
+    )
     kind: str = field(default="step", init=False)
 
 
@@ -178,7 +190,27 @@ def parse(spec: Spec) -> StepRoute:
         max_parked=spec.positive("max_parked", StepRoute),
         park_ttl_s=spec.positive("park_ttl_s", StepRoute),
         lanes=_lanes(spec),
+        baseline=_flag(spec, "baseline"),
+        snapshot_when_unrecoverable=_snapshot_asked(spec),
     )
+
+
+def _snapshot_asked(spec: Spec) -> bool:
+    asked = _flag(spec, "snapshot_when_unrecoverable")
+    if asked and spec.values.get("baseline") is not True:
+        spec.problem(
+            "snapshot_when_unrecoverable needs baseline = true: a snapshot moves an entity "
+            "past its gap only on a route that takes snapshots as a baseline"
+        )
+    return asked
+
+
+def _flag(spec: Spec, name: str) -> bool:
+    value = spec.values.get(name, False)
+    if not isinstance(value, bool):
+        spec.problem(f"{name} must be true or false, got {value!r}")
+        return False
+    return value
 
 
 def _lanes(spec: Spec) -> int | None:
