@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Producer
+from psycopg.rows import dict_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -170,6 +171,9 @@ class Admin:
             self.show("divergences", [asdict(d) for d in report.divergences])
         if report.not_audited:
             self.show("not audited (no inspector)", [{"stream": s} for s in report.not_audited])
+        replayed = self._replayed_letters()
+        if replayed:
+            self.show("dead letters replayed", replayed)
         unexplained = len(report.unexplained)
         summary = {
             "entities": report.entities,
@@ -178,10 +182,21 @@ class Admin:
             "unexplained": unexplained,
             "not_audited": len(report.not_audited),
             "healed_by_snapshot": len(report.healed_by_snapshot),
+            "letters_replayed": len(replayed),
         }
         self.show("audit", [summary])
         if unexplained:
             raise AdminError(f"{unexplained} unexplained divergence(s); see the table above")
+
+    def _replayed_letters(self) -> list[dict[str, Any]]:
+        """Each dead letter a person replayed: what, from where, by whom, when and why."""
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                "SELECT d.id, d.entity_type || ':' || d.entity_id AS entity, d.generation, "
+                "d.seq, d.reason, x.source AS replayed_from, x.done_by AS by, x.done_at AS at, "
+                "x.reason AS why FROM inorder_dead_letters d JOIN inorder_dead_letter_decisions "
+                "x ON x.letter_id = d.id WHERE x.decision = 'replayed' ORDER BY x.done_at, d.id"
+            ).fetchall()
 
     def republish(
         self, ref: str, from_seq: int, to_seq: int | None, generation: int | None

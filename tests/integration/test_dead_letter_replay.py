@@ -120,6 +120,11 @@ def test_after_a_routes_fix_replay_by_reason_applies_every_letter_once(
     assert all("replayed from copy by" in x["decisions"] for x in story["dead_letters"])
     audited = sw.admin(p, "--json", "audit")
     assert audited.returncode == 0, audited.stdout + audited.stderr
+    *replays, summary = _json(audited)
+    assert (summary["unexplained"], summary["letters_replayed"]) == (0, 9)
+    assert {(r["replayed_from"], r["why"]) for r in replays} == {
+        ("copy", "invoice routed in release 42")
+    }
 
 
 def test_a_letter_cut_to_size_is_replayed_from_the_outbox(

@@ -143,7 +143,7 @@ def test_a_step_failing_twice_is_applied_once_after_two_retries_with_their_delay
         (1, "retry"),
         (2, "retry"),
     ]
-    assert story["step_log"] == [{"generation": 1, "applied": "1..6"}]
+    assert story["step_log"] == [{"generation": 1, "applied": "1..6", "retried": "3 (3 calls)"}]
 
 
 @pytest.mark.parametrize("then", ["stop", "dead_letter", "skip"])

@@ -65,7 +65,7 @@ class StepInspector:
                 key,
             ).fetchall()
         step_log: Rows = [
-            {"generation": generation, "applied": ranges(r["seq"] for r in rows)}
+            _logged(generation, list(rows), failed)
             for generation, rows in groupby(logged, key=lambda r: r["generation"])
         ]
         parked: list[int] = []
@@ -120,6 +120,19 @@ class StepInspector:
                 if (gen, last) < (log_gen, log_seq):
                     detail = f"progress {gen}/{last} is behind the log's {log_gen}/{log_seq}"
                     audit.diverge(route.stream, entity, detail, None)
+
+
+def _logged(generation: int, rows: Rows, failed: Rows) -> dict[str, Any]:
+    """One generation of the step log: the seqs applied, and those applied after retries."""
+    applied = {r["seq"] for r in rows}
+    calls: dict[int, int] = {}
+    for f in failed:
+        if f["generation"] == generation and f["seq"] in applied:
+            calls[f["seq"]] = max(calls.get(f["seq"], 0), f["attempt"] + 1)
+    found: dict[str, Any] = {"generation": generation, "applied": ranges(r["seq"] for r in rows)}
+    if calls:
+        found["retried"] = ", ".join(f"{seq} ({n} calls)" for seq, n in sorted(calls.items()))
+    return found
 
 
 def _gaps(conn: Conn, stream: str, entity_id: str) -> Rows:
