@@ -88,6 +88,15 @@ class Spec:
             return int(fallback)
         return value
 
+    def flag(self, name: str, route_class: type) -> bool:
+        """True or false, or the route class's default (with a problem if it was neither)."""
+        fallback = default(route_class, name)
+        value = self.values.get(name, fallback)
+        if not isinstance(value, bool):
+            self.problem(f"{name} must be true or false, got {value!r}")
+            return bool(fallback)
+        return value
+
     def topic(self, name: str, route_class: type) -> str:
         """A Kafka topic name, or the route class's default (with a problem if it was bad)."""
         fallback = default(route_class, name)

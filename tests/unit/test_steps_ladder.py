@@ -60,7 +60,7 @@ def test_every_mix_of_failures_settles_within_the_tries(
         if entity in steps and seq <= steps[entity]:
             first.setdefault(entity, (1, seq))
     assert dict(rung.limits) == first
-    assert set(rung.reasons) == set(first)
+    assert set(rung.causes) == set(first)
 
 
 @given(st.lists(st.sampled_from(list(Failure)), max_size=12))
@@ -89,12 +89,12 @@ def test_a_database_error_is_retried_unpipelined_once_and_an_outage_never() -> N
 
 
 def test_a_later_failure_of_the_same_entity_cuts_it_earlier() -> None:
-    """A step failing before an entity's earlier cut moves the cut and its reason."""
+    """A step failing before an entity's earlier cut moves the cut and its cause."""
     rung = climb(Rung(pipelined=False), Failure.STEP, step=("a", (1, 5), "five"))
     assert rung is not None
     rung = climb(rung, Failure.STEP, step=("a", (1, 2), "two"))
     assert rung is not None
-    assert (dict(rung.limits), dict(rung.reasons)) == ({"a": (1, 2)}, {"a": "two"})
+    assert (dict(rung.limits), dict(rung.causes)) == ({"a": (1, 2)}, {"a": "two"})
 
 
 def test_tries_leave_room_for_both_mode_changes_and_one_more() -> None:

@@ -194,7 +194,6 @@ def apply_steps(
     How to try again after each failure is ``ladder.climb``'s to decide.
     """
     skip: set[str] = set()  # entities with an external call: applied one by one after
-    raised: dict[str, StepFailedError] = {}  # each cut entity's failing step
     rung = Rung()
     for _ in range(tries(sum(map(len, events.values())))):
         try:
@@ -210,16 +209,15 @@ def apply_steps(
             if climbed is None:
                 raise
         except StepFailedError as failure:
-            raised[failure.entity_id] = failure
-            cut = (failure.entity_id, failure.event.version, f"step failed: {failure.error!r}")
+            cut = (failure.entity_id, failure.event.version, failure)
             climbed = climb(rung, Failure.STEP, step=cut)
         assert climbed is not None
         rung = climbed
     else:
         # Cannot happen (every try cuts a step or changes mode); the barrier bisects it.
         raise StepsUnsettledError("step functions kept failing after every step was cut")
-    for entity_id in rung.limits:
-        cause = raised[entity_id]
+    for entity_id, cause in rung.causes.items():
+        assert isinstance(cause, StepFailedError)  # the only cause this ladder is given
         plans[entity_id].settle(failed(conn, store, handlers, cause.event, cause.error))
     due = sorted(entity_id for entity_id in skip if plans[entity_id].apply)
     if defer:

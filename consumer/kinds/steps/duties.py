@@ -107,14 +107,10 @@ class StepDuties:
         """
         conn = self.tools.conn
         at = gaps.passed_by_snapshot(conn, gap)
-        by, why = (
-            ("snapshot", f"moved past by the snapshot at seq {at}")
-            if at
-            else (
-                "sweeper",
-                "range applied after the gap was given up",
-            )
-        )
+        if at is None:
+            by, why = "sweeper", "range applied after the gap was given up"
+        else:
+            by, why = "snapshot", f"moved past by the snapshot at seq {at}"
         with conn.transaction():
             gaps.resolve(conn, gap, GapStatus.HEALED, by, why)
             self.steps[gap.route].store.release(conn, gap.entity_id)

@@ -85,12 +85,8 @@ def _write(conn: Conn, store: StepStore, outcome: Failed) -> None:
             params,
         )
         if verdict.action is Action.SKIP:  # a dead letter explains itself in the audit
-            conn.execute(
-                "INSERT INTO inorder_step_skips (route, entity_id, generation, from_seq, "
-                "to_seq, skipped_by, reason) "
-                "VALUES (%(r)s, %(e)s, %(g)s, %(s)s, %(s)s, %(by)s, %(why)s)",
-                params | {"by": RETRIES},
-            )
+            skipped = (event.generation, event.seq, event.seq)
+            store.note_skip(conn, event.entity_id, skipped, RETRIES, outcome.reason)
     conn.execute(
         "INSERT INTO inorder_step_failures (route, entity_id, generation, seq, event_id, "
         "event_type, attempt, error, led_to, retry_at) VALUES (%(r)s, %(e)s, %(g)s, %(s)s, "

@@ -3,7 +3,7 @@
 A batch is first applied pipelined, many steps per call. A failure that cannot be traced
 to one entity drops the pipeline (statement by statement, the failing one shows); a
 ``many`` call that failed is split into one step per call; a step function that raised
-cuts its entity short before that step, and the entity is stopped there for a person.
+cuts its entity short before that step, where its failure is then decided (``failures``).
 Each failure either changes the mode (each change happens at most once) or cuts a step,
 so the ladder ends within the batch's step count plus ``EXTRA_TRIES`` tries.
 """
@@ -31,12 +31,15 @@ class Failure(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Rung:
-    """How the next try runs, and which entities stop before which version, and why."""
+    """How the next try runs, and which entities stop before which version, and why.
+
+    ``causes``: what cut each entity, as the caller gave it (the step's failure).
+    """
 
     pipelined: bool = True
     single: bool = False
     limits: Mapping[str, tuple[int, int]] = field(default_factory=lambda: MappingProxyType({}))
-    reasons: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    causes: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def climb(
@@ -44,13 +47,13 @@ def climb(
     failure: Failure,
     *,
     connection_lost: bool = False,
-    step: tuple[str, tuple[int, int], str] | None = None,
+    step: tuple[str, tuple[int, int], object] | None = None,
 ) -> Rung | None:
     """The rung after ``failure``; None when the failure is not the batch's to handle.
 
     ``connection_lost``: the database error was an outage (never retried here, the loop
     pauses on it). ``step``: for ``Failure.STEP``, the entity, the failing step's version
-    and why, which cut the entity before that version.
+    and its cause, which cut the entity before that version.
     """
     if failure is Failure.UNTRACED:
         return replace(rung, pipelined=False)
@@ -61,12 +64,12 @@ def climb(
             return None
         return replace(rung, pipelined=False)
     if step is None:
-        raise ValueError("a step failure names its entity, version and reason")
-    entity_id, version, reason = step
+        raise ValueError("a step failure names its entity, version and cause")
+    entity_id, version, cause = step
     return replace(
         rung,
         limits=MappingProxyType({**rung.limits, entity_id: version}),
-        reasons=MappingProxyType({**rung.reasons, entity_id: reason}),
+        causes=MappingProxyType({**rung.causes, entity_id: cause}),
     )
 
 

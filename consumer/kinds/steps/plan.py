@@ -80,8 +80,9 @@ def plan(progress: Progress, events: Iterable[Event], *, baseline: bool = False)
     result = Plan(start=progress)
     generation, last = progress.generation, progress.last_applied
     seen: set[tuple[int, int]] = set()
-    for event in sorted(events, key=lambda e: (e.version, is_snapshot(e))):
-        if is_snapshot(event):
+    marked = sorted(((e, is_snapshot(e)) for e in events), key=lambda m: (m[0].version, m[1]))
+    for event, snapshot in marked:  # a snapshot after the change event of its version
+        if snapshot:
             if not baseline or event.version <= (generation, last):
                 result.stale.append(event)
             elif progress.stopped:

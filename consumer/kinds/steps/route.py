@@ -190,27 +190,19 @@ def parse(spec: Spec) -> StepRoute:
         max_parked=spec.positive("max_parked", StepRoute),
         park_ttl_s=spec.positive("park_ttl_s", StepRoute),
         lanes=_lanes(spec),
-        baseline=_flag(spec, "baseline"),
+        baseline=spec.flag("baseline", StepRoute),
         snapshot_when_unrecoverable=_snapshot_asked(spec),
     )
 
 
 def _snapshot_asked(spec: Spec) -> bool:
-    asked = _flag(spec, "snapshot_when_unrecoverable")
+    asked = spec.flag("snapshot_when_unrecoverable", StepRoute)
     if asked and spec.values.get("baseline") is not True:
         spec.problem(
             "snapshot_when_unrecoverable needs baseline = true: a snapshot moves an entity "
             "past its gap only on a route that takes snapshots as a baseline"
         )
     return asked
-
-
-def _flag(spec: Spec, name: str) -> bool:
-    value = spec.values.get(name, False)
-    if not isinstance(value, bool):
-        spec.problem(f"{name} must be true or false, got {value!r}")
-        return False
-    return value
 
 
 def _lanes(spec: Spec) -> int | None:

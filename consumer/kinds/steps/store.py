@@ -346,12 +346,18 @@ class StepStore:
         self, conn: Conn, entity_id: str, skipped: tuple[int, int, int], by: str, reason: str
     ) -> None:
         """Advance past ``(generation, from_seq, through)``, which never comes; release a hold."""
-        generation, from_seq, through = skipped
         conn.execute(
             "UPDATE inorder_step_progress SET last_applied = %s, held_at = NULL, "
             "updated_at = now() WHERE route = %s AND entity_id = %s",
-            (through, self.route.stream, entity_id),
+            (skipped[2], self.route.stream, entity_id),
         )
+        self.note_skip(conn, entity_id, skipped, by, reason)
+
+    def note_skip(
+        self, conn: Conn, entity_id: str, skipped: tuple[int, int, int], by: str, reason: str
+    ) -> None:
+        """Record who skipped ``(generation, from_seq, through)`` and why."""
+        generation, from_seq, through = skipped
         conn.execute(
             "INSERT INTO inorder_step_skips (route, entity_id, generation, from_seq, to_seq, "
             "skipped_by, reason) VALUES (%s, %s, %s, %s, %s, %s, %s)",
