@@ -166,12 +166,11 @@ class Sweeper:
         metrics.SWEEPER_ACTIVE.set(1 if active else 0)
         self._read_results(active=active)
         now = time.monotonic()
-        changed = False
+        # Answers first: a gap whose range came back heals with its answer on record.
+        changed = active and self.answers()
         if active and now >= due["sweep"]:
             due["sweep"] = now + self.settings.sweep_interval_s
-            changed = self.sweep().changed
-        if active:
-            changed = self.answers() or changed
+            changed = self.sweep().changed or changed
         if changed:  # gaps moved: their gauges follow now, not at the next interval
             for duty in self.duties.values():
                 duty.gauges(every=False)
