@@ -69,6 +69,10 @@ def apply(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[M
     """Apply every pending migration of ``sets`` in one transaction; return those applied."""
     applied: list[Migration] = []
     with conn.transaction():
+        # A migration may rewrite a large table, and waits its turn behind another
+        # program's: neither is bounded by the connection's default timeouts.
+        conn.execute("SET LOCAL statement_timeout = 0")
+        conn.execute("SET LOCAL lock_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('inorder_migrations'))")
         conn.execute(_LEDGER)
         for migration_set in sets:

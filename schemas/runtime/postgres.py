@@ -1,16 +1,27 @@
 """Every program's PostgreSQL connection, opened one way: named, bounded, JSON read by orjson.
 
 Each connection carries its program's name (``application_name``, so ``pg_stat_activity``
-tells the relay from the consumer), gives up connecting after ``connect_timeout``
-seconds instead of waiting on a dead host for minutes, and sends TCP keepalives so a
-peer that vanished without a FIN (a cut link, a failed-over host) is noticed within a
-minute instead of the kernel's two hours. A value given in the URL (or through libpq's
-own ``PGAPPNAME`` / ``PGCONNECT_TIMEOUT``) always wins over these defaults.
+tells the relay from the consumer) and is bounded both ways, so a cut or blackholed link
+is an outage noticed within about 30 seconds rather than a loop blocked for the kernel's
+15 minutes or two hours:
+
+- the client gives up connecting after ``connect_timeout`` seconds, sends TCP keepalives
+  (10 s idle, then every 5 s, 3 lost) and drops a connection whose sent data stays
+  unacknowledged for ``tcp_user_timeout`` (30 s);
+- the server is told the same through ``options`` (its own keepalives and user timeout,
+  so a backend whose client vanished mid-transaction gives its locks back), a
+  ``lock_timeout`` (a wait on a vanished peer's lock is an outage, SQLSTATE 55P03) and a
+  ``statement_timeout`` (a statement that runs past it is refused).
+
+A value given in the URL (a parameter, or ``-c name=value`` inside its ``options``),
+or through libpq's own environment (``PGAPPNAME``, ``PGCONNECT_TIMEOUT``, ``PGOPTIONS``),
+always wins over these defaults.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import orjson
@@ -24,32 +35,62 @@ from pydantic import SecretStr
 DEFAULTS: dict[str, str] = {
     "connect_timeout": "10",
     "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
     "keepalives_count": "3",
+    "tcp_user_timeout": "30000",  # milliseconds
+}
+# Server settings sent in ``options`` unless the URL's options or PGOPTIONS set them.
+SERVER_DEFAULTS: dict[str, str] = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+    "lock_timeout": "30s",
+    "statement_timeout": "120s",
 }
 # The environment variables libpq reads for the same parameters.
 _ENVIRONMENT = {"application_name": "PGAPPNAME", "connect_timeout": "PGCONNECT_TIMEOUT"}
 
 
-def parameters(url: str, program: str) -> dict[str, str]:
-    """The parameters added to ``url``: the defaults and the name it does not set itself."""
+def parameters(url: str, program: str, options: str | None = None) -> dict[str, str]:
+    """The parameters added to ``url``: the defaults and the name it does not set itself.
+
+    ``options``: the caller's own (a search path), kept in front of the server defaults.
+    """
     try:
         given = conninfo_to_dict(url)
     except psycopg.Error:
         return {}  # connecting reports what is wrong with the URL
     wanted = {**DEFAULTS, "application_name": program}
-    return {
+    added = {
         name: value
         for name, value in wanted.items()
         if name not in given and _ENVIRONMENT.get(name, "") not in os.environ
     }
+    mine = " ".join(o for o in (str(given.get("options") or ""), options or "") if o)
+    server = server_options(mine, os.environ.get("PGOPTIONS", ""))
+    if server != mine:
+        added["options"] = server
+    return added
+
+
+def server_options(options: str, environment: str = "") -> str:
+    """``options`` with ``-c name=value`` added for each server default neither sets."""
+    named = f"{options} {environment}".replace("--", "-c ")
+    missing = [
+        f"-c {name}={value}"
+        for name, value in SERVER_DEFAULTS.items()
+        if not re.search(rf"(^|[\s-]c\s*){name}\s*=", named)
+    ]
+    return " ".join(o for o in (options, *missing) if o)
 
 
 def conninfo(url: str | SecretStr, program: str, **libpq: str) -> str:
     """The connection string every connection of ``program`` is opened with."""
     dsn = url.get_secret_value() if isinstance(url, SecretStr) else url
-    return make_conninfo(dsn, **{**parameters(dsn, program), **libpq})
+    added = parameters(dsn, program, libpq.get("options"))
+    return make_conninfo(dsn, **{**libpq, **added})
 
 
 def dsn_of(conn: psycopg.Connection[Any]) -> str:

@@ -17,7 +17,38 @@ FACTORY = ROOT / "schemas" / "runtime" / "postgres.py"
 def test_a_plain_url_gets_the_name_the_timeout_and_keepalives() -> None:
     """Nothing in the URL: the program's name and every default are added."""
     added = postgres.parameters("postgresql://u@db:5432/app", "inorder-relay")
+    options = added.pop("options")
     assert added == {**postgres.DEFAULTS, "application_name": "inorder-relay"}
+    assert options.split(" -c ") == [
+        f"{'-c ' if i == 0 else ''}{name}={value}"
+        for i, (name, value) in enumerate(postgres.SERVER_DEFAULTS.items())
+    ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "-c statement_timeout=0",
+        "-cstatement_timeout=0",
+        "--statement_timeout=0",
+        "-c search_path=a -c statement_timeout=5s",
+        "-c  statement_timeout = 0",
+    ],
+)
+def test_a_server_setting_the_url_s_options_name_is_not_added_again(options: str) -> None:
+    """Each way libpq's options can spell a setting counts as the operator's own."""
+    merged = postgres.server_options(options)
+    assert merged.startswith(options)
+    assert merged.count("statement_timeout") == 1
+    assert "lock_timeout=30s" in merged
+
+
+def test_pgoptions_wins_and_the_caller_s_options_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PGOPTIONS, libpq's own, sets a server default; the caller's search path stays first."""
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=2s")
+    added = postgres.parameters("postgresql://db/app", "inorder-sweeper", "-c search_path=x")
+    assert added["options"].startswith("-c search_path=x ")
+    assert "lock_timeout" not in added["options"]
 
 
 @pytest.mark.parametrize(
