@@ -64,7 +64,24 @@ def test_the_index_lists_exactly_the_entities_with_something_parked(
     assert lot.indexed(ss.STREAM, ["e1", "nobody", "e39"]) == ["e1", "e39"]
     lot.remove(ss.STREAM, {e: [encode(ss.step(2, e))] for e in entities[:30]})
     assert sorted(e for e, _, _ in lot.sizes(ss.STREAM)) == sorted(entities[30:])
-    oldest = lot.parked_before(ss.STREAM, float("inf"), 5)
+    oldest = lot.overdue(ss.STREAM, -60, 5)
     assert len(oldest) == 5
     assert set(oldest) <= set(entities[30:])
-    assert lot.parked_before(ss.STREAM, 1_000_000_000.0, 5) == []
+    assert lot.overdue(ss.STREAM, 60, 5) == []
+
+
+def test_park_times_are_the_server_s_and_a_time_ahead_of_it_is_overdue(
+    redis_client: RedisClient, redis_prefix: str
+) -> None:
+    """Parks are timed by Redis; an index entry from a clock days ahead is overdue at once."""
+    lot = ParkingLot(redis_client, redis_prefix.rstrip(":"))
+    server = lot.now(ss.STREAM)
+    lot.park(ss.STREAM, [("now", 2, encode(ss.step(2, "now")))], 10, 600)
+    [(_, _, parked_at)] = lot.sizes(ss.STREAM)
+    assert server <= parked_at <= lot.now(ss.STREAM)
+    ahead = 30 * 86_400  # written by a release that used a consumer's clock, 30 days ahead
+    redis_client.zadd(lot.index_key(ss.STREAM, "ahead"), {"ahead": server + ahead})
+    redis_client.zadd(lot.index_key(ss.STREAM, "soon"), {"soon": server + 1})
+    redis_client.zadd(lot.index_key(ss.STREAM, "old"), {"old": server - 100})
+    assert lot.overdue(ss.STREAM, 60, 10) == ["old", "ahead"]
+    assert lot.overdue(ss.STREAM, 60, 1) == ["old"]

@@ -146,9 +146,9 @@ class StepCommands:
     def parked_top(self, limit: int) -> None:
         """The entities with most parked events, with their oldest park's age."""
         rows: list[dict[str, Any]] = []
-        now = time.time()
         lot = lot_of(self.tools)
         for stream in self.steps:
+            now = lot.now(stream)
             for entity, size, since in lot.sizes(stream):
                 rows.append(
                     {

@@ -8,7 +8,6 @@ has its seqs or the attempts run out.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 
@@ -95,7 +94,7 @@ class StepDuties:
                 continue
             gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
             traced.healed(gap)
-            seconds = time.time() - gap.first_seen.timestamp()
+            seconds = (gaps.clock(conn) - gap.first_seen).total_seconds()
             metrics.GAP_HEAL_TIME.observe(seconds)
             report["healed"] += 1
             log.info("gap_healed", route=route, entity=gap.entity_id, seconds=round(seconds, 3))
@@ -119,8 +118,7 @@ class StepDuties:
 
     def _overdue(self, route: str, report: SweepReport) -> None:
         settings = self.tools.settings
-        cutoff = time.time() - settings.gap_deadline_s
-        entities = self.lot.parked_before(route, cutoff, settings.max_overdue_per_sweep)
+        entities = self.lot.overdue(route, settings.gap_deadline_s, settings.max_overdue_per_sweep)
         report["overdue"] += len(entities)
         if not entities:
             return
@@ -199,7 +197,7 @@ class StepDuties:
             return
         if (gap.generation, gap.from_seq, gap.to_seq) != span:
             gaps.move(conn, gap, span)
-        if gap.next_attempt_at.timestamp() <= time.time():
+        if gap.next_attempt_at <= gaps.clock(conn):
             self._request(route, gap, span, report)
 
     def _request(
@@ -282,13 +280,14 @@ class StepDuties:
             metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
         if not every:
             return
-        total, oldest = 0, None
+        total, oldest_age = 0, 0.0
         for stream in self.steps:
-            for _, size, since in self.lot.sizes(stream):
-                total += size
-                oldest = since if oldest is None else min(oldest, since)
+            sizes = self.lot.sizes(stream)
+            total += sum(size for _, size, _ in sizes)
+            if sizes:  # ages on the server's clock, which wrote the park times
+                oldest_age = max(oldest_age, self.lot.now(stream) - min(t for _, _, t in sizes))
         metrics.PARKED_CURRENT.set(total)
-        metrics.PARKED_OLDEST_AGE.set(time.time() - oldest if oldest else 0)
+        metrics.PARKED_OLDEST_AGE.set(oldest_age)
 
 
 def drain(tools: Tools, applier: StepApplier, entity_ids: Sequence[str]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import class_row
@@ -144,6 +144,13 @@ def open_gap(
         (route, entity_id, *span, event_type, GapStatus.OPEN),
     ).fetchone()
     return row is not None
+
+
+def clock(conn: Conn) -> datetime:
+    """PostgreSQL's clock, the one every gap time is written with (never a process's own)."""
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return cast(datetime, row[0])
 
 
 def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) -> None:

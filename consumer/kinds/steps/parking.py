@@ -7,7 +7,7 @@ The bucket's index and the sets of its entities share one Redis Cluster hash tag
 - ``<prefix>:park:{<route>:<bucket>}:<entity>``: the entity's parked events
   (member = the raw event, score = seq), with the route's park TTL;
 - ``<prefix>:parkindex:{<route>:<bucket>}``: the bucket's parked entities
-  (member = entity, score = first park time on the consumer's clock);
+  (member = entity, score = first park time on the Redis server's clock);
 - ``<prefix>:parklayout``: the bucket count the keys were written with;
 - ``<prefix>:parkmarks:<route>``: set once every park of the route has its mark in
   PostgreSQL (parks of releases before the marks are marked on the first batch).
@@ -16,11 +16,16 @@ A park adds the index entry and the event in one script, and a removal drops the
 entry in the same script that empties the set, so the index never misses a parked
 entity. An index entry can outlive its set only when the set's TTL lapses; the
 sweeper clears those. On a single Redis the layout is the same.
+
+Park times come from one clock, the server's (``TIME`` in the script, read again by the
+sweeper), so a consumer or sweeper whose own clock jumped neither writes parks that are
+never overdue nor sees every park as overdue. A score still in the future (written by a
+release that used the consumer's clock, or by a master whose clock ran ahead before a
+failover) counts as overdue: the sweeper looks at it now rather than never.
 """
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -36,15 +41,17 @@ if TYPE_CHECKING:
     from consumer.kinds._base import Links
     from consumer.kinds._plugin import Tools
 
-# KEYS: set, index. ARGV: member, seq, cap, ttl, entity, now.
-# Index the entity, then ZADD unless the set is at its cap (a member already there may
-# always be re-added), then renew the TTL. Returns the set's size, or -1 when refused.
+# KEYS: set, index. ARGV: member, seq, cap, ttl, entity.
+# Index the entity at the server's time, then ZADD unless the set is at its cap (a member
+# already there may always be re-added), then renew the TTL. Returns the set's size, or
+# -1 when refused.
 _PARK = """
 local size = redis.call('ZCARD', KEYS[1])
 if size >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return -1
 end
-redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[5])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[2], 'NX', now[1] + now[2] / 1000000, ARGV[5])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return redis.call('ZCARD', KEYS[1])
@@ -64,6 +71,27 @@ return size
 """
 
 
+# How far ahead of the server's clock a park time may be before it counts as overdue.
+FUTURE_S = 5.0
+
+
+# KEYS: index. ARGV: deadline, ahead, limit. The entries parked longer than the deadline,
+# and those ahead of the server's clock, each with its time, on that server's clock.
+_OVERDUE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]),
+  'WITHSCORES', 'LIMIT', 0, ARGV[3])
+local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (now + tonumber(ARGV[2])), '+inf',
+  'WITHSCORES', 'LIMIT', 0, ARGV[3])
+for i = 1, #ahead do found[#found + 1] = ahead[i] end
+return found
+"""
+
+# KEYS: any key of the server asked. The server's clock.
+_TIME = "return redis.call('TIME')"
+
+
 def bucket_of(entity_id: str, buckets: int) -> int:
     """The bucket of an entity: stable across processes and releases."""
     return zlib.crc32(entity_id.encode()) % buckets
@@ -78,6 +106,8 @@ class ParkingLot:
         self.buckets = buckets
         self._park = Script(client, _PARK)
         self._remove = Script(client, _REMOVE)
+        self._overdue = Script(client, _OVERDUE)
+        self._time = Script(client, _TIME)
 
     def _tag(self, route: str, entity_id: str) -> str:
         return f"{{{route}:{bucket_of(entity_id, self.buckets)}}}"
@@ -161,11 +191,10 @@ class ParkingLot:
         self, route: str, items: Sequence[tuple[str, int, bytes]], cap: int, ttl_s: int
     ) -> list[int]:
         """Park ``(entity_id, seq, raw event)`` items; per item the set's size, or -1 if full."""
-        now = time.time()
         calls = [
             (
                 [self.entity_key(route, entity_id), self.index_key(route, entity_id)],
-                [raw, seq, cap, ttl_s, entity_id, now],
+                [raw, seq, cap, ttl_s, entity_id],
             )
             for entity_id, seq, raw in items
         ]
@@ -212,16 +241,16 @@ class ParkingLot:
                 raise result
         return results
 
-    def _index_entries(
-        self, route: str, cutoff: float | None = None, limit: int | None = None
-    ) -> list[tuple[str, float]]:
-        """(entity, first park time) over every bucket, up to ``cutoff``, oldest first."""
+    def now(self, route: str) -> float:
+        """The clock of the Redis server that keeps the route's first bucket."""
+        [(seconds, micros)] = self._scripted(self._time, [([self.index_keys(route)[0]], [])])
+        return int(seconds) + int(micros) / 1_000_000
+
+    def _index_entries(self, route: str) -> list[tuple[str, float]]:
+        """(entity, first park time) over every bucket, oldest first."""
         with self.client.pipeline(transaction=False) as pipe:
             for key in self.index_keys(route):
-                if cutoff is None:
-                    pipe.zrange(key, 0, -1, withscores=True)
-                else:
-                    pipe.zrangebyscore(key, "-inf", cutoff, start=0, num=limit, withscores=True)
+                pipe.zrange(key, 0, -1, withscores=True)
             found: list[Any] = pipe.execute()
         entries = [(entity.decode(), float(since)) for bucket in found for entity, since in bucket]
         return sorted(entries, key=lambda entry: entry[1])
@@ -235,9 +264,18 @@ class ParkingLot:
             counts = pipe.execute()
         return [(entity, int(n), since) for (entity, since), n in zip(entries, counts, strict=True)]
 
-    def parked_before(self, route: str, cutoff: float, limit: int) -> list[str]:
-        """Entities of a route whose first park is older than ``cutoff`` (oldest first)."""
-        return [entity for entity, _ in self._index_entries(route, cutoff, limit)[:limit]]
+    def overdue(self, route: str, deadline_s: float, limit: int) -> list[str]:
+        """Up to ``limit`` entities of a route parked longer than ``deadline_s``, oldest first.
+
+        Ages are read on the server's clock; a park time in the future counts as overdue.
+        """
+        calls = [([key], [deadline_s, FUTURE_S, limit]) for key in self.index_keys(route)]
+        entries = [
+            (bucket[i].decode(), float(bucket[i + 1]))
+            for bucket in self._scripted(self._overdue, calls)
+            for i in range(0, len(bucket), 2)
+        ]
+        return [entity for entity, _ in sorted(entries, key=lambda entry: entry[1])[:limit]]
 
     def parked_seqs(self, route: str, entity_id: str) -> list[int]:
         """The seqs parked for one entity, lowest first."""
