@@ -218,11 +218,13 @@ class StepDuties:
         )
         topic = self.tools.settings.republish_requests_topic
         with traced.requesting(gap, topic, gap.attempts + 1) as sending:
+            trace = tracing.traceparent_of(sending)
+            # Claimed before it is sent: of two sweepers, only one asks for each attempt.
+            if not gaps.requested(self.tools.conn, gap, self.delays[gap.attempts], trace):
+                return
             self.tools.producer.produce(
                 topic, encode(request), request.key, headers=tracing.injected()
             )
-            trace = tracing.traceparent_of(sending)
-        gaps.requested(self.tools.conn, gap, self.delays[gap.attempts], trace)
         metrics.REPUBLISH_REQUESTED.inc()
         report["requested"] += 1
         log.info(

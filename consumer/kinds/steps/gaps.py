@@ -153,14 +153,21 @@ def clock(conn: Conn) -> datetime:
     return cast(datetime, row[0])
 
 
-def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) -> None:
-    """Count one more republish request and when the next one is due (``trace``: its span)."""
-    conn.execute(
+def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) -> bool:
+    """Claim the gap's next republish request and say when the one after is due.
+
+    Only the sweeper that read the gap's current attempt count claims it: a sweeper that
+    froze after reading the gap and woke after another took the lease and asked finds the
+    count moved and sends nothing (False). ``trace``: the request's span.
+    """
+    row = conn.execute(
         "UPDATE inorder_gaps SET status = %s, attempts = attempts + 1, "
         "next_attempt_at = now() + make_interval(secs => %s), "
-        "request_trace = coalesce(%s, request_trace) WHERE id = %s",
-        (GapStatus.REQUESTED, delay_s, trace, gap.id),
-    )
+        "request_trace = coalesce(%s, request_trace) "
+        "WHERE id = %s AND attempts = %s AND resolved_at IS NULL RETURNING 1",
+        (GapStatus.REQUESTED, delay_s, trace, gap.id, gap.attempts),
+    ).fetchone()
+    return row is not None
 
 
 def answered(conn: Conn, gap: Gap, trace: str) -> None:

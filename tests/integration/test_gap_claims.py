@@ -1,0 +1,29 @@
+"""Two sweepers acting on one gap: each republish attempt is claimed by one of them only."""
+
+from __future__ import annotations
+
+from consumer.kinds.steps import gaps
+from tests.conftest import PgSchema
+from tests.integration import step_support as ss
+
+
+def test_a_sweeper_that_read_the_gap_before_another_asked_claims_nothing(
+    pg_schema: PgSchema,
+) -> None:
+    """The attempt count read by a frozen sweeper has moved when it wakes: no second request."""
+    ss.prepare(pg_schema)
+    with pg_schema.connect(autocommit=True) as conn:
+        assert gaps.open_gap(conn, ss.STREAM, "a", (1, 3, 4), "ledger.step")
+        frozen = gaps.find(conn, ss.STREAM, "a")
+        awake = gaps.find(conn, ss.STREAM, "a")
+        assert frozen is not None and awake is not None
+        assert gaps.requested(conn, awake, 2.0, None)
+        assert not gaps.requested(conn, frozen, 2.0, None)
+        after = gaps.find(conn, ss.STREAM, "a")
+        assert after is not None
+        assert after.attempts == 1
+        assert gaps.requested(conn, after, 4.0, None)  # the next attempt, read afresh
+        gaps.resolve(conn, after, gaps.GapStatus.HEALED, "sweeper", "range applied")
+        stale = gaps.get(conn, after.id)
+        assert stale is not None
+        assert not gaps.requested(conn, stale, 8.0, None)  # a healed gap is never asked for
