@@ -119,6 +119,8 @@ class Process:
     popen: subprocess.Popen[bytes]
     port: int
     killed: bool = False
+    env: dict[str, str] | None = None  # its own settings over the pipeline's
+    paused: bool = False
 
 
 class Pipeline:
@@ -185,14 +187,19 @@ class Pipeline:
 
     # ------------------------------------------------------------ processes
 
-    def start(self, name: str, release: Path | None = None) -> None:
+    def start(
+        self, name: str, release: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         """Start ``name`` (``relay-1``, ``consumer-2``, ``worker-1`` ...) as its console script.
 
-        With ``release``, the same program of that earlier release's source instead.
+        With ``release``, the same program of that earlier release's source instead;
+        ``env``: settings of this process's own (a proxy's address, a clock offset), kept
+        when it is restarted.
         """
+        own = env if env is not None else self._own_env(name)
         kind = name.split("-", maxsplit=1)[0]
         port = free_port()
-        env = {**self.env, "INORDER_HTTP_PORT": str(port)}
+        env = {**self.env, **(own or {}), "INORDER_HTTP_PORT": str(port)}
         if kind == "worker":
             env["INORDER_GROUP_ID"] = f"{self.group}-worker"
         program, *arguments = COMMANDS[kind]
@@ -202,7 +209,11 @@ class Pipeline:
             env = release_env(env, release)
         with (self.logs / f"{name}.log").open("ab") as sink:
             popen = subprocess.Popen(command, env=env, stdout=sink, stderr=sink, cwd=cwd)
-        self.processes[name] = Process(kind, popen, port)
+        self.processes[name] = Process(kind, popen, port, env=own)
+
+    def _own_env(self, name: str) -> dict[str, str] | None:
+        process = self.processes.get(name)
+        return process.env if process is not None else None
 
     def run_release(self, release: Path, kind: str, *arguments: str) -> None:
         """Run one command of an earlier release to its end (``producer migrate``)."""
@@ -223,11 +234,26 @@ class Pipeline:
         process.killed = True
         process.popen.kill()
         process.popen.wait(30)
+        process.paused = False
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process, its Kafka client's threads and its timers freeze where they are."""
+        process = self.processes[name]
+        process.popen.send_signal(signal.SIGSTOP)
+        process.paused = True
+
+    def resume(self, name: str) -> None:
+        """SIGCONT: the process goes on from where it froze, as a zombie if it was replaced."""
+        process = self.processes[name]
+        process.popen.send_signal(signal.SIGCONT)
+        process.paused = False
 
     def stop(self, name: str) -> int:
         """SIGTERM and wait; the exit code."""
         process = self.processes[name]
         process.killed = True
+        if process.paused:  # a frozen process never sees SIGTERM
+            self.resume(name)
         process.popen.send_signal(signal.SIGTERM)
         try:
             return process.popen.wait(60)

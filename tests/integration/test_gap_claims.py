@@ -16,7 +16,8 @@ def test_a_sweeper_that_read_the_gap_before_another_asked_claims_nothing(
         assert gaps.open_gap(conn, ss.STREAM, "a", (1, 3, 4), "ledger.step")
         frozen = gaps.find(conn, ss.STREAM, "a")
         awake = gaps.find(conn, ss.STREAM, "a")
-        assert frozen is not None and awake is not None
+        assert frozen is not None
+        assert awake is not None
         assert gaps.requested(conn, awake, 2.0, None)
         assert not gaps.requested(conn, frozen, 2.0, None)
         after = gaps.find(conn, ss.STREAM, "a")
