@@ -24,7 +24,7 @@ from schemas.errors import TopicSettingsError
 from schemas.runtime import logs, traces
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
-from schemas.runtime.outages import DOWN
+from schemas.runtime.outages import down
 from schemas.runtime.payloads import registry_or_exit
 from schemas.runtime.process import arguments, fail, serve
 
@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         service.connect()
     except _NAMED as exc:
         fail(CONSUMER, _problems(exc))
-    except (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError) as exc:
+    except Exception as exc:
+        if not down(exc):
+            raise
+        # run() waits it out, unready meanwhile
         log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")
 
     def run() -> None:
@@ -108,7 +111,10 @@ def sweeper_main(argv: list[str] | None = None) -> None:
         sweeper.connect()
     except RoutesError as exc:
         fail(SWEEPER, exc.problems)
-    except DOWN as exc:  # run() waits it out, unready meanwhile
+    except Exception as exc:
+        if not down(exc):
+            raise
+        # run() waits it out, unready meanwhile
         log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")
     serve(SWEEPER, health, settings.http_host, settings.http_port, sweeper)
 

@@ -38,7 +38,7 @@ from consumer.settings import ConsumerSettings
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
-from schemas.runtime.outages import DOWN, REDIS_DOWN, Outages, dependency, waited_out
+from schemas.runtime.outages import Outages, dependency, down, waited_out
 from schemas.runtime.redis_client import RedisClient, durability_problem
 from schemas.runtime.redis_client import connect as connect_redis
 from schemas.topics import ensure_topics
@@ -243,7 +243,9 @@ class ConsumerService:
                 try:
                     self.connect()
                     self._start_kafka()
-                except DOWN as exc:
+                except Exception as exc:
+                    if not down(exc):
+                        raise
                     self._pausing.outages.wait(exc)
             while not self._stopping:
                 self._poll_once()
@@ -418,7 +420,9 @@ class ConsumerService:
                 if self._redis is not None:
                     self._redis.ping()
                 break
-            except (psycopg.OperationalError, *REDIS_DOWN) as exc:
+            except Exception as exc:
+                if not down(exc):  # a full disk answers even PING with MISCONF
+                    raise
                 self._pausing.pause()
                 self._wait_out(exc)
         self._pausing.resume()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,7 +26,7 @@ from schemas.limits import safe_text
 from schemas.republish import decode_result
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.health import Health
-from schemas.runtime.outages import DOWN, Outages, waited_out
+from schemas.runtime.outages import Outages, down, waited_out
 from schemas.runtime.redelivery import handle_each
 from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
@@ -138,7 +137,9 @@ class Sweeper:
             while not self._stopping and self._links is None:
                 try:  # a dependency down at start-up is waited out like any other outage
                     self.connect()
-                except DOWN as exc:
+                except Exception as exc:
+                    if not down(exc):
+                        raise
                     self._outages.wait(exc)
             if self._links is not None:
                 log.info("sweeper_started", holder=self.io.lease.holder)
@@ -201,8 +202,11 @@ class Sweeper:
             return
         io = self.io
         metrics.SWEEPER_ACTIVE.set(0)
-        with suppress(*DOWN):
+        try:  # a standby takes a lease not given back once it lapses
             io.lease.release()
+        except Exception as exc:
+            if not down(exc):
+                raise
         io.results.close()
         io.producer.flush(10)
         for duty in self.duties.values():  # a kind's own connections (optional ``close``)

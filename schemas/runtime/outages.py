@@ -30,6 +30,19 @@ DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
 DEPENDENCIES = ("postgres", "redis", "kafka")
 
 
+def down(exc: BaseException) -> bool:
+    """Whether ``exc`` is a dependency that cannot serve now: an error class of ``DOWN``, or
+    a reply that says so (a Redis ``MISCONF`` on a full disk, ``OOM``, ``LOADING``).
+
+    What a dependency refuses for good (a password, a permission) is not down, and
+    neither is anything else: a loop that waits on ``down`` stops on those.
+    """
+    if isinstance(exc, DOWN):
+        return True
+    ours = isinstance(exc, psycopg.Error | KafkaException | redis.RedisError)
+    return ours and cause(exc) is Cause.OUTAGE
+
+
 def waited_out(exc: BaseException) -> bool:
     """Whether a loop waits ``exc`` out rather than stopping on it.
 

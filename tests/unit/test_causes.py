@@ -16,7 +16,7 @@ from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.republisher import RepublishDeliveryError
 from schemas.runtime import causes
 from schemas.runtime.causes import Cause, cause, kafka_cause, postgres_cause, redis_cause
-from schemas.runtime.outages import waited_out
+from schemas.runtime.outages import down, waited_out
 
 # Every SQLSTATE psycopg knows, with its error class.
 SQLSTATES = {
@@ -211,3 +211,26 @@ def test_loops_wait_out_outages_and_stray_service_errors_not_the_operators(
 ) -> None:
     """Outside every input's barrier: outages and service errors wait; the operator's stop."""
     assert waited_out(exc) is waited
+
+
+@pytest.mark.parametrize(
+    ("exc", "is_down"),
+    [
+        (psycopg.OperationalError("server closed the connection"), True),
+        (redis.ConnectionError("Connection refused"), True),
+        (redis.ResponseError("MISCONF Errors writing to the AOF file: No space left"), True),
+        (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"), True),
+        (redis.ResponseError("LOADING Redis is loading the dataset in memory"), True),
+        (pg.DiskFull("could not extend file: No space left on device"), True),
+        (KafkaException(KafkaError(KafkaError._TRANSPORT)), True),
+        (redis.ResponseError("NOPERM this user has no permissions to run 'ping'"), False),
+        (redis.ResponseError("WRONGTYPE Operation against a key"), False),
+        (FileNotFoundError("routes.toml"), False),
+        (TypeError("a bug"), False),
+    ],
+)
+def test_a_dependency_is_down_by_its_error_class_or_by_what_its_reply_says(
+    exc: BaseException, is_down: bool
+) -> None:
+    """Loops that wait on a dependency wait on MISCONF and OOM replies too, never on a bug."""
+    assert down(exc) is is_down
