@@ -323,9 +323,11 @@ class Pipeline:
 
     # ------------------------------------------------------------ load
 
-    def load(self, entities: int, ops: int, rate: float, *, seed: int = 1) -> Load:
+    def load(
+        self, entities: int, ops: int, rate: float, *, seed: int = 1, prefix: str = "sub-"
+    ) -> Load:
         """Start the load generator in a thread: ``entities`` x ``ops`` at ``rate`` ops/s."""
-        plan = loadgen.LoadPlan(entities, ops, writers=4, seed=seed, rate=rate)
+        plan = loadgen.LoadPlan(entities, ops, writers=4, prefix=prefix, seed=seed, rate=rate)
         return Load(self.db.conninfo, plan, self.events_topic)
 
     def lose_one_event(self, entity: str, *, marked: bool = False) -> tuple[int, int]:
@@ -362,7 +364,7 @@ class Pipeline:
 
     def parked(self) -> int:
         """Entities with parked events, read from Redis directly."""
-        client = connect_redis(self.services.redis_url)
+        client = connect_redis(self.env["REDIS_URL"])
         try:
             return len(ParkingLot(client, self.prefix).sizes(STEP_STREAM))
         finally:

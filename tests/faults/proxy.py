@@ -1,0 +1,143 @@
+"""A fault proxy on loopback between one program and one service: pass, blackhole, slow, cut.
+
+The program is given the proxy's port instead of the service's. Every accepted
+connection is forwarded to the service by two pump threads, one per direction, so a
+fault acts on this program's link only while every other program talks to the service
+directly:
+
+- ``blackhole``: connections stay open and bytes are taken, but nothing is forwarded
+  either way (a peer that accepts and never answers);
+- ``slow``: every chunk waits ``latency`` seconds plus up to ``jitter`` more;
+- ``cut``: every connection is reset and new ones are reset at once until ``heal``.
+
+Lost packets are the firewall's (``tests.faults.firewall``), on the proxy's port. The
+program's side of each connection carries the keepalives and user timeout a PostgreSQL
+server is given, so a program that vanished behind a dropped link is noticed and its
+connection to the service closed, as the server itself would close it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import struct
+import threading
+import time
+
+_KEEPALIVE = (
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3),
+    (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 30_000),
+)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a RST, as a link that is torn down does, not a polite FIN."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:port`` to ``target``; faults are set and healed by method."""
+
+    def __init__(self, target_host: str, target_port: int, *, seed: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self.mode = "pass"
+        self.latency = 0.0
+        self.jitter = 0.0
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        threading.Thread(target=self._accept, name=f"proxy-{self.port}", daemon=True).start()
+
+    def address(self, url: str) -> str:
+        """``url`` with the service's ``host:port`` replaced by the proxy's."""
+        host, port = self.target
+        assert f"{host}:{port}" in url, url
+        return url.replace(f"{host}:{port}", f"127.0.0.1:{self.port}")
+
+    # ------------------------------------------------------------ faults
+
+    def blackhole(self) -> None:
+        """Accept and keep every connection, forward nothing."""
+        self.mode = "blackhole"
+
+    def slow(self, latency: float, jitter: float = 0.0) -> None:
+        """Delay every chunk by ``latency`` plus up to ``jitter`` seconds."""
+        self.latency, self.jitter = latency, jitter
+
+    def cut(self) -> None:
+        """Reset every connection now and every new one until healed."""
+        self.mode = "cut"
+        with self._lock:
+            doomed = list(self._open)
+            self._open.clear()
+        for sock in doomed:
+            _reset(sock)
+
+    def heal(self) -> None:
+        """Forward everything again, at once."""
+        self.mode, self.latency, self.jitter = "pass", 0.0, 0.0
+
+    def close(self) -> None:
+        """Stop listening and reset every connection."""
+        self._closed = True
+        self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    # ------------------------------------------------------------ forwarding
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self.mode == "cut":
+                _reset(client)
+                continue
+            for level, option, value in _KEEPALIVE:
+                client.setsockopt(level, option, value)
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                _reset(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                while self.mode == "blackhole" and not self._closed:
+                    time.sleep(0.05)
+                if self.mode == "cut" or self._closed:
+                    break
+                if self.latency or self.jitter:
+                    time.sleep(self.latency + self._rng.uniform(0, self.jitter))
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:  # one side gone: the other follows, as a real link's peer would see it
+            with self._lock:
+                self._open.difference_update((source, sink))
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
