@@ -9,12 +9,13 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-image test-cluster test-installed image bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-installed image bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
 	@echo "make test-faults  the full fault suite: kills, restarts, fuzz; prints the report"
+	@echo "make test-nemesis  zombies, cut and slow links, clock jumps, full disks: 20 minutes"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
@@ -66,6 +67,14 @@ test: venv up
 # rows, republish requests and results, routes files); the report tables end the output.
 test-faults: venv up
 	$(WITH_STACK_ENV) INORDER_FAULTS=full $(BIN)/pytest -m faults tests/faults
+
+# The nemesis: each fault alone (frozen processes woken as zombies, cut, blackholed, slow
+# and lossy links, clock jumps, full disks), then a seeded random schedule of them with
+# kills for 20 minutes (INORDER_NEMESIS_S); its report ends the output and
+# INORDER_NEMESIS_SEED=N replays a schedule. make test runs a short schedule.
+test-nemesis: venv up
+	$(WITH_STACK_ENV) INORDER_NEMESIS_S=$${INORDER_NEMESIS_S:-1200} $(BIN)/pytest -m faults \
+	  tests/faults/test_nemesis.py tests/faults/test_nemesis_schedule.py
 
 # The cluster mode: three KRaft nodes and a Redis Cluster beside the usual stack. The
 # broker-loss and Redis-failover tests under load (their report table ends the output),

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -21,6 +22,9 @@ from tests.faults.pipeline import Pipeline
 from tests.faults.verdict import Verdict
 from tests.support.report import write_table
 from tests.support.services import ROOT, Services
+
+if TYPE_CHECKING:
+    from tests.faults.schedule import Tally
 
 REPORT_FILE = ROOT / "fault-report.json"
 
@@ -98,6 +102,9 @@ class Boundary:
 
 
 BOUNDARIES: list[Boundary] = []
+# The nemesis schedule's seed, its tallies by fault kind and what each round did.
+NEMESIS: dict[str, object] = {}
+NEMESIS_FILE = ROOT / "nemesis-report.json"
 # The fuzz test's counts: sent, dead-lettered by reason, applied, crashes.
 FUZZ: dict[str, object] = {}
 
@@ -137,6 +144,8 @@ def report(fault: str, injected: int, verdict: Verdict, seconds: float) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the fault report as a table and write it to fault-report.json."""
+    if NEMESIS:
+        _nemesis_table(terminalreporter)
     if FUZZ:
         terminalreporter.section("fuzz report")
         for key, value in FUZZ.items():
@@ -203,3 +212,48 @@ def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
     for b in BOUNDARIES:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(b.refused.items(), key=lambda x: -x[1]))
         terminalreporter.write_line(f"{b.name} refused: {reasons or 'none'}")
+
+
+def _nemesis_table(terminalreporter: pytest.TerminalReporter) -> None:
+    """The schedule's rows, its seed and its rounds; written to nemesis-report.json."""
+    tallies = cast("dict[str, Tally]", NEMESIS["tallies"])
+    headers = (
+        "fault",
+        "injected",
+        "lost",
+        "applied twice",
+        "totals off",
+        "unexplained",
+        "crashed",
+        "recovery s (max)",
+    )
+    rows = [
+        [
+            t.kind,
+            t.injected,
+            t.lost,
+            t.applied_twice,
+            t.totals_off,
+            t.unexplained,
+            t.crashed,
+            round(max(t.recovery_s, default=0.0), 1),
+        ]
+        for t in tallies.values()
+    ]
+    write_table(terminalreporter, f"nemesis schedule, seed {NEMESIS['seed']}", headers, rows)
+    for line in cast("list[str]", NEMESIS["log"]):
+        terminalreporter.write_line(line)
+    NEMESIS_FILE.write_text(
+        json.dumps(
+            {
+                "seed": NEMESIS["seed"],
+                "faults": [asdict(t) for t in tallies.values()],
+                "rounds": NEMESIS["log"],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    terminalreporter.write_line(
+        f"written to {NEMESIS_FILE.name}; replay with INORDER_NEMESIS_SEED={NEMESIS['seed']}"
+    )

@@ -11,13 +11,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka import Consumer
 
 from tests.conftest import PgSchema, TopicFactory
-from tests.faults import firewall
+from tests.faults import clock, firewall
 from tests.faults.conftest import Scale
-from tests.faults.disk import SmallDiskRedis
+from tests.faults.disk import SmallDiskPostgres, SmallDiskRedis
 from tests.faults.pipeline import Pipeline
 from tests.faults.proxy import FaultProxy
 from tests.faults.test_faults import STANDARD, run, start
@@ -27,7 +28,6 @@ from tests.support.services import Services
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
 
 SESSION_S = 6  # the pipeline's Kafka session timeout
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -240,25 +240,17 @@ def test_slow_and_lossy_links_lose_nothing(pipeline: Pipeline, scale: Scale) -> 
             proxy.close()
 
 
-@pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="libfaketime is not installed")
 def test_a_consumer_whose_clock_jumps_30_days_ahead_still_has_its_gap_repaired(
     pipeline: Pipeline, scale: Scale, tmp_path: Path
 ) -> None:
     """consumer-1's clock jumps 30 days ahead mid-run: a lost event is still repaired."""
     offset = tmp_path / "faketime"
-    offset.write_text("+0\n")
-    clock = {
-        "LD_PRELOAD": str(FAKETIME_LIB),
-        "FAKETIME_TIMESTAMP_FILE": str(offset),
-        "FAKETIME_CACHE_DURATION": "1",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
-    pipeline.start("consumer-1", env=clock)
+    pipeline.start("consumer-1", env=clock.clock_env(offset, pipeline.env["PYTHONPATH"]))
     start(pipeline, "relay-1", "sweeper-1")
     pipeline.wait_for("consumer-1 ready", lambda: pipeline.ready("consumer-1"))
 
     def inject() -> int:
-        offset.write_text("+30d\n")
+        clock.jump(offset, "+30d")
         time.sleep(2)  # the new offset is read within a second
         pipeline.lose_one_event("lost-clock")
         return 1
@@ -299,6 +291,38 @@ def test_a_full_disk_under_redis_pauses_the_consumers_and_loses_nothing(
             return 1
 
         run(pipeline, scale, "redis disk full", inject)
+    finally:
+        pipeline.close()
+        small.close()
+
+
+def test_a_full_wal_disk_under_postgresql_is_waited_out_and_loses_nothing(
+    services: Services, topic_factory: TopicFactory, tmp_path: Path, scale: Scale
+) -> None:
+    """PostgreSQL's WAL disk full, then the server down: every program waits and resumes."""
+    small = SmallDiskPostgres()
+    with psycopg.connect(small.database_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA nemesis")
+    db = PgSchema(small.database_url, "nemesis")
+    pipeline = Pipeline(db, services, topic_factory, tmp_path)
+    try:
+        start(pipeline, *STANDARD)
+
+        def inject() -> int:
+            small.fill()
+            try:
+                pipeline.wait_for(
+                    "a program reports PostgreSQL down",
+                    lambda: not all(pipeline.ready(n) for n in STANDARD),
+                    90,
+                )
+                time.sleep(scale.outage_s)
+            finally:
+                small.free()
+            pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
+            return 1
+
+        run(pipeline, scale, "postgres wal disk full", inject)
     finally:
         pipeline.close()
         small.close()
