@@ -2,12 +2,12 @@
 
 Each connection carries its program's name (``application_name``, so ``pg_stat_activity``
 tells the relay from the consumer) and is bounded both ways, so a cut or blackholed link
-is an outage noticed within about 30 seconds rather than a loop blocked for the kernel's
+is an outage noticed within about 20 seconds rather than a loop blocked for the kernel's
 15 minutes or two hours:
 
 - the client gives up connecting after ``connect_timeout`` seconds, sends TCP keepalives
-  (10 s idle, then every 5 s, 3 lost) and drops a connection whose sent data stays
-  unacknowledged for ``tcp_user_timeout`` (30 s);
+  (5 s idle, then every 5 s, 3 lost) and drops a connection whose sent data stays
+  unacknowledged for ``tcp_user_timeout`` (20 s);
 - the server is told the same through ``options`` (its own keepalives and user timeout,
   so a backend whose client vanished mid-transaction gives its locks back), a
   ``lock_timeout`` (a wait on a vanished peer's lock is an outage, SQLSTATE 55P03) and a
@@ -35,17 +35,17 @@ from pydantic import SecretStr
 DEFAULTS: dict[str, str] = {
     "connect_timeout": "10",
     "keepalives": "1",
-    "keepalives_idle": "10",
+    "keepalives_idle": "5",
     "keepalives_interval": "5",
     "keepalives_count": "3",
-    "tcp_user_timeout": "30000",  # milliseconds
+    "tcp_user_timeout": "20000",  # milliseconds
 }
 # Server settings sent in ``options`` unless the URL's options or PGOPTIONS set them.
 SERVER_DEFAULTS: dict[str, str] = {
-    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_idle": "5",
     "tcp_keepalives_interval": "5",
     "tcp_keepalives_count": "3",
-    "tcp_user_timeout": "30000",
+    "tcp_user_timeout": "20000",
     "lock_timeout": "30s",
     "statement_timeout": "120s",
 }

@@ -102,6 +102,8 @@ class Boundary:
 
 
 BOUNDARIES: list[Boundary] = []
+# Figures a fault test measured beside its row (how soon a cut link was noticed).
+NOTES: list[str] = []
 # The nemesis schedule's seed, its tallies by fault kind and what each round did.
 NEMESIS: dict[str, object] = {}
 NEMESIS_FILE = ROOT / "nemesis-report.json"
@@ -179,6 +181,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         "seconds",
     )
     write_table(terminalreporter, "fault report", headers, [list(asdict(r).values()) for r in ROWS])
+    for note in NOTES:
+        terminalreporter.write_line(note)
     terminalreporter.write_line(f"written to {REPORT_FILE.name}")
 
 

@@ -21,6 +21,15 @@ import redis
 from tests.integration.relay_support import free_port
 
 
+def _fill(ballast: Path) -> None:
+    """Write ``ballast`` until its filesystem has no room left."""
+    with ballast.open("ab") as sink, contextlib.suppress(OSError):
+        block = b"\0" * 65536
+        while True:
+            sink.write(block)
+            sink.flush()
+
+
 class SmallDiskRedis:
     """redis-server with its data folder on a tmpfs of ``size_mb``."""
 
@@ -61,11 +70,7 @@ class SmallDiskRedis:
 
     def fill(self) -> None:
         """Leave the filesystem no room at all."""
-        with self._ballast.open("ab") as sink, contextlib.suppress(OSError):
-            block = b"\0" * 65536
-            while True:
-                sink.write(block)
-                sink.flush()
+        _fill(self._ballast)
 
     def free(self) -> None:
         """Give the room back; Redis takes writes again once its next AOF write works."""
@@ -158,11 +163,7 @@ class SmallDiskPostgres:
 
     def fill(self) -> None:
         """Leave the WAL's filesystem no room at all."""
-        with self._ballast.open("ab") as sink, contextlib.suppress(OSError):
-            block = b"\0" * 65536
-            while True:
-                sink.write(block)
-                sink.flush()
+        _fill(self._ballast)
 
     def free(self) -> None:
         """Give the room back; start the server again if the full disk stopped it."""

@@ -27,10 +27,10 @@ import time
 
 _KEEPALIVE = (
     (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5),
     (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5),
     (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3),
-    (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 30_000),
+    (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 20_000),
 )
 
 
@@ -42,11 +42,18 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
-class FaultProxy:
-    """Forwards ``127.0.0.1:port`` to ``target``; faults are set and healed by method."""
+def host_port(url: str) -> tuple[str, int]:
+    """The ``host:port`` a service URL names (``scheme://user@host:port/...``)."""
+    rest = url.split("@", 1)[-1].split("://", 1)[-1]
+    host, port = rest.split("/", 1)[0].split("?", 1)[0].rsplit(":", 1)
+    return host, int(port)
 
-    def __init__(self, target_host: str, target_port: int, *, seed: int = 0) -> None:
-        self.target = (target_host, target_port)
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:port`` to the service ``url`` names; faults are set and healed."""
+
+    def __init__(self, url: str, *, seed: int = 0) -> None:
+        self.target = host_port(url)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self.mode = "pass"

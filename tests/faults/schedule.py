@@ -52,13 +52,6 @@ KINDS = (
 )
 
 
-def _host_port(url: str) -> tuple[str, int]:
-    """The ``host:port`` a service URL names (``scheme://user@host:port/...``)."""
-    rest = url.split("@", 1)[-1].split("://", 1)[-1]
-    host, port = rest.split("/", 1)[0].split("?", 1)[0].rsplit(":", 1)
-    return host, int(port)
-
-
 @dataclass
 class Tally:
     """One fault kind's row of the report."""
@@ -93,8 +86,8 @@ class Nemesis:
         self.can_drop = firewall.available()
         for i, name in enumerate(PROCESSES):
             self.links[name] = Links(
-                FaultProxy(*_host_port(pipeline.db.url), seed=seed + i),
-                FaultProxy(*_host_port(pipeline.env["REDIS_URL"]), seed=seed + 100 + i),
+                FaultProxy(pipeline.db.url, seed=seed + i),
+                FaultProxy(pipeline.env["REDIS_URL"], seed=seed + 100 + i),
                 folder / f"{name}.faketime",
             )
 
@@ -148,12 +141,14 @@ class Nemesis:
             hold = REPLACED_AFTER_S[name.split("-")[0]] + self.rng.uniform(1, 5)
             heal, did = (lambda: self.pipeline.resume(name)), f"SIGSTOP {name} {hold:.1f}s"
         elif kind == "postgres link cut":
-            hold = self.rng.uniform(10, 40)  # past the 30 s a cut takes to be noticed, or not
+            hold = self.rng.uniform(10, 40)  # past the 20 s a cut takes to be noticed, or not
             dropping = firewall.dropping(links.postgres.port)
             dropping.__enter__()
             heal = lambda: dropping.__exit__(None, None, None)  # noqa: E731
             did = f"{name} cut from postgres {hold:.1f}s"
         elif kind == "redis link blackholed":
+            name = self.rng.choice([n for n in PROCESSES if not n.startswith("relay")])
+            links = self.links[name]  # relays have no Redis
             links.redis.blackhole()
             heal, did = links.redis.heal, f"{name} blackholed from redis {hold:.1f}s"
         elif kind == "links slow":

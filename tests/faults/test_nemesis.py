@@ -1,6 +1,9 @@
 """Faults that are not clean kills: frozen processes that wake as zombies, cut links, a clock
 days ahead, a full disk. Each test runs the fault suite's load through one of them, judges
 the settled pipeline as the fault suite does, and checks the property the fault threatens.
+
+Those marked ``nemesis`` run in ``make test-nemesis`` and ``make test-faults``; ``make test``
+runs the two quick ones and the schedule, which strikes once with each kind.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from confluent_kafka import Consumer
 
 from tests.conftest import PgSchema, TopicFactory
 from tests.faults import clock, firewall
-from tests.faults.conftest import Scale
+from tests.faults.conftest import NOTES, Scale
 from tests.faults.disk import SmallDiskPostgres, SmallDiskRedis
 from tests.faults.pipeline import Pipeline
 from tests.faults.proxy import FaultProxy
@@ -28,13 +31,6 @@ from tests.support.services import Services
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
 
 SESSION_S = 6  # the pipeline's Kafka session timeout
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    """The ``host:port`` a service URL names (``scheme://user@host:port/...``)."""
-    rest = url.split("@", 1)[-1].split("://", 1)[-1]
-    host, port = rest.split("/", 1)[0].split("?", 1)[0].rsplit(":", 1)
-    return host, int(port)
 
 
 def _cursors(pipeline: Pipeline) -> dict[Any, Any]:
@@ -72,6 +68,7 @@ def _requests_by_attempt(pipeline: Pipeline) -> Counter[str]:
     return seen
 
 
+@pytest.mark.nemesis
 def test_a_consumer_frozen_past_its_session_wakes_as_a_zombie_and_changes_nothing(
     pipeline: Pipeline, scale: Scale
 ) -> None:
@@ -92,6 +89,7 @@ def test_a_consumer_frozen_past_its_session_wakes_as_a_zombie_and_changes_nothin
     assert offsets.went_back == [], "a zombie consumer moved a committed offset back"
 
 
+@pytest.mark.nemesis
 def test_a_relay_frozen_past_its_lease_wakes_as_a_zombie_and_moves_no_cursor(
     pipeline: Pipeline, scale: Scale
 ) -> None:
@@ -115,6 +113,7 @@ def test_a_relay_frozen_past_its_lease_wakes_as_a_zombie_and_moves_no_cursor(
     assert cursors.went_back == [], "a zombie relay moved a slice's cursor back"
 
 
+@pytest.mark.nemesis
 def test_a_sweeper_frozen_past_its_lease_acts_on_nothing_once_another_holds_it(
     pipeline: Pipeline, scale: Scale
 ) -> None:
@@ -145,12 +144,13 @@ def test_a_sweeper_frozen_past_its_lease_acts_on_nothing_once_another_holds_it(
     assert [key for key, n in requests.items() if n > 1] == []
 
 
+@pytest.mark.nemesis
 @pytest.mark.skipif(not firewall.available(), reason="iptables cannot add rules here")
 def test_a_cut_link_to_postgresql_is_noticed_within_30_s_and_healed_after(
     pipeline: Pipeline, scale: Scale
 ) -> None:
     """Every packet between consumer-1 and PostgreSQL lost: unready within 30 s, whole after."""
-    proxy = FaultProxy(*_host_port(pipeline.db.url))
+    proxy = FaultProxy(pipeline.db.url)
     try:
         start(pipeline, "relay-1", "consumer-2", "sweeper-1")
         pipeline.start("consumer-1", env={"DATABASE_URL": proxy.address(pipeline.db.url)})
@@ -173,15 +173,17 @@ def test_a_cut_link_to_postgresql_is_noticed_within_30_s_and_healed_after(
         run(pipeline, scale, "link to postgres cut (consumer)", inject)
     finally:
         proxy.close()
-    assert noticed[0] <= 35, f"the cut was noticed after {noticed[0]:.1f}s"
+    NOTES.append(f"link to postgres cut (consumer): noticed after {noticed[0]:.1f} s")
+    assert noticed[0] <= 30, f"the cut was noticed after {noticed[0]:.1f}s"
 
 
+@pytest.mark.nemesis
 def test_a_blackholed_link_to_redis_pauses_the_consumer_and_heals(
     pipeline: Pipeline, scale: Scale
 ) -> None:
     """Redis accepts consumer-1's bytes and never answers: it goes unready, then resumes."""
     redis_url = pipeline.env["REDIS_URL"]
-    proxy = FaultProxy(*_host_port(redis_url))
+    proxy = FaultProxy(redis_url)
     try:
         start(pipeline, "relay-1", "consumer-2", "sweeper-1")
         pipeline.start("consumer-1", env={"REDIS_URL": proxy.address(redis_url)})
@@ -205,11 +207,12 @@ def test_a_blackholed_link_to_redis_pauses_the_consumer_and_heals(
         proxy.close()
 
 
+@pytest.mark.nemesis
 def test_slow_and_lossy_links_lose_nothing(pipeline: Pipeline, scale: Scale) -> None:
     """Every program's links to PostgreSQL and Redis slowed, then losing packets: all whole."""
     proxies = {
-        "pg": FaultProxy(*_host_port(pipeline.db.url), seed=1),
-        "redis": FaultProxy(*_host_port(pipeline.env["REDIS_URL"]), seed=2),
+        "pg": FaultProxy(pipeline.db.url, seed=1),
+        "redis": FaultProxy(pipeline.env["REDIS_URL"], seed=2),
     }
     own = {
         "DATABASE_URL": proxies["pg"].address(pipeline.db.url),
@@ -259,7 +262,39 @@ def test_a_consumer_whose_clock_jumps_30_days_ahead_still_has_its_gap_repaired(
     assert pipeline.count("SELECT count(*) FROM inorder_gaps WHERE status = 'healed'") >= 1
 
 
-@pytest.mark.skipif(not Path("/proc/mounts").exists(), reason="no mounts here")
+def _disk_filled(
+    pipeline: Pipeline,
+    disk: SmallDiskRedis | SmallDiskPostgres,
+    scale: Scale,
+    fault: str,
+    watched: tuple[str, ...],
+) -> None:
+    """Fill ``disk`` under the load until one of ``watched`` goes unready, free it, judge."""
+    try:
+        start(pipeline, *STANDARD)
+
+        def inject() -> int:
+            if isinstance(disk, SmallDiskRedis):
+                pipeline.lose_one_event("lost-disk")  # parks for sure: Redis must be written
+            disk.fill()
+            try:
+                pipeline.wait_for(
+                    f"{fault}: a program reports its dependency down",
+                    lambda: not all(pipeline.ready(n) for n in watched),
+                    90,
+                )
+                time.sleep(scale.outage_s)
+            finally:
+                disk.free()
+            pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
+            return 1
+
+        run(pipeline, scale, fault, inject)
+    finally:
+        pipeline.close()
+        disk.close()
+
+
 def test_a_full_disk_under_redis_pauses_the_consumers_and_loses_nothing(
     pg_schema: PgSchema,
     services: Services,
@@ -270,32 +305,10 @@ def test_a_full_disk_under_redis_pauses_the_consumers_and_loses_nothing(
     """Redis's AOF disk full (MISCONF): consumers go unready, none crashes; all whole after."""
     small = SmallDiskRedis(tmp_path)
     pipeline = Pipeline(pg_schema, services, topic_factory, tmp_path, REDIS_URL=small.url)
-    try:
-        start(pipeline, *STANDARD)
-        consumers = ("consumer-1", "consumer-2")
-
-        def inject() -> int:
-            pipeline.lose_one_event("lost-disk")  # parks for sure: Redis must be written
-            small.fill()
-            try:
-                pipeline.wait_for("Redis refuses writes", small.refusing, 30)
-                pipeline.wait_for(
-                    "a consumer reports Redis down",
-                    lambda: not all(pipeline.ready(n) for n in consumers),
-                    90,
-                )
-                time.sleep(scale.outage_s)
-            finally:
-                small.free()
-            pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
-            return 1
-
-        run(pipeline, scale, "redis disk full", inject)
-    finally:
-        pipeline.close()
-        small.close()
+    _disk_filled(pipeline, small, scale, "redis disk full", ("consumer-1", "consumer-2"))
 
 
+@pytest.mark.nemesis
 def test_a_full_wal_disk_under_postgresql_is_waited_out_and_loses_nothing(
     services: Services, topic_factory: TopicFactory, tmp_path: Path, scale: Scale
 ) -> None:
@@ -303,26 +316,5 @@ def test_a_full_wal_disk_under_postgresql_is_waited_out_and_loses_nothing(
     small = SmallDiskPostgres()
     with psycopg.connect(small.database_url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA nemesis")
-    db = PgSchema(small.database_url, "nemesis")
-    pipeline = Pipeline(db, services, topic_factory, tmp_path)
-    try:
-        start(pipeline, *STANDARD)
-
-        def inject() -> int:
-            small.fill()
-            try:
-                pipeline.wait_for(
-                    "a program reports PostgreSQL down",
-                    lambda: not all(pipeline.ready(n) for n in STANDARD),
-                    90,
-                )
-                time.sleep(scale.outage_s)
-            finally:
-                small.free()
-            pipeline.wait_for("all ready again", lambda: all(pipeline.ready(n) for n in STANDARD))
-            return 1
-
-        run(pipeline, scale, "postgres wal disk full", inject)
-    finally:
-        pipeline.close()
-        small.close()
+    pipeline = Pipeline(PgSchema(small.database_url, "nemesis"), services, topic_factory, tmp_path)
+    _disk_filled(pipeline, small, scale, "postgres wal disk full", STANDARD)

@@ -18,8 +18,8 @@ def test_a_connection_carries_its_program_and_the_bounds(services: Services) -> 
         params = conn.info.get_parameters()
         assert conn.autocommit
         assert conn.execute("SELECT '{\"a\": [1, 2]}'::jsonb").fetchone() == ({"a": [1, 2]},)
-    assert (params["keepalives_idle"], params["connect_timeout"]) == ("10", "10")
-    assert params["tcp_user_timeout"] == "30000"
+    assert (params["keepalives_idle"], params["connect_timeout"]) == ("5", "10")
+    assert params["tcp_user_timeout"] == "20000"
 
 
 def test_the_server_side_bounds_are_in_force_unless_the_url_sets_its_own(
@@ -32,11 +32,11 @@ def test_the_server_side_bounds_are_in_force_unless_the_url_sets_its_own(
             name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
             for name in ("statement_timeout", "lock_timeout", "tcp_keepalives_idle", "search_path")
         }
-        assert conn.execute("SHOW tcp_user_timeout").fetchone() == ("30000",)
+        assert conn.execute("SHOW tcp_user_timeout").fetchone() == ("20000",)
     assert shown == {
         "statement_timeout": "0",
         "lock_timeout": "30s",
-        "tcp_keepalives_idle": "10",
+        "tcp_keepalives_idle": "5",
         "search_path": "elsewhere",
     }
 
