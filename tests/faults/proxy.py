@@ -19,6 +19,7 @@ connection to the service closed, as the server itself would close it.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import struct
@@ -42,6 +43,22 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
+def kafka_faulty() -> tuple[str, int] | None:
+    """The broker's FAULTY listener and the port it advertises, when the stack has one.
+
+    Returns the listener's URL and the port the proxy in front of it must take.
+    """
+    listener = os.environ.get("INORDER_KAFKA_FAULTY_PORT")
+    advertised = os.environ.get("INORDER_KAFKA_FAULTY_PROXY_PORT")
+    if not listener or not advertised:
+        return None
+    try:
+        socket.create_connection(("127.0.0.1", int(listener)), timeout=2).close()
+    except OSError:
+        return None  # a broker started before it had the listener: restart the stack
+    return f"kafka://127.0.0.1:{listener}", int(advertised)
+
+
 def host_port(url: str) -> tuple[str, int]:
     """The ``host:port`` a service URL names (``scheme://user@host:port/...``)."""
     rest = url.split("@", 1)[-1].split("://", 1)[-1]
@@ -50,11 +67,15 @@ def host_port(url: str) -> tuple[str, int]:
 
 
 class FaultProxy:
-    """Forwards ``127.0.0.1:port`` to the service ``url`` names; faults are set and healed."""
+    """Forwards ``127.0.0.1:port`` to the service ``url`` names; faults are set and healed.
 
-    def __init__(self, url: str, *, seed: int = 0) -> None:
+    ``port``: a fixed one, where the service advertises it (the broker's FAULTY listener
+    advertises its proxy's port, so a client's every connection goes through the proxy).
+    """
+
+    def __init__(self, url: str, *, seed: int = 0, port: int = 0) -> None:
         self.target = host_port(url)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port: int = self._listener.getsockname()[1]
         self.mode = "pass"
         self.latency = 0.0

@@ -23,7 +23,7 @@ from tests.faults import clock, firewall
 from tests.faults.conftest import NOTES, Scale
 from tests.faults.disk import SmallDiskPostgres, SmallDiskRedis
 from tests.faults.pipeline import Pipeline
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, kafka_faulty
 from tests.faults.test_faults import STANDARD, run, start
 from tests.faults.watch import Watch
 from tests.support.services import Services
@@ -175,6 +175,53 @@ def test_a_cut_link_to_postgresql_is_noticed_within_30_s_and_healed_after(
         proxy.close()
     NOTES.append(f"link to postgres cut (consumer): noticed after {noticed[0]:.1f} s")
     assert noticed[0] <= 30, f"the cut was noticed after {noticed[0]:.1f}s"
+
+
+@pytest.mark.nemesis
+@pytest.mark.skipif(
+    not firewall.available() or kafka_faulty() is None,
+    reason="iptables cannot add rules here, or the broker has no FAULTY listener",
+)
+def test_a_consumer_cut_from_kafka_past_its_session_loses_its_partitions_and_rejoins(
+    pipeline: Pipeline, scale: Scale
+) -> None:
+    """consumer-1's Kafka link drops every packet for 15 s: consumer-2 takes over, it rejoins."""
+    faulty = kafka_faulty()
+    assert faulty is not None
+    listener, port = faulty
+
+    def _assignments(name: str) -> int:
+        """How many times the process was given partitions, from its log."""
+        lines = (pipeline.logs / f"{name}.log").read_text(errors="replace").splitlines()
+        return sum(
+            1
+            for line in lines
+            if '"event": "partitions_assigned"' in line and '"partitions": []' not in line
+        )
+
+    proxy = FaultProxy(listener, port=port)
+    try:
+        start(pipeline, "relay-1", "consumer-2", "sweeper-1")
+        pipeline.start("consumer-1", env={"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
+        pipeline.wait_for("consumer-1 given partitions", lambda: _assignments("consumer-1") > 0)
+
+        def inject() -> int:
+            pipeline.lose_one_event("lost-kafka-link")
+            given = _assignments("consumer-1")
+            with firewall.dropping(proxy.port):
+                time.sleep(SESSION_S + 9)
+            pipeline.wait_for(
+                "consumer-1 rejoined and given partitions again",
+                lambda: _assignments("consumer-1") > given,
+                120,
+            )
+            return 1
+
+        with Watch(pipeline.committed, every=0.5) as offsets:
+            run(pipeline, scale, "link to kafka cut (consumer)", inject)
+    finally:
+        proxy.close()
+    assert offsets.went_back == [], "a consumer cut from Kafka moved a committed offset back"
 
 
 @pytest.mark.nemesis
