@@ -408,20 +408,30 @@ class Pipeline:
     def settle(self, timeout: float = 120) -> None:
         """Wait until every row is published, no gap is open, nothing is parked and no lag."""
 
+        last: dict[str, int] = {}
+
         def settled() -> bool:
             try:
                 # In this order: every row sent, then no lag (consumers park before they
                 # commit offsets), so the parked count read last includes every sent event.
-                return (
-                    self._pending_rows() == 0
-                    and self.lag() == 0
-                    and self.gaps() == 0
-                    and self.parked() == 0
-                )
+                for name, count in (
+                    ("rows unsent", self._pending_rows),
+                    ("lag", self.lag),
+                    ("gaps open", self.gaps),
+                    ("entities parked", self.parked),
+                ):
+                    last.clear()
+                    last[name] = count()
+                    if last[name]:
+                        return False
             except (psycopg.OperationalError, redis.ConnectionError, KafkaException):
                 return False  # a service is still coming back (a broker's group coordinator too)
+            return True
 
-        self.wait_for("pipeline settled", settled, timeout)
+        try:
+            self.wait_for("pipeline settled", settled, timeout)
+        except AssertionError as exc:  # say what was still waiting
+            raise AssertionError(f"{exc}; still {last}") from None
 
     def verdict(self) -> Verdict:
         """Judge the settled pipeline: effects, totals and the audit."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,30 @@ def _requests_by_attempt(pipeline: Pipeline) -> Counter[str]:
     return seen
 
 
+def _run_watching(
+    pipeline: Pipeline,
+    scale: Scale,
+    fault: str,
+    inject: Callable[[], int],
+    read: Callable[[], Mapping[Hashable, Any]] | None = None,
+) -> Watch:
+    """``run`` while sampling ``read`` (the committed offsets by default) throughout."""
+    with Watch(read or pipeline.committed, every=0.4) as watch:
+        run(pipeline, scale, fault, inject)
+    assert watch.samples > 10
+    return watch
+
+
+def _freeze_twice(pipeline: Pipeline, name: str, seconds: float) -> int:
+    """SIGSTOP ``name`` for ``seconds``, twice, a second apart; the faults injected."""
+    for _ in range(2):
+        time.sleep(1.0)
+        pipeline.pause(name)
+        time.sleep(seconds)
+        pipeline.resume(name)
+    return 2
+
+
 @pytest.mark.nemesis
 def test_a_consumer_frozen_past_its_session_wakes_as_a_zombie_and_changes_nothing(
     pipeline: Pipeline, scale: Scale
@@ -75,17 +100,10 @@ def test_a_consumer_frozen_past_its_session_wakes_as_a_zombie_and_changes_nothin
     """Frozen past its session, then woken: it doubles no step and moves no offset back."""
     start(pipeline, *STANDARD)
 
-    def inject() -> int:
-        for _ in range(2):
-            time.sleep(1.0)
-            pipeline.pause("consumer-1")
-            time.sleep(SESSION_S + 4)  # consumer-2 has its partitions by now
-            pipeline.resume("consumer-1")
-        return 2
+    def inject() -> int:  # consumer-2 has its partitions 4 s before each wake
+        return _freeze_twice(pipeline, "consumer-1", SESSION_S + 4)
 
-    with Watch(pipeline.committed, every=0.5) as offsets:
-        run(pipeline, scale, "consumer paused past its session", inject)
-    assert offsets.samples > 10
+    offsets = _run_watching(pipeline, scale, "consumer paused past its session", inject)
     assert offsets.went_back == [], "a zombie consumer moved a committed offset back"
 
 
@@ -100,16 +118,11 @@ def test_a_relay_frozen_past_its_lease_wakes_as_a_zombie_and_moves_no_cursor(
     start(pipeline, "consumer-1", "consumer-2", "sweeper-1")
 
     def inject() -> int:
-        for _ in range(2):
-            time.sleep(1.0)
-            pipeline.pause("relay-1")
-            time.sleep(3 + 4)
-            pipeline.resume("relay-1")
-        return 2
+        return _freeze_twice(pipeline, "relay-1", 3 + 4)
 
-    with Watch(lambda: _cursors(pipeline)) as cursors:
-        run(pipeline, scale, "relay paused past its lease", inject)
-    assert cursors.samples > 10
+    cursors = _run_watching(
+        pipeline, scale, "relay paused past its lease", inject, lambda: _cursors(pipeline)
+    )
     assert cursors.went_back == [], "a zombie relay moved a slice's cursor back"
 
 
@@ -217,8 +230,7 @@ def test_a_consumer_cut_from_kafka_past_its_session_loses_its_partitions_and_rej
             )
             return 1
 
-        with Watch(pipeline.committed, every=0.5) as offsets:
-            run(pipeline, scale, "link to kafka cut (consumer)", inject)
+        offsets = _run_watching(pipeline, scale, "link to kafka cut (consumer)", inject)
     finally:
         proxy.close()
     assert offsets.went_back == [], "a consumer cut from Kafka moved a committed offset back"
