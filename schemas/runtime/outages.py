@@ -22,11 +22,9 @@ from schemas.runtime.logs import first_line
 
 log = structlog.get_logger(__name__)
 
-# Redis Cluster adds its own: a failover in progress (CLUSTERDOWN, TRYAGAIN, a slot with
-# no master yet, a write that reached a master just demoted to replica).
-REDIS_DOWN = REDIS_OUTAGES
-# Failures that mean "try again later", never "this input is bad".
-DOWN = (psycopg.OperationalError, KafkaException, *REDIS_DOWN)
+# Failures that mean "try again later", never "this input is bad" (Redis's include a
+# Cluster failover in progress: CLUSTERDOWN, TRYAGAIN, a slot with no master yet).
+DOWN = (psycopg.OperationalError, KafkaException, *REDIS_OUTAGES)
 DEPENDENCIES = ("postgres", "redis", "kafka")
 
 
