@@ -1,8 +1,8 @@
-"""Liveness, readiness and Prometheus metrics over HTTP, shared by every inorder process.
+"""What a process's main loop reports to its HTTP endpoints: alive, and ready or why not.
 
 ``/healthz`` answers 200 while the main loop keeps beating, ``/readyz`` 200 while
-the process says it can do its work (dependencies reachable), ``/metrics`` the
-Prometheus registry. The server runs in a daemon thread.
+the process says it can do its work (dependencies reachable); the server is
+``schemas.runtime.endpoints``.
 """
 
 from __future__ import annotations
@@ -10,10 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client import REGISTRY
-from prometheus_client.exposition import choose_encoder
 
 
 class Health:
@@ -66,41 +62,3 @@ class Health:
         """Why the process is not ready; empty when it is."""
         with self._lock:
             return dict(self._not_ready)
-
-
-def _handler(health: Health) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                # OpenMetrics when the scraper asks for it: the format exemplars need.
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, encoder(REGISTRY), content_type)
-            elif self.path == "/healthz":
-                ok = health.live
-                self._send(200 if ok else 503, b"ok\n" if ok else b"main loop stalled\n")
-            elif self.path == "/readyz":
-                problems = health.problems
-                body = "".join(f"{k}: {v}\n" for k, v in problems.items()) or "ready\n"
-                self._send(503 if problems else 200, body.encode())
-            else:
-                self._send(404, b"not found\n")
-
-        def _send(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Probes are frequent; they are not logged."""
-
-    return Handler
-
-
-def serve(health: Health, host: str, port: int) -> ThreadingHTTPServer:
-    """Start the HTTP server in a daemon thread; ``port`` 0 picks a free one."""
-    server = ThreadingHTTPServer((host, port), _handler(health))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server

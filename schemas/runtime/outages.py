@@ -8,13 +8,15 @@ success afterwards clears readiness and logs ``<program>_resumed``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import psycopg
 import redis
 import structlog
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
+from schemas.errors import InorderError
 from schemas.runtime.backoff import Backoff
 from schemas.runtime.causes import REDIS_OUTAGES, Cause, cause
 from schemas.runtime.health import Health
@@ -26,6 +28,7 @@ log = structlog.get_logger(__name__)
 # Cluster failover in progress: CLUSTERDOWN, TRYAGAIN, a slot with no master yet).
 DOWN = (psycopg.OperationalError, KafkaException, *REDIS_OUTAGES)
 DEPENDENCIES = ("postgres", "redis", "kafka")
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # OSError: os_error
 
 
 def down(exc: BaseException) -> bool:
@@ -51,6 +54,28 @@ def waited_out(exc: BaseException) -> bool:
     """
     found = cause(exc)
     return found is Cause.OUTAGE or (found is Cause.INPUT and isinstance(exc, DOWN))
+
+
+def reason(exc: BaseException) -> str:
+    """A short code for why a dependency failed, for ``/readyz``: never the error's text.
+
+    The text may name hosts, users, roles or databases; the log line has it. The code is
+    the SQLSTATE, the Kafka error's name, the Redis reply's first word or the error's class
+    (inorder's own without ``Error``: ``schema_not_ready``).
+    """
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate:
+            return f"sqlstate_{exc.sqlstate}"
+        return "connection_failed" if isinstance(exc, psycopg.OperationalError) else "client_error"
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        name = err.name() if isinstance(err, KafkaError) else ""
+        return name.strip("_").lower() or "kafka_error"
+    if type(exc) is redis.ResponseError:  # subclasses have the reply's word as their class
+        word = str(exc).split(" ", 1)[0]
+        return word.lower() if word.isalpha() and word.isupper() else "error_reply"
+    name = _WORD_START.sub("_", type(exc).__name__).lower()
+    return name.removesuffix("_error") if isinstance(exc, InorderError) else name
 
 
 def dependency(exc: BaseException) -> str:
@@ -87,7 +112,7 @@ class Outages:
         """
         name = on or dependency(exc)
         delay, detail = self.backoff.failed(), first_line(exc)
-        self.health.blocked(name, detail)
+        self.health.blocked(name, reason(exc))
         log.warning(f"{name}_unavailable", error=detail, retry_in_s=delay, **context)
         if waiting is None:
             self.health.sleep(delay, self.stopping)

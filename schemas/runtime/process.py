@@ -18,8 +18,8 @@ import structlog
 from schemas.runtime import traces
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import InorderSettings
+from schemas.runtime.endpoints import serve as serve_http
 from schemas.runtime.health import Health
-from schemas.runtime.health import serve as serve_http
 from schemas.runtime.logs import first_line
 from schemas.runtime.usage import help_text, program_version
 

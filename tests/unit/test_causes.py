@@ -16,7 +16,7 @@ from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.republisher import RepublishDeliveryError
 from schemas.runtime import causes
 from schemas.runtime.causes import Cause, cause, kafka_cause, postgres_cause, redis_cause
-from schemas.runtime.outages import down, waited_out
+from schemas.runtime.outages import down, reason, waited_out
 
 # Every SQLSTATE psycopg knows, with its error class.
 SQLSTATES = {
@@ -234,3 +234,33 @@ def test_a_dependency_is_down_by_its_error_class_or_by_what_its_reply_says(
 ) -> None:
     """Loops that wait on a dependency wait on MISCONF and OOM replies too, never on a bug."""
     assert down(exc) is is_down
+
+
+SECRET_TEXT = "host db.internal.example user svc_payments password hunter2 at 10.1.2.3"  # noqa: S105 - a made-up error text
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (psycopg.OperationalError(f"connection to {SECRET_TEXT} failed"), "connection_failed"),
+        (pg.InvalidPassword(f"password authentication failed: {SECRET_TEXT}"), "sqlstate_28P01"),
+        (pg.DiskFull(SECRET_TEXT), "sqlstate_53100"),
+        (psycopg.InterfaceError(SECRET_TEXT), "client_error"),
+        (KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, SECRET_TEXT)), "all_brokers_down"),
+        (
+            KafkaException(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, SECRET_TEXT)),
+            "sasl_authentication_failed",
+        ),
+        (KafkaException(SECRET_TEXT), "kafka_error"),
+        (redis.ResponseError(f"MISCONF {SECRET_TEXT}"), "misconf"),
+        (redis.ResponseError(SECRET_TEXT), "error_reply"),
+        (redis.ConnectionError(SECRET_TEXT), "connection_error"),
+        (redis.exceptions.ClusterDownError(SECRET_TEXT), "cluster_down_error"),
+        (OSError(SECRET_TEXT), "os_error"),
+        (SchemaNotReadyError(SECRET_TEXT), "schema_not_ready"),
+    ],
+)
+def test_readiness_reasons_are_codes_never_the_error_text(exc: Exception, code: str) -> None:
+    """/readyz gets a SQLSTATE, a Kafka error name, a reply word or a class: no host or user."""
+    assert reason(exc) == code
+    assert not set(SECRET_TEXT.split()) & set(code.split("_"))

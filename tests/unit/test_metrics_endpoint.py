@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import Histogram
 
-from schemas.runtime.health import Health, serve
+from schemas.runtime.endpoints import serve
+from schemas.runtime.health import Health
 
 LATENCY = Histogram("endpoint_test_latency_seconds", "A histogram this test observes")
 
@@ -20,7 +21,6 @@ def base() -> Iterator[int]:
         yield int(server.server_address[1])
     finally:
         server.shutdown()
-        server.server_close()
 
 
 def _get(port: int, accept: str | None) -> tuple[str, str]:
