@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     arguments(CONSUMER, argv, CONSUMER_SUMMARY, ConsumerSettings)
     settings = _load(ConsumerSettings, CONSUMER)
     routes = _routes(settings, CONSUMER)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.cautions())
     log = structlog.get_logger(__name__)
     health = Health()
     try:
@@ -103,7 +103,7 @@ def sweeper_main(argv: list[str] | None = None) -> None:
     if settings.redis_url is None:
         fail(SWEEPER, ["bad configuration: REDIS_URL: Field required"])
     routes = _routes(settings, SWEEPER)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.cautions())
     log = structlog.get_logger(__name__)
     health = Health()
     try:

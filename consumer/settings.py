@@ -4,40 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import AfterValidator, AliasChoices, Field, SecretStr
+from pydantic import Field, SecretStr
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.runtime.config import (
-    KafkaClientSettings,
-    PostgresUrl,
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
-
-
-def _is_redis_url(value: SecretStr | None) -> SecretStr | None:
-    if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://")):
-        raise ValueError(
-            "must be a redis:// or rediss:// URL, e.g. redis://host:6379/0, or for a cluster "
-            "redis://host1:7000,host2:7000"
-        )
-    return value
-
-
-# The REDIS_URL setting, kept secret (it may hold a password).
-RedisUrl = Annotated[
-    SecretStr | None,
-    AfterValidator(_is_redis_url),
-    Field(
-        default=None,
-        validation_alias=AliasChoices("REDIS_URL", "INORDER_REDIS_URL"),
-        description="Where parked events live: one Redis or a Redis Cluster (any node, or "
-        "several separated by commas); required when the routes file has a step route",
-    ),
-]
+from schemas.runtime.urls import PostgresUrl, RedisUrl
 
 
 class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettings):

@@ -46,7 +46,8 @@ from producer.__main__ import parser as producer_parser  # noqa: E402
 from producer.settings import ProducerSettings  # noqa: E402
 from producer.worker import WorkerSettings  # noqa: E402
 from schemas import Event  # noqa: E402
-from schemas.runtime.config import InorderSettings, KafkaClientSettings  # noqa: E402
+from schemas.runtime.config import InorderSettings  # noqa: E402
+from schemas.runtime.kafka_settings import KafkaClientSettings  # noqa: E402
 from schemas.runtime.usage import settings_of  # noqa: E402
 
 README = ROOT / "README.md"

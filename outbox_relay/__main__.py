@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     arguments(PROGRAM, argv, SUMMARY, RelaySettings)
     settings = load_or_exit(RelaySettings, PROGRAM)
     schemas = registry_or_exit(settings, PROGRAM)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.cautions())
     health = Health()
     relay = Relay(settings, health, schemas=schemas)
 

@@ -9,12 +9,12 @@ from pydantic import Field, model_validator
 
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.runtime.config import (
-    KafkaClientSettings,
-    PostgresUrl,
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
+from schemas.runtime.urls import PostgresUrl
 
 
 class RelaySettings(

@@ -125,6 +125,7 @@ def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
 
 def _worker(args: argparse.Namespace) -> None:
     settings = load_or_exit(WorkerSettings, PROGRAM)
+    logs.configure(settings.log_level, settings.cautions())
     plan = WorkerPlan(
         args.max_delay_ms, args.fail_rate, args.uncertain_share, frozenset(args.fail_first)
     )
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run one producer command."""
     args = parser().parse_args(argv)
     settings = load_or_exit(ProducerSettings, PROGRAM)
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.cautions())
     conninfo = settings.database_url.get_secret_value()
     sets = (migrate.OUTBOX, migrate.EXAMPLE)
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from schemas import DEFAULT_TOPICS
-from schemas.runtime.config import LoggingSettings, PostgresUrl
+from schemas.runtime.config import LoggingSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
+from schemas.runtime.urls import PostgresUrl
 
 
 class ProducerSettings(PayloadSchemaSettings, LoggingSettings):

@@ -26,8 +26,10 @@ from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
 from schemas.runtime import kafka_clients, postgres
 from schemas.runtime.causes import Cause, cause
-from schemas.runtime.config import KafkaClientSettings, LoggingSettings, PostgresUrl
+from schemas.runtime.config import LoggingSettings
+from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.logs import first_line
+from schemas.runtime.urls import PostgresUrl
 
 log = structlog.get_logger(__name__)
 

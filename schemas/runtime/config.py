@@ -11,21 +11,18 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     Field,
-    SecretStr,
     ValidationError,
-    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from schemas.republish import worst_case_repair_s
 from schemas.runtime.logs import first_line
+from schemas.runtime.urls import cautions
 
 S = TypeVar("S", bound=BaseSettings)
 ENV_PREFIX = "INORDER_"
@@ -41,6 +38,11 @@ class InorderSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
     renamed: ClassVar[Mapping[str, str]] = {}
+
+    def cautions(self) -> list[str]:
+        """Settings that work but are unsafe on a network, one line each, logged at start-up:
+        here a database or Redis URL's (``schemas.runtime.urls``)."""
+        return [line for name in type(self).model_fields for line in cautions(getattr(self, name))]
 
 
 class LoggingSettings(InorderSettings):
@@ -68,84 +70,6 @@ class ServiceSettings(LoggingSettings):
         "replicas less one of slack (2 of 3, 3 of 5, 1 of 1 or 2)",
     )
     http_host: str = Field(default="127.0.0.1", description="Address of the HTTP endpoints")
-
-
-def _is_postgres_url(value: SecretStr) -> SecretStr:
-    url = value.get_secret_value()
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ValueError("must be a postgresql:// URL, e.g. postgresql://user@host:5432/db")
-    parts = urlsplit(url)
-    if "," not in parts.netloc:  # one host: its port must be a number
-        try:
-            _ = parts.port
-        except ValueError:
-            raise ValueError("the port after host: must be a number from 1 to 65535") from None
-    return value
-
-
-# The DATABASE_URL setting: a postgresql:// URL, kept secret in logs and reprs.
-PostgresUrl = Annotated[
-    SecretStr,
-    AfterValidator(_is_postgres_url),
-    Field(
-        validation_alias=AliasChoices("DATABASE_URL", "INORDER_DATABASE_URL"),
-        description="PostgreSQL, as a postgresql:// URL",
-    ),
-]
-
-
-class KafkaClientSettings(InorderSettings):
-    """How to reach Kafka, including the security options librdkafka takes."""
-
-    kafka_bootstrap_servers: str = Field(
-        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "INORDER_KAFKA_BOOTSTRAP_SERVERS"),
-        min_length=1,
-        description="Kafka brokers, host:port[,host:port...]",
-    )
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        default="PLAINTEXT", description="librdkafka `security.protocol`"
-    )
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        default=None, description="librdkafka `sasl.mechanism`; needed with SASL"
-    )
-    kafka_sasl_username: str | None = Field(default=None, description="Needed with SASL")
-    kafka_sasl_password: SecretStr | None = Field(default=None, description="Needed with SASL")
-    kafka_ssl_ca_location: str | None = Field(
-        default=None,
-        description="CA bundle for SSL and SASL_SSL when the system store lacks the broker's CA",
-    )
-    # Hidden in error messages: it may hold credentials (sasl.oauthbearer.config ...).
-    kafka_extra: dict[str, str] = Field(
-        default_factory=dict,
-        json_schema_extra={"secret": True},
-        description="Any other librdkafka property, as a JSON object; the settings above win",
-    )
-
-    @model_validator(mode="after")
-    def _sasl_is_complete(self) -> Self:
-        if self.kafka_security_protocol.startswith("SASL") and not (
-            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
-        ):
-            raise ValueError(
-                "INORDER_KAFKA_SECURITY_PROTOCOL is SASL: set INORDER_KAFKA_SASL_MECHANISM, "
-                "INORDER_KAFKA_SASL_USERNAME and INORDER_KAFKA_SASL_PASSWORD"
-            )
-        return self
-
-    def kafka_config(self) -> dict[str, str]:
-        """librdkafka properties for any client of this cluster."""
-        config = dict(self.kafka_extra)
-        config["bootstrap.servers"] = self.kafka_bootstrap_servers
-        config["security.protocol"] = self.kafka_security_protocol.lower()
-        if self.kafka_sasl_mechanism:
-            config["sasl.mechanism"] = self.kafka_sasl_mechanism
-        if self.kafka_sasl_username:
-            config["sasl.username"] = self.kafka_sasl_username
-        if self.kafka_sasl_password:
-            config["sasl.password"] = self.kafka_sasl_password.get_secret_value()
-        if self.kafka_ssl_ca_location:
-            config["ssl.ca.location"] = self.kafka_ssl_ca_location
-        return config
 
 
 class RepairTimingSettings(InorderSettings):

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from schemas.runtime.config import KafkaClientSettings
+from schemas.runtime.kafka_settings import KafkaClientSettings
 
 PRODUCER_GUARANTEES: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all"}
 CONSUMER_GUARANTEES: Mapping[str, Any] = {

@@ -7,11 +7,14 @@ enabled for every package; the image's non-root user is checked in
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+import redis
 from psycopg.types.json import Jsonb
 
 from producer import subscriptions as subs
@@ -105,21 +108,40 @@ def test_sql_looking_strings_are_stored_verbatim(
         pipe.close()
 
 
-# Markers to search the logs for, not credentials of anything.
-SECRET_PASSWORD = "pw-4f9a-SECRET"  # noqa: S105
-SASL_PASSWORD = "sasl-77c1-SECRET"  # noqa: S105
+# Markers to search the logs for, not credentials of anything: every character a URL
+# reserves is in them, so a URL that misread one would show a piece of it somewhere.
+SECRET_PASSWORD = "pw%/#@?:-4f9a-SECRET"  # noqa: S105
+REDIS_PASSWORD = "rd%/#@?:-77c1-SECRET"  # noqa: S105
+SASL_PASSWORD = "sasl%/#@?-91be-SECRET"  # noqa: S105
+REDIS_USER = "inorder-secrets-test"
+
+
+def _with_password(url: str, user: str, password: str) -> str:
+    scheme, rest = url.split("://", 1)
+    host = rest.rpartition("@")[2]
+    return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
 
 
 def test_secrets_never_in_logs_or_metrics(
     pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
-    """DSN passwords and SASL credentials appear in no log line and no /metrics, even on errors."""
+    """Passwords with / ? # @ % in every URL and SASL: in no log, /metrics or /readyz body."""
     pipe = Pipeline(pg_schema, services, topic_factory, tmp_path, INORDER_LOG_LEVEL="DEBUG")
-    # The local server trusts loopback, so the password is carried but not needed.
-    pipe.env["DATABASE_URL"] = pg_schema.url.replace(
-        "://inorder@", f"://inorder:{SECRET_PASSWORD}@"
+    # The local PostgreSQL trusts loopback, so its password is carried but not checked;
+    # Redis checks its own: an ACL user made for this test.
+    pipe.env["DATABASE_URL"] = _with_password(pg_schema.url, "inorder", SECRET_PASSWORD)
+    admin = redis.Redis.from_url(services.redis_url)
+    admin.acl_setuser(
+        REDIS_USER,
+        enabled=True,
+        passwords=[f"+{REDIS_PASSWORD}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all"],
+        reset=True,
     )
-    assert SECRET_PASSWORD in pipe.env["DATABASE_URL"]
+    pipe.env["REDIS_URL"] = _with_password(services.redis_url, REDIS_USER, REDIS_PASSWORD)
+    bodies = []
     try:
         for name in ("relay-1", "consumer-1", "sweeper-1"):
             pipe.start(name)
@@ -130,10 +152,16 @@ def test_secrets_never_in_logs_or_metrics(
         stack_control("stop", "postgres")
         try:
             pipe.wait_for("consumer unready", lambda: pipe.http("consumer-1", "/readyz")[0] == 503)
+            bodies += [pipe.http(name, "/readyz")[1] for name in pipe.processes]
             time.sleep(2)
         finally:
             stack_control("start", "postgres")
         pipe.settle(timeout=120)
+        # A consumer whose Redis password is refused.
+        pipe.start(
+            "consumer-3",
+            env={"REDIS_URL": _with_password(services.redis_url, REDIS_USER, REDIS_PASSWORD[1:])},
+        )
         # A consumer that cannot authenticate to Kafka: SASL against a plaintext listener.
         pipe.env.update(
             INORDER_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
@@ -148,11 +176,18 @@ def test_secrets_never_in_logs_or_metrics(
             port = pipe.processes[name].port
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
                 pages.append(page.read().decode())
+            with contextlib.suppress(OSError):
+                bodies.append(pipe.http(name, "/readyz")[1])
     finally:
         pipe.close()
+        admin.acl_deluser(REDIS_USER)
+        admin.close()
     logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
     assert any("postgres_unavailable" in text for text in logs.values()), "no error was logged"
-    for secret in (SECRET_PASSWORD, SASL_PASSWORD):
-        leaked = [name for name, text in logs.items() if secret in text]
-        assert not leaked, f"{secret} in {leaked}"
-        assert not any(secret in page for page in pages)
+    assert "invalid username-password" in logs["consumer-3.log"], "no refused password was logged"
+    for secret in (SECRET_PASSWORD, REDIS_PASSWORD, SASL_PASSWORD):
+        for form in (secret, quote(secret, safe=""), secret[1:], quote(secret[1:], safe="")):
+            leaked = [name for name, text in logs.items() if form in text]
+            assert not leaked, f"{form} in {leaked}"
+            assert not any(form in page for page in pages)
+            assert not any(form in body for body in bodies)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from schemas.runtime import kafka_clients
-from schemas.runtime.config import KafkaClientSettings
+from schemas.runtime.kafka_settings import KafkaClientSettings
 from tests.support.services import ROOT
 
 PACKAGES = ("schemas", "producer", "outbox_relay", "consumer")

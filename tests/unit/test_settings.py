@@ -8,13 +8,13 @@ from pydantic import ValidationError
 from consumer.settings import ConsumerSettings, SweeperSettings
 from outbox_relay.settings import RelaySettings
 from schemas.runtime.config import (
-    KafkaClientSettings,
-    PostgresUrl,
     RepairTimingSettings,
     describe,
     load_or_exit,
     renamed_in,
 )
+from schemas.runtime.kafka_settings import KafkaClientSettings
+from schemas.runtime.urls import PostgresUrl
 
 
 class _Db(KafkaClientSettings):
