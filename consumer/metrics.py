@@ -106,7 +106,8 @@ GAP_HEAL_TIME = Histogram(
 REPUBLISH_REQUESTED = Counter("republish_requests_sent_total", "Republish requests sent")
 REPUBLISH_RESULTS = Counter(
     "republish_results_total",
-    "Republish results the sweeper read, by outcome: used, or invalid (committed, never retried)",
+    "Republish results the sweeper read, by outcome: used, unmatched (answers no open request: "
+    "ignored) or invalid (committed, never retried)",
     ["outcome"],
 )
 SWEEP_DURATION = Histogram(

@@ -15,6 +15,7 @@ from consumer.kinds._barrier import apply_guarded
 from consumer.kinds._base import Applier, Carried, Kind, Links, Need, Outcome, Refusal, Route
 from consumer.kinds._plugin import (
     AdminTools,
+    Answered,
     Commands,
     Duties,
     Findings,
@@ -29,6 +30,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (projection.KIND, batches.KIND, ste
 __all__ = [
     "KINDS",
     "AdminTools",
+    "Answered",
     "Applier",
     "Carried",
     "Commands",

@@ -13,6 +13,7 @@ import argparse
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
@@ -63,6 +64,14 @@ class AdminTools(Tools, Protocol):
         """Split ``stream:entity_id`` of a routed stream (an ``AdminError`` otherwise)."""
 
 
+class Answered(StrEnum):
+    """What a kind made of one republish result."""
+
+    CHANGED = "changed"  # it answered an open request, and a gap moved
+    UNCHANGED = "unchanged"  # it answered an open request; nothing to change
+    UNMATCHED = "unmatched"  # it answers no open request of this kind: ignored, counted
+
+
 class SweepReport(Counter[str]):
     """What one sweep did, counted by name (``escalated``, ``batches_expired``, ...)."""
 
@@ -82,8 +91,10 @@ class Duties(Protocol):
     def sweep(self, report: SweepReport) -> None:
         """One pass over the kind's routes, counting what it did into ``report``."""
 
-    def answer(self, result: RepublishResult) -> bool:
-        """Act on the relay's result for one of the kind's streams; whether anything changed.
+    def answer(self, result: RepublishResult) -> Answered:
+        """Act on the relay's result for one of the kind's streams, if it answers a request
+        the kind made and still waits on (any other writer of the results topic could have
+        written it); say what came of it.
 
         While tracing, the context the relay answered in is current (``schemas.tracing``).
         """

@@ -18,7 +18,7 @@ import structlog
 from confluent_kafka import Consumer, Message, Producer
 
 from consumer import metrics, tables
-from consumer.kinds import KINDS, Duties, Kind, Route, SweepReport
+from consumer.kinds import KINDS, Answered, Duties, Kind, Route, SweepReport
 from consumer.settings import SweeperSettings
 from consumer.sweeper.lease import Lease
 from schemas import tracing
@@ -240,22 +240,37 @@ class Sweeper:
 
         def use(message: Message) -> None:
             nonlocal changed
-            changed = self._answer(message.value(), message.headers()) or changed
-            metrics.REPUBLISH_RESULTS.labels("used").inc()
+            answered = self._answer(message.value(), message.headers())
+            changed = answered is Answered.CHANGED or changed
+            if answered is Answered.UNMATCHED:
+                self._unmatched(message)
+            else:
+                metrics.REPUBLISH_RESULTS.labels("used").inc()
 
         fetched = self.io.results.consume(num_messages=100, timeout=0)
         good = [m for m in fetched if m.error() is None]
         handle_each(self.io.results, good, use, self._invalid_result, "unusable")
         return changed
 
-    def _answer(self, raw: bytes | None, headers: Any = None) -> bool:
-        """Act on one result; whether anything changed."""
+    def _answer(self, raw: bytes | None, headers: Any = None) -> Answered:
+        """Act on one result; what came of it (unmatched for a stream no kind asks for)."""
         result = decode_result(raw)
         duty = self.duties.get(self._kind_of.get(result.entity_type, ""))
         if duty is None:
-            return False
+            return Answered.UNMATCHED
         with tracing.continuing(tracing.creation_context(headers)):
             return duty.answer(result)
+
+    @staticmethod
+    def _unmatched(message: Message) -> None:
+        """Count and log a result that answers no open request; it changes nothing."""
+        metrics.REPUBLISH_RESULTS.labels("unmatched").inc()
+        log.warning(
+            "republish_result_unmatched",
+            partition=message.partition(),
+            offset=message.offset(),
+            detail="answers no open request of this generation: ignored",
+        )
 
     @staticmethod
     def _invalid_result(message: Message, reason: str, detail: str) -> None:

@@ -18,13 +18,17 @@ def test_a_sweeper_that_read_the_gap_before_another_asked_claims_nothing(
         awake = gaps.find(conn, ss.STREAM, "a")
         assert frozen is not None
         assert awake is not None
-        assert gaps.requested(conn, awake, 2.0, None)
-        assert not gaps.requested(conn, frozen, 2.0, None)
+        assert gaps.requested(conn, awake, "r1", 2.0, None)
+        assert not gaps.requested(conn, frozen, "r1-frozen", 2.0, None)
         after = gaps.find(conn, ss.STREAM, "a")
         assert after is not None
         assert after.attempts == 1
-        assert gaps.requested(conn, after, 4.0, None)  # the next attempt, read afresh
+        assert after.request_ids == ["r1"]  # the frozen sweeper's id was never recorded
+        assert gaps.requested(conn, after, "r2", 4.0, None)  # the next attempt, read afresh
+        asked = gaps.get(conn, after.id)
+        assert asked is not None
+        assert asked.request_ids == ["r1", "r2"]
         gaps.resolve(conn, after, gaps.GapStatus.HEALED, "sweeper", "range applied")
         stale = gaps.get(conn, after.id)
         assert stale is not None
-        assert not gaps.requested(conn, stale, 8.0, None)  # a healed gap is never asked for
+        assert not gaps.requested(conn, stale, "r3", 8.0, None)  # a healed gap is never asked for

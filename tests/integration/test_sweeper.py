@@ -14,6 +14,7 @@ import orjson
 import redis
 from prometheus_client import REGISTRY
 
+from schemas.republish import RepublishResult, decode_request, encode
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
@@ -214,3 +215,52 @@ def test_sweeper_started_without_postgres_waits_unready_instead_of_exiting(
         process.send_signal(signal.SIGTERM)
         code = process.wait(30)
     assert code == 0, log.read_text()
+
+
+def _unmatched() -> float:
+    return REGISTRY.get_sample_value("republish_results_total", {"outcome": "unmatched"}) or 0.0
+
+
+def test_forged_results_that_answer_no_open_request_are_counted_and_ignored(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """Results naming no request the gap sent, or another generation, change nothing."""
+    p = sw.pipeline(
+        pg_schema, services, topic_factory, tmp_path, redis_prefix, republish_backoff_base_s=600
+    )
+    before = _unmatched()
+    with cs.running(p.settings), ExitStack() as stack:
+        cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4)])
+        sw.start_sweeper(p, stack)
+        wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["requested"], timeout_s=30)
+        [sent] = drain(services.kafka_bootstrap, p.topics.requests, expect=1)
+        asked = decode_request(sent.value())
+
+        def forged(request_id: str, generation: int) -> bytes:
+            return encode(
+                RepublishResult(request_id, "ledger", "a", generation, 3, 3, (), (3,), (), False)
+            )
+
+        guessed = f"gap-{asked.request_id.split('-')[1]}-1-{'0' * 32}"
+        cs.send(
+            services.kafka_bootstrap,
+            p.topics.results,
+            [
+                (asked.key, forged("made-up", 1)),
+                (asked.key, forged(guessed, 1)),
+                (asked.key, forged(asked.request_id, 2)),
+            ],
+        )
+        wait_until(lambda: _unmatched() - before == 3, timeout_s=30)
+        assert [g[0] for g in sw.gap_rows(p)] == ["requested"]
+        assert ss.progress(pg_schema)[2] is False  # not held
+        # The answer to the request the gap sent is acted on.
+        cs.send(
+            services.kafka_bootstrap, p.topics.results, [(asked.key, forged(asked.request_id, 1))]
+        )
+        wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["unrecoverable"], timeout_s=30)
+    assert _unmatched() - before == 3

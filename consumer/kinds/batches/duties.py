@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from consumer import metrics
-from consumer.kinds._plugin import SweepReport, Tools
+from consumer.kinds._plugin import Answered, SweepReport, Tools
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner
 from schemas.batches import BatchStatus, ItemState
@@ -34,9 +34,9 @@ class BatchDuties:
             share.outcome().count(stream)
             report["batches_expired"] += sum(share.assembled.values()) + share.inconsistent
 
-    def answer(self, result: RepublishResult) -> bool:
-        """Nothing: batch routes ask the relay for nothing."""
-        return False
+    def answer(self, result: RepublishResult) -> Answered:
+        """Unmatched: batch routes ask the relay for nothing."""
+        return Answered.UNMATCHED
 
     def gauges(self, *, every: bool) -> None:
         """Pending positions in waiting batches and batches held, when all gauges are due."""

@@ -8,14 +8,13 @@ has its seqs or the attempts run out.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 
 import structlog
 
 from consumer import deadletter, metrics
 from consumer.kinds._base import Links
-from consumer.kinds._plugin import SweepReport, Tools
+from consumer.kinds._plugin import Answered, SweepReport, Tools
 from consumer.kinds.steps import failures, gaps, traced
 from consumer.kinds.steps.asking import Asker
 from consumer.kinds.steps.gaps import GapStatus
@@ -208,7 +207,7 @@ class StepDuties:
             report["unrecoverable"] += 1
             return
         request = RepublishRequest(
-            f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex[:6]}",
+            gaps.request_id(gap),
             route,
             gap.entity_id,
             span[0],
@@ -220,7 +219,8 @@ class StepDuties:
         with traced.requesting(gap, topic, gap.attempts + 1) as sending:
             trace = tracing.traceparent_of(sending)
             # Claimed before it is sent: of two sweepers, only one asks for each attempt.
-            if not gaps.requested(self.tools.conn, gap, self.delays[gap.attempts], trace):
+            delay = self.delays[gap.attempts]
+            if not gaps.requested(self.tools.conn, gap, request.request_id, delay, trace):
                 return
             self.tools.producer.produce(
                 topic, encode(request), request.key, headers=tracing.injected()
@@ -256,24 +256,27 @@ class StepDuties:
 
     # ------------------------------------------------------------------ answers and gauges
 
-    def answer(self, result: RepublishResult) -> bool:
-        """Seqs the relay no longer has make their gap unrecoverable; whether one did.
+    def answer(self, result: RepublishResult) -> Answered:
+        """Seqs the relay no longer has make their gap unrecoverable.
 
-        The answer's trace context (current while tracing) is kept on the gap for its span.
+        Only a result that answers a request the entity's open gap sent, for the generation
+        it waits on, is acted on; any other is unmatched (a forgery, or one outlived by its
+        gap). The answer's trace context (current while tracing) is kept on the gap for its
+        span.
         """
         gap = gaps.find(self.tools.conn, result.entity_type, result.entity_id)
+        if gap is None or not gaps.answers(gap, result):
+            return Answered.UNMATCHED
         trace = tracing.current_traceparent()
-        if gap is not None and trace is not None:
+        if trace is not None:
             gaps.answered(self.tools.conn, gap, trace)
         lost = sorted(set(result.missing) | set(result.failed))
-        if (
-            gap is None
-            or gap.status == GapStatus.UNRECOVERABLE
-            or not any(gap.from_seq <= s <= gap.to_seq for s in lost)
+        if gap.status == GapStatus.UNRECOVERABLE or not any(
+            gap.from_seq <= s <= gap.to_seq for s in lost
         ):
-            return False
+            return Answered.UNCHANGED
         self._unrecoverable(gap, "the outbox no longer has these seqs", lost)
-        return True
+        return Answered.CHANGED
 
     def gauges(self, *, every: bool) -> None:
         """Gaps by status; with ``every``, also parked events now and the oldest park's age."""

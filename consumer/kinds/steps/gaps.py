@@ -8,7 +8,8 @@ At most one unresolved gap per (route, entity).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from psycopg.rows import class_row
 
 from consumer.kinds.steps.plan import Progress
 from schemas import Event
+from schemas.republish import RepublishResult
 from schemas.snapshot import snapshot_type
 
 Conn = psycopg.Connection[Any]
@@ -58,12 +60,14 @@ class Gap:
     # The traceparent of the last republish request, and of the relay's last answer.
     request_trace: str | None = None
     answer_trace: str | None = None
+    # The ids of the republish requests it sent, oldest first.
+    request_ids: list[str] = field(default_factory=list)
 
 
 _COLUMNS = (
     "id, route, entity_id, generation, from_seq, to_seq, event_type, status, first_seen, "
     "attempts, next_attempt_at, missing, resolved_at, resolved_by, reason, "
-    "request_trace, answer_trace"
+    "request_trace, answer_trace, request_ids"
 )
 
 
@@ -78,6 +82,23 @@ def missing_range(progress: Progress, first_parked: Event) -> tuple[int, int, in
     if start > first_parked.seq - 1:
         return None
     return first_parked.generation, start, first_parked.seq - 1
+
+
+def request_id(gap: Gap) -> str:
+    """The id of the gap's next request: its gap and attempt, and 128 random bits."""
+    return f"gap-{gap.id}-{gap.attempts + 1}-{uuid.uuid4().hex}"
+
+
+def answers(gap: Gap | None, result: RepublishResult) -> bool:
+    """Whether ``result`` answers a request ``gap`` sent, for the generation it waits on.
+
+    A gap opened before requests were recorded is matched by the id's form alone.
+    """
+    if gap is None or gap.resolved_at is not None or result.generation != gap.generation:
+        return False
+    if gap.request_ids:
+        return result.request_id in gap.request_ids
+    return result.request_id.startswith(f"gap-{gap.id}-")
 
 
 def healed(gap: Gap, progress: Progress) -> bool:
@@ -153,8 +174,8 @@ def clock(conn: Conn) -> datetime:
     return cast(datetime, row[0])
 
 
-def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) -> bool:
-    """Claim the gap's next republish request and say when the one after is due.
+def requested(conn: Conn, gap: Gap, request: str, delay_s: float, trace: str | None = None) -> bool:
+    """Claim the gap's next republish request, record its id and say when the next is due.
 
     Only the sweeper that read the gap's current attempt count claims it: a sweeper that
     froze after reading the gap and woke after another took the lease and asked finds the
@@ -163,9 +184,10 @@ def requested(conn: Conn, gap: Gap, delay_s: float, trace: str | None = None) ->
     row = conn.execute(
         "UPDATE inorder_gaps SET status = %s, attempts = attempts + 1, "
         "next_attempt_at = now() + make_interval(secs => %s), "
-        "request_trace = coalesce(%s, request_trace) "
+        "request_trace = coalesce(%s, request_trace), "
+        "request_ids = array_append(request_ids, %s) "
         "WHERE id = %s AND attempts = %s AND resolved_at IS NULL RETURNING 1",
-        (GapStatus.REQUESTED, delay_s, trace, gap.id, gap.attempts),
+        (GapStatus.REQUESTED, delay_s, trace, request, gap.id, gap.attempts),
     ).fetchone()
     return row is not None
 
