@@ -19,6 +19,7 @@ import structlog
 from confluent_kafka import Message, Producer, TopicPartition
 
 from consumer import deadletter, metrics
+from consumer import held as holding
 from consumer.deadletter import DeadLetter
 from consumer.kinds import Applier, Outcome, Refusal
 from consumer.loop.poll import Prepared
@@ -52,14 +53,17 @@ def report(
     by_event: Mapping[str, Message],
     outcomes: Sequence[tuple[Applier, Outcome]],
 ) -> None:
-    """Letters (dead and held), the dead letters recorded, then the counts and latencies.
+    """Letters (dead and held) sent and recorded, then the counts and latencies.
 
     ``by_event``: the message each event came in, for a letter's copy and the latency
     (outcomes of work carried past its batch name events of earlier batches).
     """
     refused = [*dead, *_letters(by_event, [r for _, o in outcomes for r in o.refused])]
     held = _letters(by_event, [h for _, o in outcomes for h in o.held])
-    deadletter.send(producer, settings.held_topic, held, settings.dead_letter_max_value_bytes)
+    placed = deadletter.send(
+        producer, settings.held_topic, held, settings.dead_letter_max_value_bytes
+    )
+    holding.record(conn, held, placed)
     deadletter.deliver(conn, producer, settings, refused)
     # Latency is per entity: how late its state shows its newest event of this batch
     # (events drained from parking arrived in an earlier batch and have no message here).

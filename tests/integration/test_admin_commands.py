@@ -135,7 +135,7 @@ def test_republish_heals_a_projection_and_counts_the_older_events_stale(
     assert (request["entity_type"], request["generation"]) == ("subscription", 1)
 
 
-def test_held_events_are_listed_and_replayed(
+def test_held_events_are_listed_and_replayed_once_and_only_as_the_consumer_recorded_them(
     pg_schema: PgSchema,
     services: Services,
     topic_factory: TopicFactory,
@@ -143,23 +143,39 @@ def test_held_events_are_listed_and_replayed(
     redis_client: redis.Redis,
     redis_prefix: str,
 ) -> None:
-    """Events held by a full parking set go back to the events topic; the hold is released."""
+    """Held copies go back once each; a message another client put in the held topic never."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     p.settings.routes_file.write_text(ss.routes_text(max_parked=1))
-    held = [ss.step(s) for s in (4, 5)]
-    other = ss.step(9, "other")
-    values = [(e.key, encode(e)) for e in held] + [(other.key, encode(other))]
-    cs.send(services.kafka_bootstrap, p.settings.held_topic, values)
-    with pg_schema.connect() as conn:
-        conn.execute(
-            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied,"
-            " held_at) VALUES ('ledger', 'a', 1, 2, now())"
+    forged = ss.step(7)
+    with cs.running(p.settings):
+        cs.send_events(
+            services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4, 5, 6)]
         )
-        conn.commit()
-    [row] = _json_lines(sw.admin(p, "--json", "held", "list").stdout)
-    assert (row["entity"], row["last_applied"]) == ("a", 2)
-    done = sw.admin(p, "held", "replay", "ledger:a")
-    assert done.returncode == 0, done.stderr
-    replayed = drain(services.kafka_bootstrap, p.topics.events, expect=2)
-    assert sorted(decode(m.value()).seq for m in replayed) == [4, 5]
+        wait_until(lambda: (ss.progress(pg_schema) or (0, 0, False))[2] is True)  # held
+        wait_until(lambda: len(_held_rows(pg_schema)) == 2)
+        # Another writer of the held topic: same key, a plausible event.
+        cs.send(services.kafka_bootstrap, p.settings.held_topic, [(forged.key, encode(forged))])
+        [row] = _json_lines(sw.admin(p, "--json", "held", "list").stdout)
+        assert (row["entity"], row["last_applied"]) == ("a", 2)
+        cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(3)])
+        wait_until(lambda: ss.progress(pg_schema)[1] == 4)  # 3 came, 4 drained; 5 and 6 held
+        done = sw.admin(p, "--json", "held", "replay", "ledger:a", "--by", "ana")
+        assert done.returncode == 0, done.stderr
+        [told] = _json_lines(done.stdout)
+        assert (told["events"], told["by"]) == (2, "ana")
+        wait_until(lambda: ss.progress(pg_schema)[1] == 6)
+        again = sw.admin(p, "held", "replay", "ledger:a")
+        assert (again.returncode, "no held event recorded" in again.stderr) == (1, True)
+    sent = drain(services.kafka_bootstrap, p.topics.events, expect=8)
+    seqs = sorted(decode(m.value()).seq for m in sent)
+    assert seqs == [1, 2, 3, 4, 5, 5, 6, 6]  # 5 and 6 held then replayed; the forged 7 never
+    assert [(r[0], r[1]) for r in _held_rows(pg_schema)] == [(5, "replayed"), (6, "replayed")]
+    assert {r[2] for r in _held_rows(pg_schema)} == {"ana"}
     assert ss.progress(pg_schema)[2] is False
+
+
+def _held_rows(db: PgSchema) -> list[tuple[int, str, str | None]]:
+    with db.connect() as conn:
+        return conn.execute(
+            "SELECT seq, status, replayed_by FROM inorder_held_events ORDER BY seq"
+        ).fetchall()

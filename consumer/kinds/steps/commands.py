@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from confluent_kafka import Message, TopicPartition
+
+from consumer import held as holding
 from consumer.errors import AdminError
 from consumer.kinds._base import Links
 from consumer.kinds._plugin import AdminTools, Commands
@@ -24,7 +27,7 @@ from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING
-from schemas import headers, kafka_key, tracing
+from schemas import DecodeError, cloudevents, headers, kafka_key, tracing
 from schemas.runtime import kafka_clients
 
 ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
@@ -59,9 +62,13 @@ def add(sub: Any) -> None:
         dest="action", required=True, metavar="ACTION"
     )
     held.add_parser("list", help="held entities")
-    held.add_parser(
-        "replay", help="send an entity's held events back to the events topic"
-    ).add_argument("entity", metavar="STREAM:ENTITY", help=ENTITY)
+    replay = held.add_parser(
+        "replay",
+        help="send back to the events topic the entity's held events, as the consumer "
+        "recorded them (each once), and release it",
+    )
+    replay.add_argument("entity", metavar="STREAM:ENTITY", help=ENTITY)
+    replay.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
     review = sub.add_parser("review", help="steps stopped for a person").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[StepRoute]
         case ("held", "list"):
             tools.rows("held", HELD)
         case ("held", "replay"):
-            steps.held_replay(args.entity)
+            steps.held_replay(args.entity, args.by)
         case ("review", "list"):
             tools.rows("needs review", NEEDS_REVIEW)
         case ("review", "retrying"):
@@ -195,31 +202,73 @@ class StepCommands:
         }
         self.tools.show("skipped", [skipped])
 
-    def held_replay(self, ref: str) -> None:
-        """Send the entity's held events back to the events topic and release it."""
+    def held_replay(self, ref: str, by: str) -> None:
+        """Send the entity's recorded held events back to the events topic and release it.
+
+        Each copy is read at the offset the consumer recorded and checked against its
+        event id, so nothing another client wrote to the held topic goes back; each is
+        replayed once (a replay cut short is taken up again by the next).
+        """
         applier, entity_id = self.entity(ref)
-        settings, producer = self.tools.settings, self.tools.producer
+        conn, settings, producer = self.tools.conn, self.tools.settings, self.tools.producer
+        claimed = holding.claim(conn, applier.route.stream, entity_id)
+        if not claimed:
+            raise AdminError(
+                f"{ref} has no held event recorded to replay (none held, all replayed, or held "
+                f"before release 0.5.0); ask the outbox instead: inorder-admin republish {ref}"
+            )
         key = kafka_key(applier.route.stream, entity_id)
-        reader = kafka_clients.consumer(
-            settings, "inorder-admin", f"inorder-admin-{uuid.uuid4().hex[:8]}"
-        )
-        reader.subscribe([settings.held_topic])
-        sent, idle_since = 0, time.monotonic()
-        try:
-            while time.monotonic() - idle_since < 3:
-                for message in reader.consume(500, 0.5):
-                    idle_since = time.monotonic()
-                    if message.error() is None and message.key() == key:
-                        pairs: Any = message.headers() or []
-                        kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
-                        producer.produce(settings.topics[0], message.value(), key, headers=kept)
-                        sent += 1
-        finally:
-            reader.close()
+        found = self._read_held(claimed, key)
+        for held in claimed:
+            message = found.get(held.id)
+            if message is not None:
+                pairs: Any = message.headers() or []
+                kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
+                producer.produce(settings.topics[0], message.value(), key, headers=kept)
         if producer.flush(30):
             raise AdminError("Kafka did not take the replayed events; the entity stays held")
-        applier.store.release(self.tools.conn, entity_id)
-        self.tools.show("replayed", [{"entity": ref, "events": sent, "to": settings.topics[0]}])
+        holding.replayed(conn, [held.id for held in claimed if held.id in found], by)
+        missing = [held.seq for held in claimed if held.id not in found]
+        if not missing:
+            applier.store.release(conn, entity_id)
+        row = {"entity": ref, "events": len(found), "to": settings.topics[0], "by": by}
+        self.tools.show("replayed", [row | ({"not_found": missing} if missing else {})])
+        if missing:
+            raise AdminError(
+                f"{ref}: the held copies of seqs {missing} are no longer in the held topic "
+                f"(retention?); the entity stays held: inorder-admin republish {ref}"
+            )
+
+    def _read_held(self, claimed: Sequence[holding.Held], key: bytes) -> dict[int, Message]:
+        """The held topic's message at each claimed offset that is the event recorded there."""
+        reader = kafka_clients.consumer(
+            self.tools.settings, "inorder-admin", f"inorder-admin-{uuid.uuid4().hex[:8]}"
+        )
+        found: dict[int, Message] = {}
+        try:
+            for (topic, partition), wanted in holding.by_partition(claimed).items():
+                low, high = reader.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
+                )
+                there = [offset for offset in wanted if low <= offset < high]
+                if not there:
+                    continue  # past retention, or the topic was recreated
+                reader.assign([TopicPartition(topic, partition, min(there))])
+                deadline, position = time.monotonic() + 30, -1
+                while position < max(there) and time.monotonic() < deadline:
+                    for message in reader.consume(500, 1.0):
+                        if message.error() is not None or message.partition() != partition:
+                            continue
+                        offset = message.offset()
+                        if offset is None:
+                            continue
+                        position = max(position, offset)
+                        held = wanted.get(offset)
+                        if held is not None and _is(message, held, key):
+                            found[held.id] = message
+        finally:
+            reader.close()
+        return found
 
     def review(self, ref: str, confirm: bool, by: str) -> None:
         """Confirm the stopped step took effect (advance past it) or retry it; then drain."""
@@ -251,6 +300,17 @@ class StepCommands:
         """Apply whatever became due for the entity, and count it as the consumer would."""
         applier.connect(Links.of(self.tools))
         drain(self.tools, applier, [entity_id])
+
+
+def _is(message: Message, held: holding.Held, key: bytes) -> bool:
+    """Whether ``message`` is the held event recorded: its key and event id."""
+    if message.key() != key:
+        return False
+    try:
+        event, _ = cloudevents.decode_message(message.value(), message.headers())
+    except DecodeError:
+        return False
+    return event.event_id == held.event_id and event.seq == held.seq
 
 
 def _gap_row(gap: gaps.Gap) -> dict[str, Any]:

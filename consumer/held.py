@@ -1,0 +1,96 @@
+"""Events held for a person (an entity's parking set was full): where the consumer put each.
+
+The consumer writes a held event's copy to the held topic and records here where it went.
+``held replay`` sends back only what is recorded, read at its offset and checked against
+its event id, each once; whatever else the held topic holds is never replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from consumer.deadletter import DeadLetter, Placed
+from schemas import cloudevents
+from schemas.errors import DecodeError
+from schemas.limits import safe_text
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One held event's record."""
+
+    id: int
+    entity_id: str
+    seq: int
+    event_id: str
+    held_topic: str
+    held_partition: int
+    held_offset: int
+
+
+def record(conn: Conn, letters: Sequence[DeadLetter], placed: Sequence[Placed | None]) -> None:
+    """Record where each held event's copy went (``placed`` as ``deadletter.send`` says)."""
+    rows = []
+    for dead, where in zip(letters, placed, strict=True):
+        if where is None:
+            continue
+        try:
+            event, _ = cloudevents.decode_message(dead.message.value(), dead.message.headers())
+        except DecodeError:  # pragma: no cover - only events are held
+            continue
+        rows.append(
+            (
+                safe_text(event.entity_type),
+                safe_text(event.entity_id),
+                event.generation,
+                event.seq,
+                safe_text(event.event_id),
+                where.topic,
+                where.partition,
+                where.offset,
+            )
+        )
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO inorder_held_events (route, entity_id, generation, seq, event_id, "
+                "held_topic, held_partition, held_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+
+def claim(conn: Conn, route: str, entity_id: str) -> list[Held]:
+    """The entity's held events not yet replayed, marked as being replayed, oldest first."""
+    with conn.cursor(row_factory=class_row(Held)) as cur:
+        claimed = cur.execute(
+            "UPDATE inorder_held_events SET status = 'replaying' "
+            "WHERE route = %s AND entity_id = %s AND status <> 'replayed' "
+            "RETURNING id, entity_id, seq, event_id, held_topic, held_partition, held_offset",
+            (route, entity_id),
+        ).fetchall()
+    return sorted(claimed, key=lambda held: held.id)
+
+
+def replayed(conn: Conn, ids: Sequence[int], by: str) -> None:
+    """Mark these held events replayed, by whom."""
+    conn.execute(
+        "UPDATE inorder_held_events SET status = 'replayed', replayed_at = now(), "
+        "replayed_by = %s WHERE id = ANY(%s)",
+        (by, list(ids)),
+    )
+
+
+def by_partition(claimed: Sequence[Held]) -> dict[tuple[str, int], dict[int, Held]]:
+    """The claimed events by (topic, partition), then by offset: what to read, and where."""
+    found: dict[tuple[str, int], dict[int, Held]] = {}
+    for held in claimed:
+        found.setdefault((held.held_topic, held.held_partition), {})[held.held_offset] = held
+    return found
