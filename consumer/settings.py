@@ -57,8 +57,8 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
     )
     park_store_trusted: bool = Field(
         default=False,
-        description="Start step routes on a Redis whose persistence cannot be read (a managed "
-        "store)",
+        description="Start step routes without checking that Redis keeps parks (AOF on, no "
+        "eviction): for a managed store durable another way",
     )
     park_fsync: Literal["server", "always"] = Field(
         default="server",

@@ -42,6 +42,8 @@ def connect(url: str, **options: Any) -> RedisClient:
     plain = redis.Redis.from_url(first, **options)
     try:
         info: Any = plain.info("cluster")
+    except redis.exceptions.NoPermissionError:
+        return plain  # a user without INFO: the durability check names the grant
     except BaseException:
         plain.close()
         raise
@@ -75,30 +77,65 @@ def each_node(client: RedisClient) -> list[tuple[str, redis.Redis]]:
 def durability_problem(client: RedisClient, fsync: str = "server") -> str | None:
     """Why parked events could be lost in this store, or None when every node keeps them.
 
-    ``fsync`` is INORDER_PARK_FSYNC: with ``always`` a park must be on disk before Redis
-    answers, so every node must run ``appendfsync always``.
+    Read from ``INFO persistence`` and ``INFO memory``, which a user without ``CONFIG``
+    may run: AOF must be on and nothing evicted (``maxmemory-policy noeviction``; any
+    other policy drops parked sets under memory pressure). ``fsync`` is INORDER_PARK_FSYNC:
+    with ``always`` every node must run ``appendfsync always``, which only ``CONFIG GET``
+    shows. A permission missing for either is named.
     """
     for name, node in each_node(client):
         who = "Redis" if name == "redis" else f"Redis node {name}"
         try:
-            config: Any = node.config_get("append*")
+            persistence: Any = node.info("persistence")
+            memory: Any = node.info("memory")
         except redis.ResponseError as exc:
             return (
-                f"cannot read the persistence settings of {who} ({exc}); if this is a managed "
-                "store with persistence on, set INORDER_PARK_STORE_TRUSTED=true"
+                f"cannot read whether {who} keeps parked events ({_reply_word(exc)} on INFO); "
+                "grant the Redis user +info, or, for a managed store known to persist, set "
+                "INORDER_PARK_STORE_TRUSTED=true"
             )
-        if config.get("appendonly") != "yes":
+        if str(persistence.get("aof_enabled", "0")) != "1":
             return (
                 f"{who} has AOF off (appendonly no), so parked events could be lost in a "
                 "restart; turn on appendonly, or set INORDER_PARK_STORE_TRUSTED=true if the "
                 "store is durable some other way"
             )
-        if fsync == "always" and config.get("appendfsync") != "always":
+        policy = memory.get("maxmemory_policy", "noeviction")
+        if policy != "noeviction":
             return (
-                f"INORDER_PARK_FSYNC=always needs Redis to write every park to disk before it "
-                f"answers, but {who} has appendfsync {config.get('appendfsync')}; set "
-                "appendfsync always in Redis, or INORDER_PARK_FSYNC=server to accept losing "
-                "its last second in a machine crash (the sweeper repairs such losses from the "
-                "outbox)"
+                f"{who} evicts keys when memory is full (maxmemory-policy {policy}), which "
+                "would drop parked events; set maxmemory-policy noeviction"
             )
+        if fsync == "always":
+            problem = _fsync_problem(node, who)
+            if problem is not None:
+                return problem
     return None
+
+
+def _fsync_problem(node: redis.Redis, who: str) -> str | None:
+    try:
+        config: Any = node.config_get("appendfsync")
+    except redis.ResponseError as exc:
+        return (
+            f"INORDER_PARK_FSYNC=always needs to read the appendfsync of {who} "
+            f"({_reply_word(exc)} on CONFIG GET); grant the Redis user +config|get, or set "
+            "INORDER_PARK_FSYNC=server"
+        )
+    if config.get("appendfsync") == "always":
+        return None
+    return (
+        f"INORDER_PARK_FSYNC=always needs Redis to write every park to disk before it "
+        f"answers, but {who} has appendfsync {config.get('appendfsync')}; set "
+        "appendfsync always in Redis, or INORDER_PARK_FSYNC=server to accept losing "
+        "its last second in a machine crash (the sweeper repairs such losses from the "
+        "outbox)"
+    )
+
+
+def _reply_word(exc: redis.ResponseError) -> str:
+    """NOPERM for a permission refused, else the reply's first word (never the rest)."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return "NOPERM"
+    word = str(exc).split(" ", 1)[0]
+    return word if word.isalpha() and word.isupper() else "refused"
