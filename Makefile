@@ -9,13 +9,14 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-installed image bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-installed image bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
 	@echo "make test   virtualenv, local stack, lint, then the whole test suite"
 	@echo "make test-faults  the full fault suite: kills, restarts, fuzz; prints the report"
 	@echo "make test-nemesis  zombies, cut and slow links, clock jumps, full disks: 20 minutes"
+	@echo "make test-secure   every program over TLS with its own least-privilege credentials"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
@@ -91,6 +92,12 @@ test-cluster: venv
 	$(WITH_CLUSTER_ENV) $(BIN)/pytest -m cluster tests/cluster
 	if [ "$${INORDER_CLUSTER_TESTS:-}" != short ]; then \
 	  $(WITH_CLUSTER_ENV) $(BIN)/pytest -q $(CLUSTER_STEP_TESTS); fi
+
+# The secured stack (TLS everywhere, a credential per program, ACLs on) beside the usual
+# one, and every program run on it with its own least-privilege credentials.
+test-secure: venv
+	$(STACK) up --secure
+	$(BIN)/pytest -m secure tests/secure
 
 # As a user installs it: the wheel built, installed into a fresh virtualenv in an empty
 # folder, and run there against the local stack (tests/installed/check.py says each step).

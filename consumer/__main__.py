@@ -14,14 +14,16 @@ import redis
 import structlog
 from rich.console import Console
 
+from consumer import tables
 from consumer.admin import cli
 from consumer.errors import AdminError, RoutesError, StoreNotDurableError
+from consumer.kinds import KINDS
 from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
 from schemas.errors import TopicSettingsError
-from schemas.runtime import logs, traces
+from schemas.runtime import logs, postgres, traces
 from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
 from schemas.runtime.outages import down
@@ -36,7 +38,9 @@ CONSUMER_SUMMARY = (
     "Reads the event topics named in the routes file and applies each event in its "
     "entity's order: last writer wins into a table, ordered steps (early events parked in "
     "Redis until their turn), or batch results put back in position order. Run as many as "
-    "the topics have partitions."
+    "the topics have partitions. `inorder-consumer migrate` applies the consumer's table "
+    "migrations and exits: run it as the tables' owner before consumers whose role may not "
+    "create tables."
 )
 SWEEPER_SUMMARY = (
     "Finds gaps that outlived their deadline, asks the relay to republish what is missing, "
@@ -68,8 +72,27 @@ def _load(cls: type[_S], program: str) -> _S:
     return settings
 
 
+def migrate_main(program: str) -> None:
+    """``inorder-consumer migrate``: apply the consumer's pending migrations and exit 0.
+
+    Run it as the tables' owner before the consumers start (a migration Job); a
+    consumer or sweeper whose role may not create tables then starts without DDL.
+    """
+    settings = _load(ConsumerSettings, program)
+    routes = _routes(settings, program)
+    logs.configure(settings.log_level, settings.cautions())
+    sets = tables.migration_sets([KINDS[route.kind] for route in routes])
+    with postgres.connect(settings.database_url, program) as conn:
+        applied = tables.migrate(conn, sets)
+    names = [f"{m.migration_set}/{m.version:04d}_{m.name}" for m in applied]
+    sys.stdout.write(f"applied {len(applied)}: {', '.join(names)}\n" if names else "up to date\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the consumer until SIGTERM or SIGINT; exit 0 after committing the batch in hand."""
+    if list(sys.argv[1:] if argv is None else argv) == ["migrate"]:
+        migrate_main(CONSUMER)
+        return
     arguments(CONSUMER, argv, CONSUMER_SUMMARY, ConsumerSettings)
     settings = _load(ConsumerSettings, CONSUMER)
     routes = _routes(settings, CONSUMER)

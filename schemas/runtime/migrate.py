@@ -65,9 +65,46 @@ def available(migration_set: MigrationSet) -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def pending(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[Migration]:
+    """The migrations of ``sets`` not yet applied, read with SELECT only.
+
+    A role that may not create anything (a program's own, once the owner has migrated)
+    can ask this; every migration is pending while the ledger does not exist.
+    """
+    done: set[tuple[str, int]] = set()
+    if _ledger_exists(conn):
+        done = {
+            (str(name), int(version))
+            for name, version in conn.execute(
+                "SELECT migration_set, version FROM inorder_migrations"
+            )
+        }
+    return [
+        migration
+        for migration_set in sets
+        for migration in available(migration_set)
+        if (migration.migration_set, migration.version) not in done
+    ]
+
+
+def _ledger_exists(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT to_regclass('inorder_migrations') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def apply(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[Migration]:
-    """Apply every pending migration of ``sets`` in one transaction; return those applied."""
+    """Apply every pending migration of ``sets`` in one transaction; return those applied.
+
+    Nothing pending: nothing is run, not even the ledger's CREATE, so a program whose role
+    may not create tables starts on a database its owner has migrated.
+    """
     applied: list[Migration] = []
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    settled = _ledger_exists(conn) and not pending(conn, sets)
+    if idle and not conn.autocommit:
+        conn.rollback()  # end the read, as the caller had no transaction open
+    if settled:
+        return applied
     with conn.transaction():
         # A migration may rewrite a large table, and waits its turn behind another
         # program's: neither is bounded by the connection's default timeouts.

@@ -1,0 +1,284 @@
+# The local stack's secured mode, sourced by deploy/local/stack: PostgreSQL, Redis and
+# Kafka as a platform team runs them, on loopback, on ports of their own beside the
+# plaintext stack.
+#
+# - A CA and one server certificate (127.0.0.1 and localhost; server and client use,
+#   so the broker also presents it to its controller) made with openssl at first start.
+# - PostgreSQL: ssl = on, password authentication (scram-sha-256) over TLS only; a role
+#   per program. The superuser logs in only through a socket in a folder of its own.
+# - Redis: a TLS port only (the plain port is closed), the default user off, an ACL user
+#   per program.
+# - Kafka: a SASL_SSL listener only (SCRAM-SHA-512), ACLs on (StandardAuthorizer, no
+#   ACL means no access), a SCRAM principal per program; the controller listener takes
+#   only the broker's certificate (mutual TLS).
+#
+# Every password is made once at random and ends in the characters a URL reserves, so
+# every program meets a password that must be percent-encoded; they are kept in
+# credentials.env (mode 600). `stack env --secure` prints what the programs need.
+
+SECURE_DIR=$STATE/secure
+PG_SECURE_PORT=${INORDER_PG_SECURE_PORT:-15442}
+REDIS_SECURE_PORT=${INORDER_REDIS_SECURE_PORT:-16389}
+KAFKA_SECURE_PORT=${INORDER_KAFKA_SECURE_PORT:-19192}
+KAFKA_SECURE_CONTROLLER_PORT=${INORDER_KAFKA_SECURE_CONTROLLER_PORT:-19193}
+# The programs that get their own credentials; `owner` runs migrations and grants, and
+# `super` is Kafka's and Redis's administrator (topics, ACLs), never a program's.
+SECURE_PRINCIPALS=(owner producer relay consumer sweeper admin super)
+SECURE_SERVICES=(postgres_secure redis_secure kafka_secure)
+# What a program's Redis user may run on its keys: reads, writes and scripts (parking is
+# Lua), nothing dangerous or administrative (no CONFIG, KEYS, FLUSHALL, DEBUG), and the
+# INFO and TIME that the durability check and the park scripts read.
+REDIS_PROGRAM_COMMANDS="+@read +@write +@scripting +@connection +@transaction -@dangerous -@admin +info +time"
+PG_SECURE_DIR=$(dirname "$PG_DIR")/postgres-secure
+REDIS_SECURE_DIR=$SECURE_DIR/redis
+KAFKA_SECURE_DIR=$SECURE_DIR/kafka
+CERTS=$SECURE_DIR/certs
+
+# ---------------------------------------------------------------- credentials and certs
+
+secure_credentials() {
+  mkdir -p "$SECURE_DIR"
+  [ -f "$SECURE_DIR/credentials.env" ] && return 0
+  local name
+  (
+    umask 077
+    for name in "${SECURE_PRINCIPALS[@]}"; do
+      printf '%s_PASSWORD=%s\n' "${name^^}" "$(openssl rand -hex 12)-%/#@?"
+    done >"$SECURE_DIR/credentials.env"
+  )
+}
+
+# password NAME: the password of one principal.
+password() { sed -n "s/^${1^^}_PASSWORD=//p" "$SECURE_DIR/credentials.env"; }
+# encoded NAME: its password percent-encoded for a URL.
+encoded() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$(password "$1")"; }
+
+secure_certs() {
+  [ -f "$CERTS/server.pem" ] && return 0
+  mkdir -p "$CERTS"
+  say "making a CA and a server certificate in $CERTS"
+  (
+    umask 077
+    cd "$CERTS"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+      -subj "/CN=inorder local CA" >/dev/null 2>&1
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out server.key >/dev/null 2>&1
+    openssl req -new -key server.key -out server.csr -subj "/CN=inorder-stack" >/dev/null 2>&1
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+      "extendedKeyUsage=serverAuth,clientAuth" >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile server.ext -out server.pem >/dev/null 2>&1
+    cat server.key server.pem >server-keystore.pem
+  ) || die "openssl could not make the certificates in $CERTS"
+  chmod 644 "$CERTS/ca.pem" "$CERTS/server.pem"
+}
+
+# ---------------------------------------------------------------- postgres
+
+pg_secure_ready() {
+  as_pg psql -h "$PG_SECURE_DIR/run" -p "$PG_SECURE_PORT" -U postgres -d "$1" -tAc 'select 1' \
+    2>/dev/null | grep -q 1
+}
+pg_secure_sql() { as_pg psql -h "$PG_SECURE_DIR/run" -p "$PG_SECURE_PORT" -U postgres -v ON_ERROR_STOP=1 -q "$@"; }
+
+postgres_secure_start() {
+  if pid_alive "$PG_SECURE_DIR/data/postmaster.pid" && pg_secure_ready "$PG_DB"; then
+    say "postgres (secure) already running on 127.0.0.1:$PG_SECURE_PORT"; return 0
+  fi
+  refuse_foreign pg_secure "$PG_SECURE_PORT" "$PG_SECURE_DIR/data/postmaster.pid"
+  secure_credentials
+  secure_certs
+  local bin; bin=$(pg_bin)
+  mkdir -p "$PG_SECURE_DIR/run" "$PG_SECURE_DIR/tls"
+  cp "$CERTS/server.pem" "$CERTS/server.key" "$CERTS/ca.pem" "$PG_SECURE_DIR/tls/"
+  chmod 700 "$PG_SECURE_DIR/run"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$PG_SECURE_DIR"
+  chmod 600 "$PG_SECURE_DIR/tls/server.key"
+  if [ ! -f "$PG_SECURE_DIR/data/PG_VERSION" ]; then
+    say "initdb $PG_SECURE_DIR/data"
+    as_pg "$bin/initdb" -D "$PG_SECURE_DIR/data" -U postgres --auth-local=trust \
+      --auth-host=reject -E UTF8 --locale=C.UTF-8 >"$PG_SECURE_DIR/initdb.log" 2>&1 \
+      || die "initdb failed, see $PG_SECURE_DIR/initdb.log"
+    # The superuser only through the private socket; everyone else with a password over
+    # TLS; nothing in clear.
+    as_pg sh -c "printf '%s\n' 'local all postgres trust' \
+      'hostssl all all 127.0.0.1/32 scram-sha-256' 'host all all 0.0.0.0/0 reject' \
+      >'$PG_SECURE_DIR/data/pg_hba.conf'"
+  fi
+  as_pg "$bin/pg_ctl" -D "$PG_SECURE_DIR/data" -l "$PG_SECURE_DIR/server.log" -w -t "$WAIT_S" \
+    -o "-p $PG_SECURE_PORT -k $PG_SECURE_DIR/run -c listen_addresses=127.0.0.1 \
+       -c max_connections=100 -c ssl=on -c ssl_cert_file=$PG_SECURE_DIR/tls/server.pem \
+       -c ssl_key_file=$PG_SECURE_DIR/tls/server.key -c ssl_ca_file=$PG_SECURE_DIR/tls/ca.pem \
+       -c password_encryption=scram-sha-256" \
+    start >/dev/null || die "postgres (secure) did not start; its log is $PG_SECURE_DIR/server.log"
+  wait_for postgres_secure "$PG_SECURE_DIR/server.log" pg_secure_ready postgres
+  postgres_secure_roles
+  say "postgres (secure) up on 127.0.0.1:$PG_SECURE_PORT (TLS, scram-sha-256)"
+}
+
+# A login role per program, each with its password; the database and its public schema
+# belong to the owner, and no one else may create in them. Grants on the tables follow
+# the migrations (inorder-admin grants).
+postgres_secure_roles() {
+  local name sql=""
+  for name in "${SECURE_PRINCIPALS[@]}"; do
+    [ "$name" = super ] && continue
+    sql+="DO \$\$ BEGIN CREATE ROLE inorder_$name LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$;"
+    sql+="ALTER ROLE inorder_$name PASSWORD '$(password "$name" | sed "s/'/''/g")';"
+  done
+  pg_secure_sql -d postgres -c "$sql"
+  if ! pg_secure_ready "$PG_DB"; then
+    pg_secure_sql -d postgres -c "CREATE DATABASE $PG_DB OWNER inorder_owner"
+  fi
+  pg_secure_sql -d "$PG_DB" -c "ALTER SCHEMA public OWNER TO inorder_owner; \
+    REVOKE ALL ON SCHEMA public FROM PUBLIC; REVOKE ALL ON DATABASE $PG_DB FROM PUBLIC; \
+    GRANT CONNECT ON DATABASE $PG_DB TO inorder_producer, inorder_relay, inorder_consumer, \
+      inorder_sweeper, inorder_admin"
+}
+
+postgres_secure_stop() {
+  [ -f "$PG_SECURE_DIR/data/postmaster.pid" ] || return 0
+  as_pg "$(pg_bin)/pg_ctl" -D "$PG_SECURE_DIR/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
+  say "postgres (secure) stopped"
+}
+
+postgres_secure_status() { pid_alive "$PG_SECURE_DIR/data/postmaster.pid" && pg_secure_ready "$PG_DB"; }
+
+# ---------------------------------------------------------------- redis
+
+redis_secure_cli() {
+  redis-cli --tls --cacert "$CERTS/ca.pem" -h 127.0.0.1 -p "$REDIS_SECURE_PORT" \
+    --user inorder-super --pass "$(password super)" --no-auth-warning "$@"
+}
+redis_secure_ready() { [ "$(redis_secure_cli ping 2>/dev/null)" = PONG ]; }
+
+redis_secure_start() {
+  if pid_alive "$REDIS_SECURE_DIR/redis.pid" && redis_secure_ready; then
+    say "redis (secure) already running on 127.0.0.1:$REDIS_SECURE_PORT"; return 0
+  fi
+  refuse_foreign redis_secure "$REDIS_SECURE_PORT" "$REDIS_SECURE_DIR/redis.pid"
+  secure_credentials
+  secure_certs
+  mkdir -p "$REDIS_SECURE_DIR/data"
+  # Parks live under the consumers' key prefix (inorder:); each program gets the commands
+  # its work needs and no more (INFO for the durability check, no CONFIG, no KEYS).
+  (
+    umask 077
+    sed -e "s|@REDIS_PORT@|0|g" -e "s|@STATE_DIR@|$REDIS_SECURE_DIR|g" "$HERE/redis.conf.in"
+    cat <<EOF
+tls-port $REDIS_SECURE_PORT
+tls-cert-file $CERTS/server.pem
+tls-key-file $CERTS/server.key
+tls-ca-cert-file $CERTS/ca.pem
+tls-auth-clients no
+user default off
+user inorder-super on >$(password super) ~* &* +@all
+user inorder-consumer on >$(password consumer) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
+user inorder-sweeper on >$(password sweeper) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
+user inorder-admin on >$(password admin) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
+EOF
+  ) >"$REDIS_SECURE_DIR/redis.conf"
+  local from; from=$(log_size "$REDIS_SECURE_DIR/redis.log")
+  redis-server "$REDIS_SECURE_DIR/redis.conf" \
+    || die "redis (secure) did not start; its log is $REDIS_SECURE_DIR/redis.log"
+  FATAL=$REDIS_FATAL FATAL_FROM=$from wait_for redis_secure "$REDIS_SECURE_DIR/redis.log" redis_secure_ready
+  say "redis (secure) up on 127.0.0.1:$REDIS_SECURE_PORT (TLS only, ACL users)"
+}
+
+redis_secure_stop() {
+  pid_alive "$REDIS_SECURE_DIR/redis.pid" || return 0
+  stop_pid redis_secure "$REDIS_SECURE_DIR/redis.pid"
+  say "redis (secure) stopped"
+}
+
+redis_secure_status() { pid_alive "$REDIS_SECURE_DIR/redis.pid" && redis_secure_ready; }
+
+# ---------------------------------------------------------------- kafka
+
+# Started: the broker says so in its log, and its SASL_SSL port answers TLS with our CA.
+# (Debian's kcat fails every SCRAM-SHA-512 login, so it cannot be the check here.)
+kafka_secure_ready() {
+  port_open "$KAFKA_SECURE_PORT" && tail -c "+$((${KAFKA_SECURE_FROM:-0} + 1))" \
+    "$KAFKA_SECURE_DIR/logs/server.log" 2>/dev/null | grep -q 'Kafka Server started' \
+    && openssl s_client -connect "127.0.0.1:$KAFKA_SECURE_PORT" -CAfile "$CERTS/ca.pem" \
+      -verify_return_error </dev/null >/dev/null 2>&1
+}
+
+kafka_secure_start() {
+  if pid_alive "$KAFKA_SECURE_DIR/kafka.pid" && kafka_secure_ready >/dev/null 2>&1; then
+    say "kafka (secure) already running on 127.0.0.1:$KAFKA_SECURE_PORT"; return 0
+  fi
+  refuse_foreign kafka_secure "$KAFKA_SECURE_PORT" "$KAFKA_SECURE_DIR/kafka.pid"
+  refuse_foreign kafka_secure_controller "$KAFKA_SECURE_CONTROLLER_PORT" "$KAFKA_SECURE_DIR/kafka.pid"
+  secure_credentials
+  secure_certs
+  ensure_kafka_jars
+  mkdir -p "$KAFKA_SECURE_DIR/data" "$KAFKA_SECURE_DIR/logs"
+  local super; super=$(password super)
+  (
+    umask 077
+    sed -e "s|@KAFKA_PORT@|$KAFKA_SECURE_PORT|g" \
+      -e "s|@CONTROLLER_PORT@|$KAFKA_SECURE_CONTROLLER_PORT|g" \
+      -e "s|@DATA_DIR@|$KAFKA_SECURE_DIR/data|g" -e "s|@CERTS@|$CERTS|g" \
+      "$HERE/kafka/secure.properties.in"
+    printf 'listener.name.secure.scram-sha-512.sasl.jaas.config=%s\n' \
+      "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"inorder-super\" password=\"$super\";"
+  ) >"$KAFKA_SECURE_DIR/server.properties"
+  if [ ! -f "$KAFKA_SECURE_DIR/data/meta.properties" ]; then
+    local cluster_id name scram=()
+    cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    for name in "${SECURE_PRINCIPALS[@]}"; do
+      scram+=(--add-scram "SCRAM-SHA-512=[name=inorder-$name,password=\"$(password "$name")\"]")
+    done
+    say "formatting Kafka (secure) storage with a SCRAM principal per program"
+    kafka_java -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
+      -Dkafka.logs.dir="$KAFKA_SECURE_DIR/logs" kafka.tools.StorageTool format --standalone \
+      -t "$cluster_id" -c "$KAFKA_SECURE_DIR/server.properties" "${scram[@]}" \
+      >"$KAFKA_SECURE_DIR/logs/format.log" 2>&1 \
+      || die "Kafka (secure) storage format failed, see $KAFKA_SECURE_DIR/logs/format.log"
+  fi
+  KAFKA_SECURE_FROM=$(log_size "$KAFKA_SECURE_DIR/logs/server.log")
+  setsid nohup java -Xms512m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" -Dkafka.logs.dir="$KAFKA_SECURE_DIR/logs" \
+    -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_SECURE_DIR/server.properties" \
+    >"$KAFKA_SECURE_DIR/logs/stdout.log" 2>&1 </dev/null &
+  echo $! >"$KAFKA_SECURE_DIR/kafka.pid"
+  wait_for kafka_secure "$KAFKA_SECURE_DIR/logs/server.log" kafka_secure_ready
+  say "kafka (secure) up on 127.0.0.1:$KAFKA_SECURE_PORT (SASL_SSL, SCRAM-SHA-512, ACLs on)"
+}
+
+kafka_secure_stop() {
+  pid_alive "$KAFKA_SECURE_DIR/kafka.pid" || return 0
+  stop_pid kafka_secure "$KAFKA_SECURE_DIR/kafka.pid"
+  say "kafka (secure) stopped"
+}
+
+kafka_secure_status() { pid_alive "$KAFKA_SECURE_DIR/kafka.pid" && kafka_secure_ready >/dev/null 2>&1; }
+
+# ---------------------------------------------------------------- env
+
+# What the programs need, as shell exports: the CA, Kafka's address and protocol, and
+# for each principal its PostgreSQL URL, Redis URL and Kafka user and password.
+secure_env() {
+  local name pg redis
+  cat <<EOF
+export INORDER_SECURE_CA=$CERTS/ca.pem
+export INORDER_SECURE_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_SECURE_PORT
+export INORDER_SECURE_PG_PORT=$PG_SECURE_PORT
+export INORDER_SECURE_REDIS_PORT=$REDIS_SECURE_PORT
+export INORDER_SECURE_KAFKA_PORT=$KAFKA_SECURE_PORT
+export INORDER_SECURE_KAFKA_CONTROLLER_PORT=$KAFKA_SECURE_CONTROLLER_PORT
+export INORDER_SECURE_PG_SOCKET=$PG_SECURE_DIR/run
+EOF
+  for name in "${SECURE_PRINCIPALS[@]}"; do
+    pg="postgresql://inorder_$name:$(encoded "$name")@127.0.0.1:$PG_SECURE_PORT/$PG_DB"
+    pg+="?sslmode=verify-full&sslrootcert=$CERTS/ca.pem"
+    redis="rediss://inorder-$name:$(encoded "$name")@127.0.0.1:$REDIS_SECURE_PORT/0"
+    redis+="?ssl_ca_certs=$CERTS/ca.pem"
+    printf "export INORDER_SECURE_DATABASE_URL_%s='%s'\n" "${name^^}" "$pg"
+    printf "export INORDER_SECURE_REDIS_URL_%s='%s'\n" "${name^^}" "$redis"
+    printf "export INORDER_SECURE_KAFKA_USER_%s='%s'\n" "${name^^}" "inorder-$name"
+    printf "export INORDER_SECURE_KAFKA_PASSWORD_%s='%s'\n" "${name^^}" "$(password "$name")"
+  done
+}

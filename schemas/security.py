@@ -1,0 +1,152 @@
+"""Least privilege: what each program may do in PostgreSQL and in Kafka, as data.
+
+One role (PostgreSQL) and one principal (Kafka) per program. The owner runs the
+migrations and owns every table; each program is granted what its work needs, and no
+program may create anything:
+
+- producer: INSERT into the outbox's own columns (never ``id``, ``xid``, the relay's
+  bookkeeping or ``failed_at``), and reading and answering snapshot requests;
+- relay: reading and marking outbox rows, its cursors, slices, leases and re-sends;
+- consumer and sweeper: reading and writing the consumer's tables and the projection
+  tables they are routed to; the sweeper also asks for snapshots;
+- admin: what the sweeper may, and reading the outbox and the relay's tables (``explain``,
+  ``audit``).
+
+``postgres_grants`` gives the GRANT statements, ``kafka_acls`` the ACL bindings; the
+deploy README shows both and the secured tests apply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# The outbox's columns a producer writes; the rest are the database's or the relay's.
+PRODUCER_COLUMNS = (
+    "topic",
+    "entity_type",
+    "entity_id",
+    "generation",
+    "seq",
+    "event_type",
+    "event_id",
+    "payload",
+    "headers",
+)
+RELAY_TABLES = ("outbox_relays", "outbox_relay_slices", "outbox_resend")
+CONSUMER_TABLES = (
+    "inorder_migrations",
+    "inorder_step_progress",
+    "inorder_step_log",
+    "inorder_step_attempts",
+    "inorder_step_failures",
+    "inorder_step_skips",
+    "inorder_gaps",
+    "inorder_dead_letters",
+    "inorder_dead_letter_decisions",
+    "inorder_held_events",
+    "inorder_batches",
+    "inorder_batch_items",
+    "inorder_batch_early_results",
+    "inorder_batch_actions",
+)
+DML = "SELECT, INSERT, UPDATE, DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """The PostgreSQL role of each program."""
+
+    producer: str = "inorder_producer"
+    relay: str = "inorder_relay"
+    consumer: str = "inorder_consumer"
+    sweeper: str = "inorder_sweeper"
+    admin: str = "inorder_admin"
+
+
+def postgres_grants(roles: Roles, schema: str, projections: Sequence[str] = ()) -> list[str]:
+    """The GRANT statements, in ``schema``, for tables the owner's migrations made.
+
+    ``projections``: the tables the routes project into (the consumer writes them).
+    """
+    consumers = f"{roles.consumer}, {roles.sweeper}, {roles.admin}"
+    everyone = f"{roles.producer}, {roles.relay}, {consumers}"
+    return [
+        f"GRANT USAGE ON SCHEMA {schema} TO {everyone}",
+        f"GRANT INSERT ({', '.join(PRODUCER_COLUMNS)}) ON {schema}.outbox TO {roles.producer}",
+        f"GRANT USAGE ON SEQUENCE {schema}.outbox_id_seq TO {roles.producer}",
+        f"GRANT SELECT, UPDATE ON {schema}.outbox_snapshot_requests TO {roles.producer}",
+        f"GRANT SELECT ON {schema}.inorder_migrations TO {roles.producer}, {roles.relay}",
+        f"GRANT SELECT, UPDATE, DELETE ON {schema}.outbox TO {roles.relay}",
+        *(f"GRANT {DML} ON {schema}.{table} TO {roles.relay}" for table in RELAY_TABLES),
+        f"GRANT SELECT ON {schema}.outbox TO {roles.admin}",
+        *(f"GRANT SELECT ON {schema}.{table} TO {roles.admin}" for table in RELAY_TABLES),
+        f"GRANT INSERT, SELECT ON {schema}.outbox_snapshot_requests TO {roles.sweeper}, "
+        f"{roles.admin}",
+        *(f"GRANT {DML} ON {schema}.{table} TO {consumers}" for table in CONSUMER_TABLES),
+        *(f"GRANT {DML} ON {schema}.{table} TO {consumers}" for table in projections),
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {consumers}",
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    """One Kafka ACL binding: ``principal`` may ``operation`` on ``resource`` ``name``."""
+
+    principal: str
+    resource: str  # topic, group, cluster
+    name: str
+    operation: str  # read, write, describe, describe_configs, idempotent_write
+    prefixed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaNames:
+    """The topics and groups of one deployment, and the principal of each program."""
+
+    events: Sequence[str]
+    dead_letters: str
+    held: str
+    requests: str
+    results: str
+    consumer_group: str
+    sweeper_group: str
+    relay_group: str
+    admin_group_prefix: str = "inorder-admin-"
+    relay: str = "User:inorder-relay"
+    consumer: str = "User:inorder-consumer"
+    sweeper: str = "User:inorder-sweeper"
+    admin: str = "User:inorder-admin"
+
+
+def kafka_acls(names: KafkaNames) -> list[Acl]:
+    """Each program's ACLs: what it reads and writes, and the groups it joins.
+
+    Writing a topic includes describing it; the idempotent producers need
+    ``idempotent_write`` on the cluster. Nobody may create topics: the owner does.
+    """
+    acls: list[Acl] = []
+
+    def may(principal: str, operation: str, *topics: str) -> None:
+        for topic in topics:
+            acls.append(Acl(principal, "topic", topic, operation))
+            acls.append(Acl(principal, "topic", topic, "describe"))
+
+    def joins(principal: str, group: str, *, prefixed: bool = False) -> None:
+        acls.append(Acl(principal, "group", group, "read", prefixed))
+
+    may(names.relay, "write", *names.events, names.results)
+    may(names.relay, "read", names.requests)
+    joins(names.relay, names.relay_group)
+    may(names.consumer, "read", *names.events)
+    may(names.consumer, "write", names.dead_letters, names.held)
+    joins(names.consumer, names.consumer_group)
+    may(names.sweeper, "read", names.results)
+    may(names.sweeper, "write", names.requests, names.dead_letters)
+    joins(names.sweeper, names.sweeper_group)
+    may(names.admin, "read", names.dead_letters, names.held)
+    may(names.admin, "write", names.requests, *names.events)
+    joins(names.admin, names.admin_group_prefix, prefixed=True)
+    for principal in (names.relay, names.consumer, names.sweeper, names.admin):
+        acls.append(Acl(principal, "cluster", "kafka-cluster", "idempotent_write"))
+    return sorted(set(acls), key=lambda a: (a.principal, a.resource, a.name, a.operation))
