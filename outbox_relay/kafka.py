@@ -35,8 +35,7 @@ def make_producer(
     ``on_delivery`` callback is likewise called only when it fails.
     """
 
-    def on_error(err: KafkaError) -> None:
-        log.warning("kafka_error", code=err.name(), detail=err.str())
+    def on_error(err: KafkaError) -> None:  # logged by kafka_clients' own callback
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             health.blocked("kafka", "all brokers down")
 

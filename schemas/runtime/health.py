@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from schemas.runtime import kafka_watch
+
 
 class Health:
     """What the main loop reports: a heartbeat, and whether it is ready (and if not, why)."""
@@ -59,6 +61,8 @@ class Health:
 
     @property
     def problems(self) -> dict[str, str]:
-        """Why the process is not ready; empty when it is."""
+        """Why the process is not ready; empty when it is. Kafka's refusals of the process's
+        credentials, which no call raises, count too (``kafka_watch``)."""
         with self._lock:
-            return dict(self._not_ready)
+            found = dict(self._not_ready)
+        return {**kafka_watch.problems(), **found}

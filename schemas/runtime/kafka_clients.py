@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
+from schemas.runtime import kafka_watch
 from schemas.runtime.kafka_settings import KafkaClientSettings
 
 PRODUCER_GUARANTEES: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all"}
@@ -30,8 +31,21 @@ def _layered(
     fixed: Mapping[str, Any] | None,
     own: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The layers in order, each winning over the one before; ``own`` last of all."""
-    return {**(tunables or {}), **settings.kafka_config(), **(fixed or {}), **own}
+    """The layers in order, each winning over the one before; ``own`` last of all.
+
+    Every client reports librdkafka's errors to ``kafka_watch`` (a refused login shows on
+    ``/readyz``), before any error callback of the program's own.
+    """
+    config = {**(tunables or {}), **settings.kafka_config(), **(fixed or {}), **own}
+    given = config.get("error_cb")
+
+    def on_error(err: KafkaError) -> None:
+        kafka_watch.report(err)
+        if given is not None:
+            given(err)
+
+    config["error_cb"] = on_error
+    return config
 
 
 def producer_config(

@@ -7,176 +7,23 @@ per program; Kafka ACLs from ``schemas.security``; the owner migrates and grants
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import ConfigResource
 
-from schemas.security import KafkaNames, Roles, kafka_acls, postgres_grants
-from tests.secure import stack
-from tests.secure.stack import Secured
+from tests.secure.pipeline import ENTITIES, LOST, SEQS, Run, owner_prepares, produce
 from tests.support.kafka import wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.timeout(600)]
-
-ROUTES = """
-[[route]]
-stream = "ledger"
-kind = "step"
-[route.handlers]
-"ledger.added" = "tests.integration.step_handlers:record"
-"""
-ENTITIES, SEQS, LOST = 20, 6, ("e3", 4)
-
-
-@dataclass
-class Run:
-    """One test's secured pipeline: names, settings and the processes it started."""
-
-    secured: Secured
-    tmp: Path
-    names: KafkaNames
-    routes: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def settings(self) -> dict[str, str]:
-        """The settings every program shares."""
-        n = self.names
-        return {
-            "INORDER_ROUTES_FILE": str(self.routes),
-            "INORDER_TOPICS": f'["{n.events[0]}"]',
-            "INORDER_DEAD_LETTER_TOPIC": n.dead_letters,
-            "INORDER_HELD_TOPIC": n.held,
-            "INORDER_REPUBLISH_REQUESTS_TOPIC": n.requests,
-            "INORDER_REPUBLISH_RESULTS_TOPIC": n.results,
-            "INORDER_GROUP_ID": n.consumer_group,
-            "INORDER_SWEEPER_GROUP_ID": n.sweeper_group,
-            "INORDER_RELAY_GROUP_ID": n.relay_group,
-            "INORDER_CREATE_TOPICS": "false",
-            "INORDER_REDIS_KEY_PREFIX": f"inorder:{self.secured.schema}",
-            "INORDER_HTTP_PORT": "0",
-            "INORDER_GAP_DEADLINE_S": "1.0",
-            "INORDER_REPUBLISH_BACKOFF_BASE_S": "1.0",
-            "INORDER_SWEEP_INTERVAL_S": "0.3",
-            "INORDER_LEASE_TTL_S": "3.0",
-            "INORDER_PAYLOAD_SCHEMAS": str(stack.ROOT / "tests" / "payload_schemas"),
-        }
-
-    def env(self, principal: str, **more: str) -> dict[str, str]:
-        """A program's environment, as ``principal``."""
-        return stack.program_env(self.secured, principal, **{**self.settings(), **more})
-
-    def start(self, name: str, program: str, principal: str, **more: str) -> None:
-        """Start ``program`` (a console script) as ``principal``, logging to ``<name>.log``."""
-        with (self.tmp / f"{name}.log").open("ab") as sink:
-            self.processes[name] = subprocess.Popen(
-                [tool(program)],
-                env=self.env(principal, **more),
-                stdout=sink,
-                stderr=sink,
-            )
-
-    def run(self, principal: str, program: str, *argv: str) -> subprocess.CompletedProcess[str]:
-        """Run one command of ``program`` as ``principal`` to its end."""
-        return subprocess.run(
-            [tool(program), *argv],
-            env=self.env(principal),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    def stop(self) -> dict[str, int | None]:
-        """SIGTERM every process; their exit codes."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        return {name: p.wait(60) for name, p in self.processes.items()}
-
-
-def tool(name: str) -> str:
-    """The console script ``name`` of this environment."""
-    return str(Path(sys.executable).parent / name)
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[Run]:
-    with stack.secured() as secured:
-        tag = uuid.uuid4().hex[:8]
-        names = KafkaNames(
-            events=[f"sec.{tag}.events"],
-            dead_letters=f"sec.{tag}.dlq",
-            held=f"sec.{tag}.held",
-            requests=f"sec.{tag}.requests",
-            results=f"sec.{tag}.results",
-            consumer_group=f"sec.{tag}.consumer",
-            sweeper_group=f"sec.{tag}.sweeper",
-            relay_group=f"sec.{tag}.relay",
-        )
-        admin = secured.kafka_admin()
-        stack.create_topics(
-            admin,
-            [*names.events, names.dead_letters, names.held, names.requests, names.results],
-        )
-        bindings = stack.apply_acls(admin, kafka_acls(names))
-        routes = tmp_path / "routes.toml"
-        routes.write_text(ROUTES)
-        found = Run(secured, tmp_path, names, routes)
-        try:
-            yield found
-        finally:
-            found.stop()
-            stack.delete_acls(admin, bindings)
-
-
-def _owner_prepares(run: Run) -> None:
-    """The owner migrates the outbox and the consumer's tables, makes the step handler's
-    table and grants each program what it needs."""
-    done = run.run("owner", "inorder-producer", "migrate")
-    assert done.returncode == 0, done.stderr
-    done = run.run("owner", "inorder-consumer", "migrate")
-    assert done.returncode == 0, done.stderr
-    schema = run.secured.schema
-    with run.secured.owner() as conn:
-        conn.execute(f"SET search_path = {schema}")
-        conn.execute(
-            "CREATE TABLE applied_steps (entity_id text, generation bigint, seq bigint, "
-            "event_type text)"
-        )
-        for statement in postgres_grants(Roles(), schema, projections=["applied_steps"]):
-            conn.execute(statement)
-
-
-def _produce(run: Run) -> None:
-    """The producer's role writes every event (plain SQL on its columns)."""
-    rows = [
-        (run.names.events[0], f"e{e}", s, f"e{e}:1:{s}")
-        for e in range(ENTITIES)
-        for s in range(1, SEQS + 1)
-    ]
-    with stack.psycopg.connect(run.secured.database_url("producer")) as conn:
-        conn.cursor().executemany(
-            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
-            "payload) VALUES (%s, 'ledger', %s, %s, 'ledger.added', %s, '{}')",
-            rows,
-        )
-        conn.commit()
 
 
 def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
     run: Run,
 ) -> None:
     """Relay, two consumers, sweeper and admin over TLS as themselves: a lost event heals."""
-    _owner_prepares(run)
-    _produce(run)
+    owner_prepares(run)
+    produce(run)
     with run.secured.owner() as conn:  # one event lost: behind every relay's cursor
         conn.execute(f"SET search_path = {run.secured.schema}")
         conn.execute("UPDATE outbox SET xid = '0' WHERE entity_id = %s AND seq = %s", LOST)

@@ -1,0 +1,63 @@
+"""What librdkafka reports outside any call: a refused login, a refused permission.
+
+A client whose SASL password or certificate is refused does not fail a call: librdkafka
+retries in its own threads and tells only its error callback. Every client made through
+``schemas.runtime.kafka_clients`` reports there, so a process whose credentials Kafka
+refuses says so on ``/readyz`` (``kafka: <code>``) for as long as the refusals go on,
+and logs each kind of refusal once a minute, not once per retry.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+from confluent_kafka import KafkaError
+
+from schemas.runtime.causes import Cause, kafka_cause
+
+log = structlog.get_logger(__name__)
+
+FRESH_S = 30.0  # a refusal older than this no longer makes the process unready
+LOG_EVERY_S = 60.0
+
+_lock = threading.Lock()
+_refused: dict[str, float] = {}  # code -> when last reported (monotonic)
+_logged: dict[str, float] = {}
+
+
+def code_of(err: KafkaError) -> str:
+    """A short code for ``/readyz``: the error's name, lower case."""
+    return err.name().strip("_").lower() or "kafka_error"
+
+
+def report(err: KafkaError) -> None:
+    """librdkafka's error callback: note a refusal (the operator's to fix), log it."""
+    now = time.monotonic()
+    code = code_of(err)
+    refused = kafka_cause(err.code()) is Cause.OPERATOR
+    with _lock:
+        if refused:
+            _refused[code] = now
+        quiet = now - _logged.get(code, -LOG_EVERY_S) < LOG_EVERY_S
+        if not quiet:
+            _logged[code] = now
+    if not quiet:
+        level = log.error if refused else log.warning
+        level("kafka_error", code=err.name(), detail=err.str())
+
+
+def problems() -> dict[str, str]:
+    """``{"kafka": code}`` while Kafka has refused this process's credentials lately."""
+    now = time.monotonic()
+    with _lock:
+        fresh = [code for code, at in _refused.items() if now - at < FRESH_S]
+    return {"kafka": ", ".join(sorted(fresh))} if fresh else {}
+
+
+def forget() -> None:
+    """Drop what was noted (tests)."""
+    with _lock:
+        _refused.clear()
+        _logged.clear()

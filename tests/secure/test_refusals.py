@@ -1,0 +1,172 @@
+"""On the secured stack: a refused credential, a missing ACL or grant is named, and a
+principal without the ACL cannot write a protocol topic."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from schemas.republish import RepublishResult, encode
+from schemas.security import Roles
+from tests.secure.pipeline import Run, owner_prepares, produce
+
+pytestmark = [pytest.mark.secure, pytest.mark.timeout(300)]
+
+WRONG = "wrong-%/#@?-password"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _readyz(port: int) -> tuple[int, str] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return None
+
+
+def _outcome(run: Run, name: str, program: str, principal: str, **env: str) -> tuple[str, str]:
+    """Start ``program`` with a credential taken away; ('exit N', its stderr) if it stopped
+    within 30 s, else ('unready', the /readyz body) once it says it is not ready."""
+    port = _free_port()
+    run.start(name, program, principal, INORDER_HTTP_PORT=str(port), **env)
+    process = run.processes[name]
+    deadline = time.monotonic() + 30
+    seen: tuple[int, str] | None = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log = (run.tmp / f"{name}.log").read_text()
+            return f"exit {process.returncode}", log
+        seen = _readyz(port)
+        if seen is not None and seen[0] == 503 and "starting" not in seen[1]:
+            time.sleep(2)  # let a second try fail the same way
+            seen = _readyz(port) or seen
+            break
+        time.sleep(0.5)
+    process.terminate()
+    process.wait(30)
+    assert seen is not None, f"{name} neither stopped nor answered /readyz"
+    return "unready", seen[1]
+
+
+def _wrong_url(url: str) -> str:
+    scheme, rest = url.split("://", 1)
+    userinfo, _, host = rest.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:{quote(WRONG, safe='')}@{host}"
+
+
+@pytest.fixture
+def prepared(run: Run) -> Run:
+    owner_prepares(run)
+    return run
+
+
+CASES = [
+    ("relay", "inorder-relay", "postgres"),
+    ("relay", "inorder-relay", "kafka"),
+    ("consumer", "inorder-consumer", "postgres"),
+    ("consumer", "inorder-consumer", "redis"),
+    ("consumer", "inorder-consumer", "kafka"),
+    ("sweeper", "inorder-sweeper", "postgres"),
+    ("sweeper", "inorder-sweeper", "redis"),
+    ("sweeper", "inorder-sweeper", "kafka"),
+]
+
+
+@pytest.mark.parametrize(("principal", "program", "service"), CASES)
+def test_a_refused_password_is_named_in_one_line_or_by_readiness(
+    prepared: Run, principal: str, program: str, service: str
+) -> None:
+    """Wrong password: one line naming the service and exit 2 or 3, or /readyz 503 naming
+    it with a code; the password in neither."""
+    run = prepared
+    env = run.env(principal)
+    wrong = {
+        "postgres": {"DATABASE_URL": _wrong_url(env["DATABASE_URL"])},
+        "redis": {"REDIS_URL": _wrong_url(env.get("REDIS_URL", ""))},
+        "kafka": {"INORDER_KAFKA_SASL_PASSWORD": WRONG},
+    }[service]
+    how, said = _outcome(run, f"{principal}-{service}", program, principal, **wrong)
+    assert WRONG not in said
+    assert quote(WRONG, safe="") not in said
+    if how == "unready":
+        assert f"{service}: " in said, said
+        return
+    assert how in ("exit 2", "exit 3"), (how, said)
+    last = [line for line in said.splitlines() if line.startswith(program)]
+    assert len(last) == 1, said
+    assert service.replace("postgres", "password") in last[0].lower() or service in last[0].lower()
+
+
+def test_a_missing_grant_stops_the_consumer_in_one_line_naming_it(prepared: Run) -> None:
+    """The consumer's role without its grant on the progress table: exit 3, one line."""
+    run = prepared
+    with run.secured.owner() as conn:
+        conn.execute(f"SET search_path = {run.secured.schema}")
+        conn.execute("REVOKE ALL ON inorder_step_progress FROM inorder_consumer")
+    produce(run)
+    run.start("relay", "inorder-relay", "relay")
+    how, said = _outcome(run, "consumer", "inorder-consumer", "consumer")
+    assert how == "exit 3", (how, said)
+    [line] = [line for line in said.splitlines() if line.startswith("inorder-consumer:")]
+    assert "permission denied for table inorder_step_progress" in line
+
+
+def test_a_principal_without_the_acl_cannot_write_a_republish_result(prepared: Run) -> None:
+    """inorder-producer has no ACL on the results topic: Kafka refuses its forged result."""
+    run = prepared
+    producer = Producer(run.secured.kafka_config("producer"))
+    errors: list[KafkaError] = []
+    forged = RepublishResult("gap-1-1-x", "ledger", "e1", 1, 3, 3, (), (3,), (), False)
+    producer.produce(
+        run.names.results, encode(forged), forged.key, on_delivery=lambda e, _: errors.append(e)
+    )
+    producer.flush(30)
+    assert [e.code() for e in errors if e is not None] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    del producer
+
+
+def test_the_grants_are_what_each_role_holds(prepared: Run) -> None:
+    """No program may create in the schema; the producer may insert only its columns."""
+    run = prepared
+    with run.secured.owner() as conn:
+        conn.execute(f"SET search_path = {run.secured.schema}")
+        roles = Roles()
+        every = [roles.producer, roles.relay, roles.consumer, roles.sweeper, roles.admin]
+        rows = conn.execute(
+            "SELECT r, has_schema_privilege(r, %s, 'CREATE') FROM unnest(%s::text[]) r",
+            (run.secured.schema, every),
+        ).fetchall()
+        assert not any(creates for _, creates in rows), rows
+        columns = dict(
+            conn.execute(
+                "SELECT column_name, has_column_privilege('inorder_producer', 'outbox', "
+                "column_name, 'INSERT') FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = 'outbox'",
+                (run.secured.schema,),
+            ).fetchall()
+        )
+    assert {name for name, may in columns.items() if may} == {
+        "topic",
+        "entity_type",
+        "entity_id",
+        "generation",
+        "seq",
+        "event_type",
+        "event_id",
+        "payload",
+        "headers",
+    }
