@@ -35,7 +35,7 @@ from consumer.loop.pausing import Pausing
 from consumer.loop.poll import Routing, prepare, take
 from consumer.loop.settle import report, settle
 from consumer.settings import ConsumerSettings
-from schemas.runtime import kafka_clients, postgres
+from schemas.runtime import kafka_clients, kafka_watch, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 from schemas.runtime.outages import Outages, dependency, down, waited_out
@@ -456,5 +456,7 @@ def _skip(message: Message) -> bool:
     if error is None:
         return False
     if error.code() != KafkaError._PARTITION_EOF:
-        log.warning("kafka_consume_error", error=str(error))
+        # A permission refused (the group's, a topic's) is noted for /readyz, and logged
+        # there once a minute; anything else here passes by itself.
+        kafka_watch.report(error)
     return True

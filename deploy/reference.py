@@ -45,10 +45,11 @@ from outbox_relay.settings import RelaySettings  # noqa: E402
 from producer.__main__ import parser as producer_parser  # noqa: E402
 from producer.settings import ProducerSettings  # noqa: E402
 from producer.worker import WorkerSettings  # noqa: E402
-from schemas import Event  # noqa: E402
+from schemas import DEFAULT_TOPICS, Event  # noqa: E402
 from schemas.runtime.config import InorderSettings  # noqa: E402
 from schemas.runtime.kafka_settings import KafkaClientSettings  # noqa: E402
 from schemas.runtime.usage import settings_of  # noqa: E402
+from schemas.security import KafkaNames, Roles, kafka_acls, postgres_grants  # noqa: E402
 
 README = ROOT / "README.md"
 # Every file with generated blocks: the front page and one README per audience.
@@ -316,6 +317,39 @@ def alerts_table(where: Path) -> str:
     return _table(("alert", "severity", "for", "when"), rows)
 
 
+def grants_block() -> str:
+    """The GRANT statements of ``schemas.security`` for the default roles, schema public."""
+    statements = postgres_grants(Roles(), "public", ["<each projection table>"])
+    return _table(("statement",), ((f"`{statement};`",) for statement in statements))
+
+
+def acls_table() -> str:
+    """principal | operation | resource, for the default topic and group names."""
+    topics = DEFAULT_TOPICS
+
+    def default(cls: type[InorderSettings], name: str) -> str:
+        return str(cls.model_fields[name].default)
+
+    names = KafkaNames(
+        events=[topics.events],
+        dead_letters=topics.dead_letters,
+        held=topics.held,
+        requests=topics.republish_requests,
+        results=topics.republish_results,
+        consumer_group=default(ConsumerSettings, "group_id"),
+        sweeper_group=default(SweeperSettings, "sweeper_group_id"),
+        relay_group=default(RelaySettings, "relay_group_id"),
+    )
+    rows: dict[tuple[str, str], list[str]] = {}
+    for acl in kafka_acls(names):
+        what = f"{acl.resource} `{acl.name}`" + (" (prefix)" if acl.prefixed else "")
+        rows.setdefault((acl.principal, acl.operation), []).append(what)
+    return _table(
+        ("principal", "operation", "on"),
+        ((f"`{who}`", op, ", ".join(sorted(on))) for (who, op), on in sorted(rows.items())),
+    )
+
+
 # ---------------------------------------------------------------- the documents
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
@@ -333,6 +367,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "route-settings": lambda _: route_settings_table(),
     "processes": lambda _: processes_table(),
     "alerts": alerts_table,
+    "postgres-grants": lambda _: grants_block(),
+    "kafka-acls": lambda _: acls_table(),
 }
 
 

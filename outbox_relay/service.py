@@ -28,7 +28,7 @@ from outbox_relay.settings import RelaySettings
 from schemas import PayloadSchemas, tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_request
-from schemas.runtime import postgres
+from schemas.runtime import kafka_watch, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import Outages, dependency, waited_out
 from schemas.runtime.payloads import registry_of
@@ -176,8 +176,10 @@ class Relay:
             return
         answerable = []
         for message in self._requests.consume(num_messages=50, timeout=0):
-            if message.error() is not None:
-                self._request_error(str(message.error()))
+            failed = message.error()
+            if failed is not None:
+                kafka_watch.report(failed)  # a refused permission shows on /readyz
+                self._request_error(str(failed))
             else:
                 answerable.append(message)
         if answerable:

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from consumer import metrics, tables
 from consumer.kinds import KINDS, Answered, Duties, Kind, Route, SweepReport
@@ -24,7 +24,7 @@ from consumer.sweeper.lease import Lease
 from schemas import tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_result
-from schemas.runtime import kafka_clients, postgres
+from schemas.runtime import kafka_clients, kafka_watch, postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import Outages, down, waited_out
 from schemas.runtime.redelivery import handle_each
@@ -248,6 +248,10 @@ class Sweeper:
                 metrics.REPUBLISH_RESULTS.labels("used").inc()
 
         fetched = self.io.results.consume(num_messages=100, timeout=0)
+        for message in fetched:
+            failed = message.error()
+            if failed is not None and failed.code() != KafkaError._PARTITION_EOF:
+                kafka_watch.report(failed)  # a refused permission shows on /readyz
         good = [m for m in fetched if m.error() is None]
         handle_each(self.io.results, good, use, self._invalid_result, "unusable")
         return changed

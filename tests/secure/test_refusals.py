@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from schemas.republish import RepublishResult, encode
-from schemas.security import Roles
+from schemas.security import Roles, kafka_acls
+from tests.secure import stack
 from tests.secure.pipeline import Run, owner_prepares, produce
 
 pytestmark = [pytest.mark.secure, pytest.mark.timeout(300)]
@@ -170,3 +171,25 @@ def test_the_grants_are_what_each_role_holds(prepared: Run) -> None:
         "payload",
         "headers",
     }
+
+
+def test_a_missing_acl_is_named_in_one_line_or_by_readiness(prepared: Run) -> None:
+    """The consumer's group ACL taken away: it says so, in one line or on /readyz."""
+    run = prepared
+    admin = run.secured.kafka_admin()
+    group = [
+        acl
+        for acl in kafka_acls(run.names)
+        if acl.principal == run.names.consumer and acl.resource == "group"
+    ]
+    stack.delete_acls(admin, [stack.binding(acl) for acl in group])
+    try:
+        how, said = _outcome(run, "consumer", "inorder-consumer", "consumer")
+    finally:
+        stack.apply_acls(admin, group)
+    if how == "unready":
+        assert "kafka: group_authorization_failed" in said, said
+        return
+    assert how in ("exit 2", "exit 3"), (how, said)
+    [line] = [line for line in said.splitlines() if line.startswith("inorder-consumer:")]
+    assert "authorization" in line.lower(), line

@@ -158,3 +158,111 @@ def test_compose_services_match_the_settings_and_scrape_config() -> None:
             ), name
     for name in ("relay", "consumer", "sweeper", "prometheus", "grafana", "loadgen", "kafka"):
         assert name in compose
+
+
+# Pod Security Standards, "restricted" (Kubernetes 1.30): the volume types it allows.
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def _restricted_problems(pod: dict[str, Any]) -> list[str]:
+    """What in one pod spec the "restricted" profile refuses; empty when it passes."""
+    problems = [flag for flag in ("hostNetwork", "hostPID", "hostIPC") if pod.get(flag)]
+    for volume in pod.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            problems.append(f"volume {volume['name']}: {kinds}")
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        problems += _container_problems(container, pod.get("securityContext", {}))
+    return problems
+
+
+def _container_problems(c: dict[str, Any], pod_context: dict[str, Any]) -> list[str]:
+    context = c.get("securityContext", {})
+    caps = context.get("capabilities", {})
+    seccomp = context.get("seccompProfile") or pod_context.get("seccompProfile") or {}
+    found = {
+        "privileged": bool(context.get("privileged")),
+        "allowPrivilegeEscalation not false": context.get("allowPrivilegeEscalation") is not False,
+        "capabilities not dropped": "ALL" not in caps.get("drop", []),
+        "capabilities added": bool(set(caps.get("add", [])) - {"NET_BIND_SERVICE"}),
+        "may run as root": not (context.get("runAsNonRoot") or pod_context.get("runAsNonRoot")),
+        "runs as uid 0": 0 in (context.get("runAsUser"), pod_context.get("runAsUser")),
+        "no seccomp profile": seccomp.get("type") not in ("RuntimeDefault", "Localhost"),
+        "hostPort": any(p.get("hostPort") for p in c.get("ports", [])),
+    }
+    return [f"{c['name']}: {what}" for what, bad in found.items() if bad]
+
+
+def test_every_pod_passes_the_restricted_pod_security_profile() -> None:
+    """Deployments and the migration Job: non-root, no capabilities, seccomp, no token."""
+    pods = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in _rendered()
+        if o["kind"] in ("Deployment", "Job")
+    }
+    assert set(pods) == {"inorder-relay", "inorder-consumer", "inorder-sweeper", "inorder-migrate"}
+    for name, pod in pods.items():
+        assert _restricted_problems(pod) == [], name
+        assert pod["automountServiceAccountToken"] is False, name
+
+
+def test_the_restricted_check_refuses_what_the_profile_refuses() -> None:
+    """The check itself: a privileged, root, capability-adding pod fails on each count."""
+    bad = {
+        "hostNetwork": True,
+        "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
+        "containers": [
+            {
+                "name": "c",
+                "ports": [{"containerPort": 80, "hostPort": 80}],
+                "securityContext": {
+                    "privileged": True,
+                    "runAsUser": 0,
+                    "capabilities": {"add": ["SYS_ADMIN"]},
+                },
+            }
+        ],
+    }
+    assert {p.split(": ", 1)[-1] for p in _restricted_problems(bad)} == {
+        "hostNetwork",
+        "{'hostPath'}",
+        "privileged",
+        "allowPrivilegeEscalation not false",
+        "capabilities not dropped",
+        "capabilities added",
+        "may run as root",
+        "runs as uid 0",
+        "no seccomp profile",
+        "hostPort",
+    }
+
+
+def test_only_prometheus_gets_in_and_only_the_services_ports_get_out() -> None:
+    """The NetworkPolicy selects every inorder pod, both directions."""
+    [policy] = [o for o in _rendered() if o["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/part-of": "inorder"}
+    assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
+    [rule] = spec["ingress"]
+    [source] = rule["from"]
+    assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    ports = {p["port"] for r in spec["egress"] for p in r["ports"]}
+    assert ports == {53, 5432, 6379, 9092, 9093}
+    job = next(o for o in _rendered() if o["kind"] == "Job")
+    commands = [
+        c["command"]
+        for c in (
+            *job["spec"]["template"]["spec"]["initContainers"],
+            *job["spec"]["template"]["spec"]["containers"],
+        )
+    ]
+    assert commands == [["inorder-producer", "migrate"], ["inorder-consumer", "migrate"]]
