@@ -9,7 +9,7 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-installed image bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-installed image lock bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-installed  build the wheel, install it in an empty folder, run it there"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
+	@echo "make lock   pin the image's dependencies with their hashes (deploy/requirements.lock)"
 	@echo "make reference  rewrite the READMEs' generated tables (settings, commands, metrics, alerts) from the code"
 	@echo "make down   stop every local process the stack started"
 
@@ -109,6 +110,12 @@ test-installed: venv up
 	$(INSTALLED)/venv/bin/pip install -q "$$(ls dist/inorder-*.whl)"
 	cd $(INSTALLED)/empty && $(WITH_STACK_ENV_ABS) $(INSTALLED)/venv/bin/python $(CURDIR)/tests/installed/check.py
 	rm -rf $(INSTALLED)
+
+# The image's dependencies, pinned with their hashes, resolved afresh from pyproject.toml.
+lock: venv
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
+	  --no-emit-find-links --output-file=deploy/requirements.lock pyproject.toml \
+	  deploy/lock-extra.in
 
 image:
 	deploy/image/build

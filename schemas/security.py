@@ -21,18 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# The outbox's columns a producer writes; the rest are the database's or the relay's.
-PRODUCER_COLUMNS = (
-    "topic",
-    "entity_type",
-    "entity_id",
-    "generation",
-    "seq",
-    "event_type",
-    "event_id",
-    "payload",
-    "headers",
-)
+from schemas.outbox.events import COLUMNS
+
+# The outbox's columns a producer writes (every writer's); the rest are the database's
+# or the relay's.
+PRODUCER_COLUMNS = COLUMNS
 RELAY_TABLES = ("outbox_relays", "outbox_relay_slices", "outbox_resend")
 CONSUMER_TABLES = (
     "inorder_migrations",
