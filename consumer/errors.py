@@ -28,6 +28,16 @@ class DependencyDownError(ConsumerError, OutageError):
     """Raised when PostgreSQL, Redis or Kafka cannot take the batch; the batch is retried."""
 
 
+class SchemaNotReadyError(ConsumerError, OutageError):
+    """Raised when the consumer's tables need migrations its role may not apply.
+
+    An outage of PostgreSQL's: the program waits, unready (``postgres: schema_not_ready``),
+    until the owner runs ``inorder-consumer migrate``.
+    """
+
+    dependency = "postgres"
+
+
 class StepFailedError(ConsumerError):
     """Raised inside a batch when a step function raised; the batch is rolled back."""
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import psycopg
 
+from consumer.errors import SchemaNotReadyError
 from consumer.kinds import Kind
+from schemas.errors import MigrationError
 from schemas.runtime import migrate as runner
 from schemas.runtime.migrate import Migration, MigrationSet
 
@@ -31,5 +33,20 @@ def migration_sets(kinds: Sequence[Kind] = ()) -> list[MigrationSet]:
 def migrate(
     conn: psycopg.Connection[Any], sets: Sequence[MigrationSet] = (CONSUMER,)
 ) -> list[Migration]:
-    """Apply every pending migration of ``sets``; return those applied."""
-    return runner.apply(conn, sets)
+    """Apply every pending migration of ``sets``; return those applied.
+
+    A role that may not apply them (a program's own, with the owner's migrations not run
+    yet) raises ``SchemaNotReadyError``: the program waits for the owner.
+    """
+    try:
+        return runner.apply(conn, sets)
+    except (psycopg.errors.InsufficientPrivilege, MigrationError) as exc:
+        denied = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+        if not isinstance(denied, psycopg.errors.InsufficientPrivilege):
+            raise
+        if not conn.autocommit:
+            conn.rollback()
+        raise SchemaNotReadyError(
+            "the consumer's tables need migrations this role may not apply (or read): run "
+            "`inorder-consumer migrate` as the tables' owner, then grant them"
+        ) from None

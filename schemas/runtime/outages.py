@@ -38,8 +38,8 @@ def down(exc: BaseException) -> bool:
     What a dependency refuses for good (a password, a permission) is not down, and
     neither is anything else: a loop that waits on ``down`` stops on those.
     """
-    if isinstance(exc, DOWN):
-        return True
+    if isinstance(exc, DOWN) or getattr(exc, "dependency", None) in DEPENDENCIES:
+        return True  # inorder's own outage of a named dependency (a schema not migrated)
     ours = isinstance(exc, psycopg.Error | KafkaException | redis.RedisError)
     return ours and cause(exc) is Cause.OUTAGE
 
@@ -80,6 +80,9 @@ def reason(exc: BaseException) -> str:
 
 def dependency(exc: BaseException) -> str:
     """``postgres``, ``redis`` or ``kafka``: the service ``exc`` came from."""
+    named = getattr(exc, "dependency", None)
+    if named in DEPENDENCIES:
+        return str(named)
     if isinstance(exc, psycopg.Error):
         return "postgres"
     if isinstance(exc, redis.RedisError | redis.exceptions.RedisClusterException):

@@ -183,3 +183,33 @@ def test_a_missing_acl_is_named_in_one_line_or_by_readiness(prepared: Run) -> No
     assert how in ("exit 2", "exit 3"), (how, said)
     [line] = [line for line in said.splitlines() if line.startswith("inorder-consumer:")]
     assert "authorization" in line.lower(), line
+
+
+def test_a_consumer_before_the_owners_migrations_waits_unready_then_starts_by_itself(
+    run: Run,
+) -> None:
+    """No DDL by a program's role: it waits (postgres: schema_not_ready) until the owner has
+    migrated and granted, then starts without a restart."""
+    schema = run.secured.schema
+    with run.secured.owner() as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO inorder_consumer")
+    port = _free_port()
+    run.start("consumer", "inorder-consumer", "consumer", INORDER_HTTP_PORT=str(port))
+    deadline = time.monotonic() + 60
+    seen = None
+    while time.monotonic() < deadline and (seen is None or "schema_not_ready" not in seen[1]):
+        seen = _readyz(port)
+        time.sleep(0.5)
+    assert seen is not None
+    assert seen[0] == 503
+    assert "postgres: schema_not_ready\n" in seen[1], seen
+    assert run.processes["consumer"].poll() is None
+    owner_prepares(run)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (seen is None or seen[0] != 200):
+        seen = _readyz(port)
+        time.sleep(1)
+    assert seen is not None
+    assert seen[0] == 200, seen
+    log = (run.tmp / "consumer.log").read_text()
+    assert "inorder-consumer migrate" in log

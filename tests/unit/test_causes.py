@@ -16,7 +16,7 @@ from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.republisher import RepublishDeliveryError
 from schemas.runtime import causes
 from schemas.runtime.causes import Cause, cause, kafka_cause, postgres_cause, redis_cause
-from schemas.runtime.outages import down, reason, waited_out
+from schemas.runtime.outages import dependency, down, reason, waited_out
 
 # Every SQLSTATE psycopg knows, with its error class.
 SQLSTATES = {
@@ -264,3 +264,13 @@ def test_readiness_reasons_are_codes_never_the_error_text(exc: Exception, code: 
     """/readyz gets a SQLSTATE, a Kafka error name, a reply word or a class: no host or user."""
     assert reason(exc) == code
     assert not set(SECRET_TEXT.split()) & set(code.split("_"))
+
+
+def test_inorders_own_outage_of_a_named_dependency_is_down_and_named() -> None:
+    """A schema the owner has not migrated yet: waited out, unready on postgres, by its code."""
+    from consumer.errors import SchemaNotReadyError  # noqa: PLC0415
+
+    exc = SchemaNotReadyError("run inorder-consumer migrate")
+    assert down(exc)
+    assert dependency(exc) == "postgres"
+    assert reason(exc) == "schema_not_ready"
