@@ -287,7 +287,8 @@ def test_republish_results_at_the_edges_stop_no_sweeper(
     boundary = _protocol(pipeline, scale, "republish_result", 39, "republish results (sweepers)")
     outcomes = by_label(pipeline, SWEEPERS, "republish_results_total", "outcome")
     answers = by_label(pipeline, RELAYS, "outbox_republish_requests_total", "outcome")
-    boundary.refused = {"invalid": outcomes["invalid"]}
+    # Well-formed results that answer no open request are ignored, counted as unmatched.
+    boundary.refused = {"invalid": outcomes["invalid"], "unmatched": outcomes["unmatched"]}
     # Every answer a relay sent for a sweeper's own request is a result too.
     boundary.taken = outcomes["used"] - answers["answered"] - answers["cooldown"]
     _judge(boundary)
