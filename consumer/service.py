@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from consumer import metrics, tables
 from consumer.errors import DependencyDownError, StoreNotDurableError
@@ -455,8 +455,7 @@ def _skip(message: Message) -> bool:
     error = message.error()
     if error is None:
         return False
-    if error.code() != KafkaError._PARTITION_EOF:
-        # A permission refused (the group's, a topic's) is noted for /readyz, and logged
-        # there once a minute; anything else here passes by itself.
-        kafka_watch.report(error)
+    # A permission refused (the group's, a topic's) is noted for /readyz, and logged there
+    # once a minute; anything else here passes by itself.
+    kafka_watch.report(error)
     return True

@@ -72,7 +72,6 @@ class Relay:
         self._resend = True  # rows listed to send ahead of the cursors, looked for each share
         self._next_share = 0.0
         self._housekeeper = Housekeeper(settings, lambda: dict(self.owned))
-        self._last_request_error: str | None = None
         self._outages = Outages("relay", health, lambda: self._stopping)
 
     def stop(self) -> None:
@@ -178,12 +177,10 @@ class Relay:
         for message in self._requests.consume(num_messages=50, timeout=0):
             failed = message.error()
             if failed is not None:
-                kafka_watch.report(failed)  # a refused permission shows on /readyz
-                self._request_error(str(failed))
+                kafka_watch.report(failed)  # logged once a minute; a refusal shows on /readyz
             else:
                 answerable.append(message)
         if answerable:
-            self._last_request_error = None
             handle_each(
                 self._requests, answerable, self._answer, self._invalid_request, "unanswerable"
             )
@@ -216,12 +213,6 @@ class Relay:
             detail=safe_text(detail)[:300],
             offset=message.offset(),
         )
-
-    def _request_error(self, error: str) -> None:
-        """Log a request-topic error once, not on every poll while it lasts."""
-        if error != self._last_request_error:
-            log.warning("republish_request_error", error=error)
-            self._last_request_error = error
 
     def _wait_for_work(self) -> None:
         """Until the poll interval passes or a NOTIFY arrives; requests are served meanwhile."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from consumer import metrics, tables
 from consumer.kinds import KINDS, Answered, Duties, Kind, Route, SweepReport
@@ -250,7 +250,7 @@ class Sweeper:
         fetched = self.io.results.consume(num_messages=100, timeout=0)
         for message in fetched:
             failed = message.error()
-            if failed is not None and failed.code() != KafkaError._PARTITION_EOF:
+            if failed is not None:
                 kafka_watch.report(failed)  # a refused permission shows on /readyz
         good = [m for m in fetched if m.error() is None]
         handle_each(self.io.results, good, use, self._invalid_result, "unusable")

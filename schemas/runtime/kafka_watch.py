@@ -33,7 +33,10 @@ def code_of(err: KafkaError) -> str:
 
 
 def report(err: KafkaError) -> None:
-    """librdkafka's error callback: note a refusal (the operator's to fix), log it."""
+    """librdkafka's error callback, and a consumer's error messages: note a refusal (the
+    operator's to fix), log it. The end of a partition is no error and is passed over."""
+    if err.code() == KafkaError._PARTITION_EOF:
+        return
     now = time.monotonic()
     code = code_of(err)
     refused = kafka_cause(err.code()) is Cause.OPERATOR

@@ -43,6 +43,14 @@ def test_an_outage_is_logged_but_left_to_the_loops_that_wait_it_out() -> None:
     assert kafka_watch.problems() == {}
 
 
+def test_the_end_of_a_partition_is_no_error() -> None:
+    """A consumer's partition-EOF message is neither noted nor logged."""
+    with structlog.testing.capture_logs() as logs:
+        kafka_watch.report(KafkaError(KafkaError._PARTITION_EOF, "end"))
+    assert logs == []
+    assert kafka_watch.problems() == {}
+
+
 def test_each_kind_of_error_is_logged_once_a_minute() -> None:
     """librdkafka repeats a refusal on every retry; the log has it once."""
     with structlog.testing.capture_logs() as logs:
