@@ -167,6 +167,13 @@ def kafka_cause(code: int) -> Cause:
     return Cause.OUTAGE
 
 
+def reply_code(exc: redis.RedisError) -> str | None:
+    """The code a Redis error reply starts with (``MISCONF``, ``NOPERM`` ...), or None when
+    its first word is not one: the rest of a reply may name keys, users or hosts."""
+    word = str(exc).split(" ", 1)[0]
+    return word if word.isalpha() and word.isupper() else None
+
+
 def redis_cause(exc: redis.RedisError | redis.exceptions.RedisClusterException) -> Cause:
     """The cause of a Redis error: by class, then by the first word of the server's reply."""
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError):

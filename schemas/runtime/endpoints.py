@@ -208,10 +208,14 @@ class Endpoints:
             return None, False
         request = parse(head[:-4])
         head_only = request is not None and request.method == "HEAD"
-        if request is not None and request.path == "/metrics" and request.method in ("GET", "HEAD"):
+        if request is not None and request.path == "/metrics":  # rendering takes a while
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, render_metrics, request.accept), head_only
-        return answer(request, self.health, render_metrics), head_only
+            reply = await loop.run_in_executor(
+                self._pool, answer, request, self.health, render_metrics
+            )
+        else:
+            reply = answer(request, self.health, render_metrics)
+        return reply, head_only
 
 
 def serve(

@@ -71,25 +71,27 @@ def pending(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list
     A role that may not create anything (a program's own, once the owner has migrated)
     can ask this; every migration is pending while the ledger does not exist.
     """
-    done: set[tuple[str, int]] = set()
-    if _ledger_exists(conn):
-        done = {
-            (str(name), int(version))
-            for name, version in conn.execute(
-                "SELECT migration_set, version FROM inorder_migrations"
-            )
-        }
+    return _not_in(sets, _recorded(conn) or set())
+
+
+def _recorded(conn: psycopg.Connection[Any]) -> set[tuple[str, int]] | None:
+    """(set, version) of every migration the ledger records; None when there is no ledger."""
+    row = conn.execute("SELECT to_regclass('inorder_migrations') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        return None
+    return {
+        (str(name), int(version))
+        for name, version in conn.execute("SELECT migration_set, version FROM inorder_migrations")
+    }
+
+
+def _not_in(sets: Sequence[MigrationSet], done: set[tuple[str, int]]) -> list[Migration]:
     return [
         migration
         for migration_set in sets
         for migration in available(migration_set)
         if (migration.migration_set, migration.version) not in done
     ]
-
-
-def _ledger_exists(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT to_regclass('inorder_migrations') IS NOT NULL").fetchone()
-    return bool(row and row[0])
 
 
 def apply(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[Migration]:
@@ -100,7 +102,8 @@ def apply(conn: psycopg.Connection[Any], sets: Sequence[MigrationSet]) -> list[M
     """
     applied: list[Migration] = []
     idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    settled = _ledger_exists(conn) and not pending(conn, sets)
+    recorded = _recorded(conn)
+    settled = recorded is not None and not _not_in(sets, recorded)
     if idle and not conn.autocommit:
         conn.rollback()  # end the read, as the caller had no transaction open
     if settled:

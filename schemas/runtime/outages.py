@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from schemas.errors import InorderError
 from schemas.runtime.backoff import Backoff
-from schemas.runtime.causes import REDIS_OUTAGES, Cause, cause
+from schemas.runtime.causes import REDIS_OUTAGES, Cause, cause, reply_code
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 
@@ -72,8 +72,7 @@ def reason(exc: BaseException) -> str:
         name = err.name() if isinstance(err, KafkaError) else ""
         return name.strip("_").lower() or "kafka_error"
     if type(exc) is redis.ResponseError:  # subclasses have the reply's word as their class
-        word = str(exc).split(" ", 1)[0]
-        return word.lower() if word.isalpha() and word.isupper() else "error_reply"
+        return (reply_code(exc) or "error_reply").lower()
     name = _WORD_START.sub("_", type(exc).__name__).lower()
     return name.removesuffix("_error") if isinstance(exc, InorderError) else name
 

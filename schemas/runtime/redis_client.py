@@ -14,6 +14,8 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from schemas.runtime.causes import reply_code
+
 # A parking store: one Redis, or a Redis Cluster.
 RedisClient = redis.Redis | RedisCluster
 
@@ -137,5 +139,4 @@ def _reply_word(exc: redis.ResponseError) -> str:
     """NOPERM for a permission refused, else the reply's first word (never the rest)."""
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return "NOPERM"
-    word = str(exc).split(" ", 1)[0]
-    return word if word.isalpha() and word.isupper() else "refused"
+    return reply_code(exc) or "refused"
