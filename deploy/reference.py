@@ -318,8 +318,9 @@ def alerts_table(where: Path) -> str:
 
 
 def grants_block() -> str:
-    """The GRANT statements of ``schemas.security`` for the default roles, schema public."""
-    statements = postgres_grants(Roles(), "public", ["<each projection table>"])
+    """The GRANT statements of ``schemas.security`` for the default roles, schema public,
+    with a batch route (without one, ``inorder_worker`` and the consumers' outbox inserts go)."""
+    statements = postgres_grants(Roles(), "public", ["<each projection table>"], batches=True)
     return _table(("statement",), ((f"`{statement};`",) for statement in statements))
 
 
@@ -339,6 +340,9 @@ def acls_table() -> str:
         consumer_group=default(ConsumerSettings, "group_id"),
         sweeper_group=default(SweeperSettings, "sweeper_group_id"),
         relay_group=default(RelaySettings, "relay_group_id"),
+        outputs=[topics.batch_output],
+        work=[topics.batch_work],
+        worker_group=str(WorkerSettings.model_fields["group_id"].default),
     )
     rows: dict[tuple[str, str], list[str]] = {}
     for acl in kafka_acls(names):

@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
+def _batches(args: argparse.Namespace, conninfo: str, where: BatchTopics) -> None:
     with postgres.connect(conninfo, PROGRAM, autocommit=False) as conn:
         for n in range(args.count):
             items = [BatchItem(f"item-{i:04d}", {"n": i}) for i in range(1, args.items + 1)]
@@ -118,7 +118,7 @@ def _batches(args: argparse.Namespace, conninfo: str, topic: str) -> None:
                     items,
                     deadline_s=args.deadline_s,
                     on_incomplete=args.on_incomplete,
-                    where=BatchTopics(topic=topic),
+                    where=where,
                 )
     Console(stderr=True).print(f"created {args.count} batches of {args.items} items")
 
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "loadgen":
             _loadgen(args, conninfo, settings.events_topic)
         elif args.command == "batches":
-            _batches(args, conninfo, settings.events_topic)
+            topics = BatchTopics(topic=settings.events_topic, work_topic=settings.work_topic)
+            _batches(args, conninfo, topics)
         elif args.command == "worker":
             _worker(args)
         elif args.command == "snapshot":

@@ -22,3 +22,8 @@ class ProducerSettings(PayloadSchemaSettings, LoggingSettings):
         min_length=1,
         description="Topic written into each outbox row",
     )
+    work_topic: str = Field(
+        default=DEFAULT_TOPICS.batch_work,
+        min_length=1,
+        description="Topic of the work items `batches` writes (the workers read it)",
+    )

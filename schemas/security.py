@@ -10,7 +10,10 @@ program may create anything:
 - consumer and sweeper: reading and writing the consumer's tables and the projection
   tables they are routed to; the sweeper also asks for snapshots;
 - admin: what the sweeper may, and reading the outbox and the relay's tables (``explain``,
-  ``audit``).
+  ``audit``);
+- with batch routes, the consumer, sweeper and admin also write to the outbox (assembled
+  batches and re-dispatched work items go out through it, in the decision's
+  transaction), and each worker inserts its results into the outbox as a producer does.
 
 ``postgres_grants`` gives the GRANT statements, ``kafka_acls`` the ACL bindings; the
 deploy README shows both and the secured tests apply them.
@@ -55,24 +58,37 @@ class Roles:
     consumer: str = "inorder_consumer"
     sweeper: str = "inorder_sweeper"
     admin: str = "inorder_admin"
+    worker: str = "inorder_worker"
 
 
-def postgres_grants(roles: Roles, schema: str, projections: Sequence[str] = ()) -> list[str]:
+def postgres_grants(
+    roles: Roles, schema: str, projections: Sequence[str] = (), *, batches: bool = False
+) -> list[str]:
     """The GRANT statements, in ``schema``, for tables the owner's migrations made.
 
     ``projections``: the tables the routes project into (the consumer writes them).
+    ``batches``: the routes have a batch route, so the consumer, sweeper and admin write
+    its output to the outbox, and the workers (``roles.worker``) write their results.
     """
     consumers = f"{roles.consumer}, {roles.sweeper}, {roles.admin}"
-    everyone = f"{roles.producer}, {roles.relay}, {consumers}"
+    workers = (roles.worker,) if batches else ()
+    everyone = ", ".join((roles.producer, roles.relay, consumers, *workers))
+    inserts = ", ".join((roles.producer, consumers, *workers) if batches else (roles.producer,))
     return [
         f"GRANT USAGE ON SCHEMA {schema} TO {everyone}",
-        f"GRANT INSERT ({', '.join(PRODUCER_COLUMNS)}) ON {schema}.outbox TO {roles.producer}",
-        f"GRANT USAGE ON SEQUENCE {schema}.outbox_id_seq TO {roles.producer}",
+        f"GRANT INSERT ({', '.join(PRODUCER_COLUMNS)}) ON {schema}.outbox TO {inserts}",
+        f"GRANT USAGE ON SEQUENCE {schema}.outbox_id_seq TO {inserts}",
         f"GRANT SELECT, UPDATE ON {schema}.outbox_snapshot_requests TO {roles.producer}",
-        f"GRANT SELECT ON {schema}.inorder_migrations TO {roles.producer}, {roles.relay}",
+        f"GRANT SELECT ON {schema}.inorder_migrations TO "
+        + ", ".join((roles.producer, roles.relay, *workers)),
         f"GRANT SELECT, UPDATE, DELETE ON {schema}.outbox TO {roles.relay}",
         *(f"GRANT {DML} ON {schema}.{table} TO {roles.relay}" for table in RELAY_TABLES),
         f"GRANT SELECT ON {schema}.outbox TO {roles.admin}",
+        *(  # a consumer with a batch route looks for a relay on its outbox at start
+            (f"GRANT SELECT ON {schema}.outbox_relay_slices TO {roles.consumer}",)
+            if batches
+            else ()
+        ),
         *(f"GRANT SELECT ON {schema}.{table} TO {roles.admin}" for table in RELAY_TABLES),
         f"GRANT INSERT, SELECT ON {schema}.outbox_snapshot_requests TO {roles.sweeper}, "
         f"{roles.admin}",
@@ -105,18 +121,26 @@ class KafkaNames:
     consumer_group: str
     sweeper_group: str
     relay_group: str
+    # Batch routes: the topics their assembled output goes to (read downstream, not by
+    # inorder) and their work topics (read by the workers, in worker_group).
+    outputs: Sequence[str] = ()
+    work: Sequence[str] = ()
+    worker_group: str = "inorder-worker"
     admin_group_prefix: str = "inorder-admin-"
     relay: str = "User:inorder-relay"
     consumer: str = "User:inorder-consumer"
     sweeper: str = "User:inorder-sweeper"
     admin: str = "User:inorder-admin"
+    worker: str = "User:inorder-worker"
 
 
 def kafka_acls(names: KafkaNames) -> list[Acl]:
     """Each program's ACLs: what it reads and writes, and the groups it joins.
 
     Writing a topic includes describing it; the idempotent producers need
-    ``idempotent_write`` on the cluster. Nobody may create topics: the owner does.
+    ``idempotent_write`` on the cluster. Nobody may create topics: the owner does. The
+    relay writes every topic an outbox row may name: the events, batch outputs and work
+    items. Workers only read work items: their results go through the outbox.
     """
     acls: list[Acl] = []
 
@@ -128,7 +152,7 @@ def kafka_acls(names: KafkaNames) -> list[Acl]:
     def joins(principal: str, group: str, *, prefixed: bool = False) -> None:
         acls.append(Acl(principal, "group", group, "read", prefixed))
 
-    may(names.relay, "write", *names.events, names.results)
+    may(names.relay, "write", *names.events, *names.outputs, *names.work, names.results)
     may(names.relay, "read", names.requests)
     joins(names.relay, names.relay_group)
     may(names.consumer, "read", *names.events)
@@ -140,6 +164,9 @@ def kafka_acls(names: KafkaNames) -> list[Acl]:
     may(names.admin, "read", names.dead_letters, names.held)
     may(names.admin, "write", names.requests, *names.events)
     joins(names.admin, names.admin_group_prefix, prefixed=True)
+    if names.work:
+        may(names.worker, "read", *names.work)
+        joins(names.worker, names.worker_group)
     for principal in (names.relay, names.consumer, names.sweeper, names.admin):
         acls.append(Acl(principal, "cluster", "kafka-cluster", "idempotent_write"))
     return sorted(set(acls), key=lambda a: (a.principal, a.resource, a.name, a.operation))

@@ -61,3 +61,41 @@ def test_protocol_topics_are_written_only_by_the_programs_the_protocol_names() -
     assert not any(a.operation in ("create", "alter", "delete", "all") for a in acls)
     readers = {a.principal for a in acls if a.name == "res" and a.operation == "read"}
     assert readers == {NAMES.sweeper}
+
+
+def test_without_batch_routes_only_the_producer_writes_the_outbox() -> None:
+    """The consumers and a worker role get outbox inserts only when a batch route needs them."""
+    plain = postgres_grants(Roles(), "s")
+    assert not any("inorder_worker" in g for g in plain)
+    [insert] = [g for g in plain if g.startswith("GRANT INSERT (")]
+    assert insert.endswith("TO inorder_producer")
+    batches = postgres_grants(Roles(), "s", batches=True)
+    [insert] = [g for g in batches if g.startswith("GRANT INSERT (")]
+    grantees = set(insert.split(" TO ")[1].split(", "))
+    assert grantees == {
+        "inorder_producer",
+        "inorder_consumer",
+        "inorder_sweeper",
+        "inorder_admin",
+        "inorder_worker",
+    }
+    assert any(g.endswith("outbox_id_seq TO " + insert.split(" TO ")[1]) for g in batches)
+    worker = [g for g in batches if "inorder_worker" in g]
+    assert not any("UPDATE" in g or "DELETE" in g or "SELECT, " in g for g in worker)
+
+
+def test_the_relay_writes_every_topic_an_outbox_row_may_name_and_workers_only_read_work() -> None:
+    """Events, batch outputs and work items are the relay's; a worker reads work, writes none."""
+    names = KafkaNames(["ev"], "dlq", "held", "req", "res", "cg", "sg", "rg", ["out"], ["work"])
+    acls = kafka_acls(names)
+    relay_writes = {a.name for a in acls if a.principal == names.relay and a.operation == "write"}
+    assert relay_writes == {"ev", "out", "work", "res"}
+    worker = {(a.resource, a.name, a.operation) for a in acls if a.principal == names.worker}
+    assert worker == {
+        ("topic", "work", "read"),
+        ("topic", "work", "describe"),
+        ("group", "inorder-worker", "read"),
+    }
+    assert not any(a.principal == names.worker for a in kafka_acls(NAMES))
+    readers = {a.principal for a in acls if a.name == "out" and a.operation == "read"}
+    assert readers == set()
