@@ -28,7 +28,7 @@ from schemas.runtime.config import load_or_exit
 from schemas.runtime.health import Health
 from schemas.runtime.outages import down
 from schemas.runtime.payloads import registry_or_exit
-from schemas.runtime.process import arguments, fail, serve
+from schemas.runtime.process import arguments, fail, serve, stop_for_operator
 
 _S = TypeVar("_S", bound=ConsumerSettings)
 CONSUMER = "inorder-consumer"
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(CONSUMER, _problems(exc))
     except Exception as exc:
         if not down(exc):
+            stop_for_operator(CONSUMER, exc)
             raise
         # run() waits it out, unready meanwhile
         log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")
@@ -136,6 +137,7 @@ def sweeper_main(argv: list[str] | None = None) -> None:
         fail(SWEEPER, exc.problems)
     except Exception as exc:
         if not down(exc):
+            stop_for_operator(SWEEPER, exc)
             raise
         # run() waits it out, unready meanwhile
         log.warning("dependency_unavailable", error=logs.first_line(exc), at="start")

@@ -114,15 +114,22 @@ def serve(
     try:
         (run or service.run)()
     except Exception as exc:
-        if cause(exc) is not Cause.OPERATOR:
-            raise
-        # Only the operator can fix this (a grant taken away, a table dropped): say so
-        # once, instead of retrying for ever or printing a traceback.
-        fix = "only a change of configuration, grants or schema can fix this"
-        fail(program, [f"stopped: {first_line(exc)}; {fix}"], code=3)
+        stop_for_operator(program, exc)
+        raise
     finally:
         traces.shutdown(exporting)
         server.shutdown()
+
+
+def stop_for_operator(program: str, exc: BaseException) -> None:
+    """Exit 3 with one line when only the operator can fix ``exc``; else return.
+
+    A grant missing or taken away, a table dropped: said once, at start-up or later,
+    instead of retrying for ever or printing a traceback.
+    """
+    if cause(exc) is Cause.OPERATOR:
+        fix = "only a change of configuration, grants or schema can fix this"
+        fail(program, [f"stopped: {first_line(exc)}; {fix}"], code=3)
 
 
 def settle_heap() -> None:
