@@ -9,7 +9,7 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-installed image lock bench demo
+.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed image lock bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -17,6 +17,7 @@ help:
 	@echo "make test-faults  the full fault suite: kills, restarts, fuzz; prints the report"
 	@echo "make test-nemesis  zombies, cut and slow links, clock jumps, full disks: 20 minutes"
 	@echo "make test-secure   every program over TLS with its own least-privilege credentials"
+	@echo "make test-secure-cluster  the same on three SASL_SSL brokers and a TLS Redis Cluster"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
@@ -100,6 +101,12 @@ test-secure: venv
 	$(STACK) up --secure
 	$(BIN)/pytest -m secure tests/secure
 
+# The same pipeline on the secured cluster: three SASL_SSL brokers with ACLs, a Redis
+# Cluster on TLS (bus and replication too) with ACL users, the secured PostgreSQL.
+test-secure-cluster: venv
+	$(STACK) up --cluster --secure
+	INORDER_SECURE_CLUSTER=1 $(BIN)/pytest -m secure tests/secure/test_secured_pipeline.py
+
 # As a user installs it: the wheel built, installed into a fresh virtualenv in an empty
 # folder, and run there against the local stack (tests/installed/check.py says each step).
 INSTALLED := $(shell mktemp -u -d /tmp/inorder-installed.XXXXXX)
@@ -116,6 +123,8 @@ lock: venv
 	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
 	  --no-emit-find-links --output-file=deploy/requirements.lock pyproject.toml \
 	  deploy/lock-extra.in
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+	  --no-emit-find-links --output-file=deploy/build-backend.lock deploy/build-backend.in
 
 image:
 	deploy/image/build

@@ -23,12 +23,13 @@ KAFKA_SECURE_PORT=${INORDER_KAFKA_SECURE_PORT:-19192}
 KAFKA_SECURE_CONTROLLER_PORT=${INORDER_KAFKA_SECURE_CONTROLLER_PORT:-19193}
 # The programs that get their own credentials; `owner` runs migrations and grants, and
 # `super` is Kafka's and Redis's administrator (topics, ACLs), never a program's.
-SECURE_PRINCIPALS=(owner producer relay consumer sweeper admin super)
+SECURE_PRINCIPALS=(owner producer relay consumer sweeper admin worker super)
 SECURE_SERVICES=(postgres_secure redis_secure kafka_secure)
 # What a program's Redis user may run on its keys: reads, writes and scripts (parking is
-# Lua), nothing dangerous or administrative (no CONFIG, KEYS, FLUSHALL, DEBUG), and the
-# INFO and TIME that the durability check and the park scripts read.
-REDIS_PROGRAM_COMMANDS="+@read +@write +@scripting +@connection +@transaction -@dangerous -@admin +info +time"
+# Lua), nothing dangerous or administrative (no CONFIG, KEYS, FLUSHALL, DEBUG), the INFO
+# and TIME that the durability check and the park scripts read, and in a cluster the
+# slot map the client routes by (CLUSTER SLOTS, SHARDS, NODES).
+REDIS_PROGRAM_COMMANDS="+@read +@write +@scripting +@connection +@transaction -@dangerous -@admin +info +time +cluster|slots +cluster|shards +cluster|nodes"
 PG_SECURE_DIR=$(dirname "$PG_DIR")/postgres-secure
 REDIS_SECURE_DIR=$SECURE_DIR/redis
 KAFKA_SECURE_DIR=$SECURE_DIR/kafka
@@ -36,15 +37,17 @@ CERTS=$SECURE_DIR/certs
 
 # ---------------------------------------------------------------- credentials and certs
 
+# Made once; a principal added later gets its password beside the others'.
 secure_credentials() {
   mkdir -p "$SECURE_DIR"
-  [ -f "$SECURE_DIR/credentials.env" ] && return 0
   local name
   (
     umask 077
+    touch "$SECURE_DIR/credentials.env"
     for name in "${SECURE_PRINCIPALS[@]}"; do
+      grep -q "^${name^^}_PASSWORD=" "$SECURE_DIR/credentials.env" && continue
       printf '%s_PASSWORD=%s\n' "${name^^}" "$(openssl rand -hex 12)-%/#@?"
-    done >"$SECURE_DIR/credentials.env"
+    done >>"$SECURE_DIR/credentials.env"
   )
 }
 
@@ -116,6 +119,15 @@ postgres_secure_start() {
   say "postgres (secure) up on 127.0.0.1:$PG_SECURE_PORT (TLS, scram-sha-256)"
 }
 
+# program_roles: every program's role, comma-separated (not the owner's).
+program_roles() {
+  local name out=()
+  for name in "${SECURE_PRINCIPALS[@]}"; do
+    case $name in owner|super) ;; *) out+=("inorder_$name") ;; esac
+  done
+  (IFS=,; echo "${out[*]}")
+}
+
 # A login role per program, each with its password; the database and its public schema
 # belong to the owner, and no one else may create in them. Grants on the tables follow
 # the migrations (inorder-admin grants).
@@ -132,8 +144,7 @@ postgres_secure_roles() {
   fi
   pg_secure_sql -d "$PG_DB" -c "ALTER SCHEMA public OWNER TO inorder_owner; \
     REVOKE ALL ON SCHEMA public FROM PUBLIC; REVOKE ALL ON DATABASE $PG_DB FROM PUBLIC; \
-    GRANT CONNECT ON DATABASE $PG_DB TO inorder_producer, inorder_relay, inorder_consumer, \
-      inorder_sweeper, inorder_admin"
+    GRANT CONNECT ON DATABASE $PG_DB TO $(program_roles)"
 }
 
 postgres_secure_stop() {
@@ -152,6 +163,22 @@ redis_secure_cli() {
 }
 redis_secure_ready() { [ "$(redis_secure_cli ping 2>/dev/null)" = PONG ]; }
 
+# redis.conf lines: TLS on PORT only (the plain port is set to 0 apart).
+redis_tls_settings() {
+  printf '%s\n' "tls-port $1" "tls-cert-file $CERTS/server.pem" "tls-key-file $CERTS/server.key" \
+    "tls-ca-cert-file $CERTS/ca.pem" "tls-auth-clients no"
+}
+
+# redis.conf lines: the default user off, the administrator, and a user per program.
+redis_acl_users() {
+  local name
+  echo "user default off"
+  echo "user inorder-super on >$(password super) ~* &* +@all"
+  for name in consumer sweeper admin; do
+    echo "user inorder-$name on >$(password "$name") ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS"
+  done
+}
+
 redis_secure_start() {
   if pid_alive "$REDIS_SECURE_DIR/redis.pid" && redis_secure_ready; then
     say "redis (secure) already running on 127.0.0.1:$REDIS_SECURE_PORT"; return 0
@@ -165,18 +192,8 @@ redis_secure_start() {
   (
     umask 077
     sed -e "s|@REDIS_PORT@|0|g" -e "s|@STATE_DIR@|$REDIS_SECURE_DIR|g" "$HERE/redis.conf.in"
-    cat <<EOF
-tls-port $REDIS_SECURE_PORT
-tls-cert-file $CERTS/server.pem
-tls-key-file $CERTS/server.key
-tls-ca-cert-file $CERTS/ca.pem
-tls-auth-clients no
-user default off
-user inorder-super on >$(password super) ~* &* +@all
-user inorder-consumer on >$(password consumer) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
-user inorder-sweeper on >$(password sweeper) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
-user inorder-admin on >$(password admin) ~inorder:* resetchannels -@all $REDIS_PROGRAM_COMMANDS
-EOF
+    redis_tls_settings "$REDIS_SECURE_PORT"
+    redis_acl_users
   ) >"$REDIS_SECURE_DIR/redis.conf"
   local from; from=$(log_size "$REDIS_SECURE_DIR/redis.log")
   redis-server "$REDIS_SECURE_DIR/redis.conf" \
@@ -194,6 +211,20 @@ redis_secure_stop() {
 redis_secure_status() { pid_alive "$REDIS_SECURE_DIR/redis.pid" && redis_secure_ready; }
 
 # ---------------------------------------------------------------- kafka
+
+# The brokers' login to each other (the super principal), a line of server.properties.
+kafka_inter_broker_login() {
+  printf 'listener.name.secure.scram-sha-512.sasl.jaas.config=%s\n' \
+    "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"inorder-super\" password=\"$(password super)\";"
+}
+
+# StorageTool's --add-scram arguments, one per line: a SCRAM principal per program.
+scram_arguments() {
+  local name
+  for name in "${SECURE_PRINCIPALS[@]}"; do
+    printf '%s\n' --add-scram "SCRAM-SHA-512=[name=inorder-$name,password=\"$(password "$name")\"]"
+  done
+}
 
 # Started: the broker says so in its log, and its SASL_SSL port answers TLS with our CA.
 # (Debian's kcat fails every SCRAM-SHA-512 login, so it cannot be the check here.)
@@ -214,28 +245,30 @@ kafka_secure_start() {
   secure_certs
   ensure_kafka_jars
   mkdir -p "$KAFKA_SECURE_DIR/data" "$KAFKA_SECURE_DIR/logs"
-  local super; super=$(password super)
   (
     umask 077
     sed -e "s|@KAFKA_PORT@|$KAFKA_SECURE_PORT|g" \
       -e "s|@CONTROLLER_PORT@|$KAFKA_SECURE_CONTROLLER_PORT|g" \
       -e "s|@DATA_DIR@|$KAFKA_SECURE_DIR/data|g" -e "s|@CERTS@|$CERTS|g" \
-      "$HERE/kafka/secure.properties.in"
-    printf 'listener.name.secure.scram-sha-512.sasl.jaas.config=%s\n' \
-      "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"inorder-super\" password=\"$super\";"
+      "$HERE/kafka/secure.properties.in" "$HERE/kafka/security.properties.in"
+    kafka_inter_broker_login
   ) >"$KAFKA_SECURE_DIR/server.properties"
+  # SCRAM principals are written when the storage is formatted: storage formatted for
+  # other principals (an older stack) is formatted again. It holds only test topics.
+  if [ "$(cat "$KAFKA_SECURE_DIR/principals" 2>/dev/null)" != "${SECURE_PRINCIPALS[*]}" ]; then
+    rm -rf "$KAFKA_SECURE_DIR/data" && mkdir -p "$KAFKA_SECURE_DIR/data"
+  fi
   if [ ! -f "$KAFKA_SECURE_DIR/data/meta.properties" ]; then
-    local cluster_id name scram=()
+    local cluster_id scram=()
     cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-    for name in "${SECURE_PRINCIPALS[@]}"; do
-      scram+=(--add-scram "SCRAM-SHA-512=[name=inorder-$name,password=\"$(password "$name")\"]")
-    done
+    mapfile -t scram < <(scram_arguments)
     say "formatting Kafka (secure) storage with a SCRAM principal per program"
     kafka_java -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
       -Dkafka.logs.dir="$KAFKA_SECURE_DIR/logs" kafka.tools.StorageTool format --standalone \
       -t "$cluster_id" -c "$KAFKA_SECURE_DIR/server.properties" "${scram[@]}" \
       >"$KAFKA_SECURE_DIR/logs/format.log" 2>&1 \
       || die "Kafka (secure) storage format failed, see $KAFKA_SECURE_DIR/logs/format.log"
+    echo "${SECURE_PRINCIPALS[*]}" >"$KAFKA_SECURE_DIR/principals"
   fi
   KAFKA_SECURE_FROM=$(log_size "$KAFKA_SECURE_DIR/logs/server.log")
   setsid nohup java -Xms512m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
@@ -260,11 +293,12 @@ kafka_secure_status() { pid_alive "$KAFKA_SECURE_DIR/kafka.pid" && kafka_secure_
 
 # What the programs need, as shell exports: the CA, Kafka's address and protocol, and
 # for each principal its PostgreSQL URL, Redis URL and Kafka user and password.
+# REDIS_HOSTS and KAFKA_BOOTSTRAP, when set, are the cluster's (secure_cluster_env).
 secure_env() {
   local name pg redis
   cat <<EOF
 export INORDER_SECURE_CA=$CERTS/ca.pem
-export INORDER_SECURE_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_SECURE_PORT
+export INORDER_SECURE_KAFKA_BOOTSTRAP=${KAFKA_BOOTSTRAP:-127.0.0.1:$KAFKA_SECURE_PORT}
 export INORDER_SECURE_PG_PORT=$PG_SECURE_PORT
 export INORDER_SECURE_REDIS_PORT=$REDIS_SECURE_PORT
 export INORDER_SECURE_KAFKA_PORT=$KAFKA_SECURE_PORT
@@ -274,7 +308,7 @@ EOF
   for name in "${SECURE_PRINCIPALS[@]}"; do
     pg="postgresql://inorder_$name:$(encoded "$name")@127.0.0.1:$PG_SECURE_PORT/$PG_DB"
     pg+="?sslmode=verify-full&sslrootcert=$CERTS/ca.pem"
-    redis="rediss://inorder-$name:$(encoded "$name")@127.0.0.1:$REDIS_SECURE_PORT/0"
+    redis="rediss://inorder-$name:$(encoded "$name")@${REDIS_HOSTS:-127.0.0.1:$REDIS_SECURE_PORT}/0"
     redis+="?ssl_ca_certs=$CERTS/ca.pem"
     printf "export INORDER_SECURE_DATABASE_URL_%s='%s'\n" "${name^^}" "$pg"
     printf "export INORDER_SECURE_REDIS_URL_%s='%s'\n" "${name^^}" "$redis"

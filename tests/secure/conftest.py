@@ -26,15 +26,26 @@ def run(tmp_path: Path) -> Iterator[Run]:
             consumer_group=f"sec.{tag}.consumer",
             sweeper_group=f"sec.{tag}.sweeper",
             relay_group=f"sec.{tag}.relay",
+            outputs=[f"sec.{tag}.batch-output"],
+            work=[f"sec.{tag}.batch-work"],
+            worker_group=f"sec.{tag}.worker",
         )
         admin = secured.kafka_admin()
         stack.create_topics(
             admin,
-            [*names.events, names.dead_letters, names.held, names.requests, names.results],
+            [
+                *names.events,
+                *names.outputs,
+                *names.work,
+                names.dead_letters,
+                names.held,
+                names.requests,
+                names.results,
+            ],
         )
         bindings = stack.apply_acls(admin, kafka_acls(names))
         routes = tmp_path / "routes.toml"
-        routes.write_text(ROUTES)
+        routes.write_text(ROUTES.format(output=names.outputs[0], work=names.work[0]))
         found = Run(secured, tmp_path, names, routes)
         try:
             yield found

@@ -19,8 +19,15 @@ stream = "ledger"
 kind = "step"
 [route.handlers]
 "ledger.added" = "tests.integration.step_handlers:record"
+
+[[route]]
+stream = "batch"
+kind = "batch"
+output_topic = "{output}"
+work_topic = "{work}"
 """
 ENTITIES, SEQS, LOST = 20, 6, ("e3", 4)
+BATCHES, ITEMS = 3, 4
 
 
 @dataclass
@@ -39,6 +46,8 @@ class Run:
         return {
             "INORDER_ROUTES_FILE": str(self.routes),
             "INORDER_TOPICS": f'["{n.events[0]}"]',
+            "INORDER_EVENTS_TOPIC": n.events[0],
+            "INORDER_WORK_TOPIC": n.work[0],
             "INORDER_DEAD_LETTER_TOPIC": n.dead_letters,
             "INORDER_HELD_TOPIC": n.held,
             "INORDER_REPUBLISH_REQUESTS_TOPIC": n.requests,
@@ -60,21 +69,23 @@ class Run:
         """A program's environment, as ``principal``."""
         return stack.program_env(self.secured, principal, **{**self.settings(), **more})
 
-    def start(self, name: str, program: str, principal: str, **more: str) -> None:
+    def start(self, name: str, program: str, principal: str, *argv: str, **more: str) -> None:
         """Start ``program`` (a console script) as ``principal``, logging to ``<name>.log``."""
         with (self.tmp / f"{name}.log").open("ab") as sink:
             self.processes[name] = subprocess.Popen(
-                [tool(program)],
+                [tool(program), *argv],
                 env=self.env(principal, **more),
                 stdout=sink,
                 stderr=sink,
             )
 
-    def run(self, principal: str, program: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, principal: str, program: str, *argv: str, **more: str
+    ) -> subprocess.CompletedProcess[str]:
         """Run one command of ``program`` as ``principal`` to its end."""
         return subprocess.run(
             [tool(program), *argv],
-            env=self.env(principal),
+            env=self.env(principal, **more),
             capture_output=True,
             text=True,
             timeout=120,
@@ -96,7 +107,7 @@ def tool(name: str) -> str:
 
 def owner_prepares(run: Run) -> None:
     """The owner migrates the outbox and the consumer's tables, makes the step handler's
-    table and grants each program what it needs."""
+    table and grants each program what it needs (a batch route's outbox writes too)."""
     done = run.run("owner", "inorder-producer", "migrate")
     assert done.returncode == 0, done.stderr
     done = run.run("owner", "inorder-consumer", "migrate")
@@ -108,7 +119,8 @@ def owner_prepares(run: Run) -> None:
             "CREATE TABLE applied_steps (entity_id text, generation bigint, seq bigint, "
             "event_type text)"
         )
-        for statement in postgres_grants(Roles(), schema, projections=["applied_steps"]):
+        grants = postgres_grants(Roles(), schema, projections=["applied_steps"], batches=True)
+        for statement in grants:
             conn.execute(statement)
 
 
@@ -126,3 +138,17 @@ def produce(run: Run) -> None:
             rows,
         )
         conn.commit()
+
+
+def produce_batches(run: Run) -> None:
+    """The producer's role writes each batch's manifest and work items (the CLI, via emit)."""
+    done = run.run(
+        "producer", "inorder-producer", "batches", "--count", str(BATCHES), "--items", str(ITEMS)
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def start_worker(run: Run) -> None:
+    """The example worker as its own principal: reads work items, reports through the outbox."""
+    group = run.names.worker_group
+    run.start("worker", "inorder-producer", "worker", "worker", INORDER_GROUP_ID=group)

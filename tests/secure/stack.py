@@ -33,10 +33,16 @@ ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "deploy" / "local" / "stack"
 
 
+def cluster_mode() -> bool:
+    """Whether the tests run on the secured cluster (``make test-secure-cluster``)."""
+    return os.environ.get("INORDER_SECURE_CLUSTER") == "1"
+
+
 def secure_env() -> dict[str, str]:
-    """What ``stack env --secure`` exports, as a dict."""
+    """What ``stack env --secure`` (with ``--cluster`` in the cluster mode) exports."""
+    mode = ["--cluster", "--secure"] if cluster_mode() else ["--secure"]
     out = subprocess.run(
-        [str(STACK), "env", "--secure"], capture_output=True, text=True, check=True
+        [str(STACK), "env", *mode], capture_output=True, text=True, check=True
     ).stdout
     found = {}
     for line in out.splitlines():
@@ -92,9 +98,26 @@ class Secured:
         """Kafka's administrator (topics, ACLs)."""
         return AdminClient(self.kafka_config("super"))
 
-    def redis_admin(self) -> redis.Redis:
-        """Redis's administrator."""
-        return redis.Redis.from_url(self.redis_url("super"))
+    def redis_nodes(self) -> list[tuple[int, redis.Redis]]:
+        """Redis's administrator on each node (the one, or every node of the cluster)."""
+        ports = self.env.get("INORDER_SECURE_REDIS_PORTS", self.env["INORDER_SECURE_REDIS_PORT"])
+        url = self.redis_url("super")
+        scheme, rest = url.split("://", 1)
+        userinfo, _, hosts = rest.rpartition("@")
+        tail = hosts.split("/", 1)[1]
+        return [
+            (int(port), redis.Redis.from_url(f"{scheme}://{userinfo}@127.0.0.1:{port}/{tail}"))
+            for port in ports.split()
+        ]
+
+    @property
+    def cluster(self) -> bool:
+        """Whether this is the secured cluster."""
+        return self.env.get("INORDER_SECURE_CLUSTER") == "1"
+
+    def kafka_brokers(self) -> list[str]:
+        """The brokers' node ids."""
+        return self.env.get("INORDER_SECURE_KAFKA_BROKERS", "1").split()
 
     def superuser(self) -> psycopg.Connection[tuple[object, ...]]:
         """PostgreSQL's superuser, through the private socket."""
@@ -127,8 +150,9 @@ def secured() -> Iterator[Secured]:
 
 
 def create_topics(admin: AdminClient, names: list[str]) -> None:
-    """Create each topic (3 partitions, 1 replica) and wait."""
-    for future in admin.create_topics([NewTopic(n, 3, 1) for n in names]).values():
+    """Create each topic (3 partitions; 1 replica, or 3 on the cluster) and wait."""
+    replicas = 3 if cluster_mode() else 1
+    for future in admin.create_topics([NewTopic(n, 3, replicas) for n in names]).values():
         future.result(30)
 
 

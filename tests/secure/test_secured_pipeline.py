@@ -7,12 +7,24 @@ per program; Kafka ACLs from ``schemas.security``; the owner migrates and grants
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import ConfigResource
 
-from tests.secure.pipeline import ENTITIES, LOST, SEQS, Run, owner_prepares, produce
+from schemas import Event, decode
+from tests.secure.pipeline import (
+    BATCHES,
+    ENTITIES,
+    LOST,
+    SEQS,
+    Run,
+    owner_prepares,
+    produce,
+    produce_batches,
+    start_worker,
+)
 from tests.support.kafka import wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.timeout(600)]
@@ -21,9 +33,10 @@ pytestmark = [pytest.mark.secure, pytest.mark.timeout(600)]
 def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
     run: Run,
 ) -> None:
-    """Relay, two consumers, sweeper and admin over TLS as themselves: a lost event heals."""
+    """Relay, two consumers, sweeper, worker and admin over TLS as themselves: a gap heals."""
     owner_prepares(run)
     produce(run)
+    produce_batches(run)
     with run.secured.owner() as conn:  # one event lost: behind every relay's cursor
         conn.execute(f"SET search_path = {run.secured.schema}")
         conn.execute("UPDATE outbox SET xid = '0' WHERE entity_id = %s AND seq = %s", LOST)
@@ -31,14 +44,22 @@ def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
     run.start("consumer-1", "inorder-consumer", "consumer")
     run.start("consumer-2", "inorder-consumer", "consumer")
     run.start("sweeper", "inorder-sweeper", "sweeper")
+    start_worker(run)
 
-    def applied() -> int:
+    def count(query: str) -> int:
         with run.secured.owner() as conn:
             conn.execute(f"SET search_path = {run.secured.schema}")
-            row = conn.execute("SELECT count(*) FROM applied_steps").fetchone()
+            row = conn.execute(query).fetchone()
             return int(row[0]) if row else 0
 
-    wait_until(lambda: applied() == ENTITIES * SEQS, timeout_s=180, interval_s=1)
+    wait_until(lambda: count("SELECT count(*) FROM applied_steps") == ENTITIES * SEQS, 180, 1)
+    # Each batch assembled by a consumer; its output went out through the outbox (as the
+    # consumer's role) and the relay published it to the output topic.
+    complete = "SELECT count(*) FROM inorder_batches WHERE status = 'complete'"
+    wait_until(lambda: count(complete) == BATCHES, timeout_s=120, interval_s=1)
+    output = read_topic(run, run.names.outputs[0], BATCHES)
+    assert [event.event_type for event in output] == ["batch.assembled"] * BATCHES
+    assert all(event.payload["complete"] for event in output)
     audit = run.run("admin", "inorder-admin", "--json", "audit")
     assert audit.returncode == 0, audit.stderr
     lines = [json.loads(line) for line in audit.stdout.splitlines() if line.startswith("{")]
@@ -53,9 +74,31 @@ def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
     assert gaps == [("healed",)]
 
 
+def read_topic(run: Run, topic: str, count: int) -> list[Event]:
+    """``count`` events of ``topic``, read as Kafka's administrator."""
+    reader = Consumer(
+        {
+            **run.secured.kafka_config("super"),
+            "group.id": f"probe-{topic}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    reader.subscribe([topic])
+    found: list[Event] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(found) < count and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                found.append(decode(message.value() or b""))
+    finally:
+        reader.close()
+    return found
+
+
 def _every_connection_is_encrypted(run: Run) -> None:
-    """Seen from each server: PostgreSQL's sessions all on TLS, Redis's clients all on its
-    TLS port (its plain port is closed), Kafka's only client listener SASL_SSL."""
+    """Seen from each server: PostgreSQL's sessions all on TLS, every Redis node's clients
+    on its TLS port (its plain port closed), every broker's only client listener SASL_SSL."""
     with run.secured.superuser() as conn:
         sessions = conn.execute(
             "SELECT a.usename, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) "
@@ -67,27 +110,35 @@ def _every_connection_is_encrypted(run: Run) -> None:
         "inorder_sweeper",
     }
     assert all(ssl for _, ssl in sessions), sessions
-    admin = run.secured.redis_admin()
-    try:
-        clients = admin.client_list()
-        assert admin.config_get("port") == {"port": "0"}
-    finally:
-        admin.close()
-    port = run.secured.env["INORDER_SECURE_REDIS_PORT"]
-    users = {client["user"] for client in clients}
-    assert {"inorder-consumer", "inorder-sweeper"} <= users
-    assert all(client["laddr"].endswith(f":{port}") for client in clients), clients
+    seen: set[str] = set()
+    for port, node in run.secured.redis_nodes():
+        try:
+            listed = node.client_list()
+            assert node.config_get("port") == {"port": "0"}
+            tls = node.config_get("tls-replication") | node.config_get("tls-cluster")
+        finally:
+            node.close()
+        # A replica's own link to its master is listed too (flag M), from a port of its
+        # own; replication and the cluster bus are on TLS by configuration.
+        clients = [client for client in listed if "M" not in client["flags"]]
+        assert all(client["laddr"].endswith(f":{port}") for client in clients), clients
+        if run.secured.cluster:
+            assert tls == {"tls-replication": "yes", "tls-cluster": "yes"}
+        seen.update(client["user"] for client in clients)
+    assert {"inorder-consumer", "inorder-sweeper"} <= seen
+    assert seen <= {"inorder-consumer", "inorder-sweeper", "inorder-admin", "inorder-super"}
     kafka = run.secured.kafka_admin()
-    [config] = kafka.describe_configs([ConfigResource("broker", "1")]).values()
-    found = {name: entry.value for name, entry in config.result(30).items()}
-    protocols = dict(p.split(":") for p in found["listener.security.protocol.map"].split(","))
-    listening = [item.split("://")[0] for item in found["listeners"].split(",")]
-    assert {name: protocols[name] for name in listening} == {
-        "SECURE": "SASL_SSL",
-        "CONTROLLER": "SSL",  # the broker's own certificate only (mutual TLS)
-    }
-    port = run.secured.env["INORDER_SECURE_KAFKA_PORT"]
-    plain = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "plain-probe"})
+    for broker in run.secured.kafka_brokers():  # one broker per call, as Kafka asks
+        [config] = kafka.describe_configs([ConfigResource("broker", broker)]).values()
+        found = {name: entry.value for name, entry in config.result(30).items()}
+        protocols = dict(p.split(":") for p in found["listener.security.protocol.map"].split(","))
+        listening = [item.split("://")[0] for item in found["listeners"].split(",")]
+        assert {name: protocols[name] for name in listening} == {
+            "SECURE": "SASL_SSL",
+            "CONTROLLER": "SSL",  # the stack's own certificate only (mutual TLS)
+        }
+    bootstrap = run.secured.env["INORDER_SECURE_KAFKA_BOOTSTRAP"]
+    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": "plain-probe"})
     try:
         with pytest.raises(KafkaException):
             plain.list_topics(timeout=5)
