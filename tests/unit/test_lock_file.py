@@ -56,5 +56,19 @@ def test_the_image_installs_from_the_lock_file_with_hashes_required() -> None:
     """The Dockerfile installs the lock with --require-hashes, then the project alone."""
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "--require-hashes --no-deps -r requirements.lock" in dockerfile
-    assert "pip install --no-deps ." in dockerfile
-    assert "!deploy/requirements.lock" in (ROOT / ".dockerignore").read_text()
+    assert "-r build-backend.lock" in dockerfile
+    assert "pip install --no-deps --no-build-isolation ." in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text()
+    assert "!deploy/requirements.lock" in ignored
+    assert "!deploy/build-backend.lock" in ignored
+
+
+def test_the_build_backend_is_pinned_with_hashes_within_pyproject_s_requirement() -> None:
+    """setuptools, which builds the project in the image, is never fetched unpinned."""
+    text = (ROOT / "deploy" / "build-backend.lock").read_text()
+    found = re.search(r"^setuptools==(\S+) \\\n((?:\s+--hash=sha256:\w+ ?\\?\n?)+)", text, re.M)
+    assert found, "setuptools is not pinned in deploy/build-backend.lock: run make lock"
+    system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    [wanted] = [Requirement(r) for r in system["requires"] if r.startswith("setuptools")]
+    assert wanted.specifier.contains(found.group(1)), (found.group(1), wanted.specifier)
+    assert found.group(2).count("--hash=sha256:") >= 1
