@@ -101,7 +101,10 @@ class Sender:
         self._errors: list[Failure] = []
         self.producer = make_producer(settings, health, self._errors.append)
         self.topics = TopicCheck(
-            self.producer, settings.allowed_topics, settings.unknown_topic_grace_s
+            self.producer,
+            settings.allowed_topics,
+            settings.unknown_topic_grace_s,
+            reserved=(settings.republish_requests_topic, settings.republish_results_topic),
         )
         self._in_flight: list[OutMessage] = []
         self._sent = Sent()

@@ -3,7 +3,8 @@
 A row naming a topic that does not exist would otherwise wait in the producer for the
 topic's metadata (``message.timeout.ms``) and fail as if Kafka were down, holding every
 slice of the batch back each time it is tried. Here the topics of a batch are checked
-before anything is produced. An illegal or disallowed name fails its rows at once. A
+before anything is produced. An illegal or disallowed name, or one of the republish
+protocol's topics, fails its rows at once. A
 legal name the cluster does not have yet holds back its rows' slice only, for a grace
 period (``INORDER_UNKNOWN_TOPIC_GRACE_S``: the consumers or an operator may be creating
 it), after which its rows are marked failed with the reason. The cluster's topic list is
@@ -32,10 +33,21 @@ METADATA_TIMEOUT_S = 5.0
 MAX_REMEMBERED = 10_000
 
 
-def name_problem(topic: str, allowed: frozenset[str] | None) -> RowProblem | None:
-    """Why no row may name ``topic``, whatever the cluster holds (pure)."""
+def name_problem(
+    topic: str, allowed: frozenset[str] | None, reserved: frozenset[str] = frozenset()
+) -> RowProblem | None:
+    """Why no row may name ``topic``, whatever the cluster holds (pure).
+
+    ``reserved``: the republish protocol's topics. The relay may write its results, so a
+    row naming one would have the relay speak the protocol for whoever wrote the row; no
+    allow list lets it.
+    """
     if LEGAL.fullmatch(topic) is None or topic in (".", ".."):
         return RowProblem("bad_topic", f"{topic[:60]!r} is not a legal Kafka topic name")
+    if topic in reserved:
+        return RowProblem(
+            "protocol_topic", f"{topic!r} carries republish requests or results, not events"
+        )
     if allowed is not None and topic not in allowed:
         return RowProblem("topic_not_allowed", f"{topic!r} is not in INORDER_ALLOWED_TOPICS")
     return None
@@ -58,9 +70,11 @@ class TopicCheck:
         allowed: Iterable[str] | None,
         grace_s: float,
         clock: Callable[[], float] = time.monotonic,
+        reserved: Iterable[str] = (),
     ) -> None:
         self._producer = producer
         self._allowed = frozenset(allowed) if allowed is not None else None
+        self._reserved = frozenset(reserved)
         self._grace_s = grace_s
         self._clock = clock
         self._known: frozenset[str] = frozenset()
@@ -77,7 +91,7 @@ class TopicCheck:
         refused: dict[str, RowProblem] = {}
         unseen = []
         for topic in set(topics):
-            problem = name_problem(topic, self._allowed)
+            problem = name_problem(topic, self._allowed, self._reserved)
             if problem is not None:
                 refused[topic] = problem
             elif topic not in self._known:

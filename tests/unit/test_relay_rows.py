@@ -206,13 +206,17 @@ def test_backoff_doubles_up_to_its_cap_and_bounds_repairs() -> None:
         ("ünï", None, "bad_topic"),
         ("events", frozenset({"events"}), None),
         ("other", frozenset({"events"}), "topic_not_allowed"),
+        ("res", None, "protocol_topic"),
+        ("req", None, "protocol_topic"),
+        ("res", frozenset({"events", "res"}), "protocol_topic"),
+        ("res.x", None, None),
     ],
 )
 def test_topic_names_are_held_to_kafkas_rules_and_the_allow_list(
     topic: str, allowed: frozenset[str] | None, reason: str | None
 ) -> None:
-    """A topic name Kafka would refuse, or one not allowed, is refused before any send."""
-    problem = name_problem(topic, allowed)
+    """A topic name Kafka would refuse, one not allowed or a protocol topic is refused."""
+    problem = name_problem(topic, allowed, frozenset({"req", "res"}))
     assert (problem.reason if problem else None) == reason
 
 
