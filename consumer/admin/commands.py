@@ -28,7 +28,7 @@ from consumer.errors import AdminError
 from consumer.kinds import KINDS, Kind, Route
 from consumer.settings import SweeperSettings
 from schemas.republish import RepublishRequest, encode
-from schemas.runtime import kafka_clients, postgres
+from schemas.runtime import kafka_clients, kafka_watch, postgres
 from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
 
@@ -218,6 +218,7 @@ class Admin:
             f"requested by {getpass.getuser()}",
         )
         self.producer.produce(self.settings.republish_requests_topic, encode(request), request.key)
-        if self.producer.flush(30):
-            raise AdminError("Kafka did not take the request; nothing was sent")
+        why = kafka_watch.unsent(self.producer, 30)
+        if why:
+            raise AdminError(f"nothing was sent: {why}")
         self.show("republish requested", [asdict(request)])

@@ -28,6 +28,7 @@ from consumer.admin.replay import Chosen, Decision, Letter, Source, Status, choo
 from consumer.errors import AdminError
 from consumer.kinds._plugin import AdminTools
 from schemas.republish import RepublishRequest, encode
+from schemas.runtime import kafka_watch
 
 # Letters taken per transaction by a replay.
 CHUNK = 200
@@ -301,9 +302,10 @@ class Letters:
                 copy.key(),
                 headers=replayed_headers(pairs, letter.replays),
             )
-        if producer.flush(30):
+        why = kafka_watch.unsent(producer, 30)
+        if why:
             raise AdminError(
-                "Kafka did not take every replayed event; run the same replay again to finish"
+                f"not every replayed event was sent: {why}; run the same replay again to finish"
             )
 
 

@@ -13,13 +13,16 @@ import threading
 import time
 
 import structlog
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 
 from schemas.runtime.causes import Cause, kafka_cause
 
 log = structlog.get_logger(__name__)
 
 FRESH_S = 30.0  # a refusal older than this no longer makes the process unready
+# Refused permissions the cause table gives to an input: a row naming a topic the relay
+# may not write fails that row, but a reader refused its own topic here is the operator's.
+_ALSO_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
 LOG_EVERY_S = 60.0
 
 _lock = threading.Lock()
@@ -39,7 +42,7 @@ def report(err: KafkaError) -> None:
         return
     now = time.monotonic()
     code = code_of(err)
-    refused = kafka_cause(err.code()) is Cause.OPERATOR
+    refused = kafka_cause(err.code()) is Cause.OPERATOR or err.code() in _ALSO_REFUSED
     with _lock:
         if refused:
             _refused[code] = now
@@ -57,6 +60,25 @@ def problems() -> dict[str, str]:
     with _lock:
         fresh = [code for code, at in _refused.items() if now - at < FRESH_S]
     return {"kafka": ", ".join(sorted(fresh))} if fresh else {}
+
+
+def unsent(producer: Producer, timeout_s: float) -> str | None:
+    """Flush ``producer``: None once every message is delivered, else why not.
+
+    Stops early when Kafka refuses this process's login or a permission (librdkafka
+    would retry until ``timeout_s``), naming the refusal's code; a command can then say
+    why nothing went, not only that.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+        if not left:
+            return None
+        refused = problems().get("kafka")
+        if refused:
+            return f"Kafka refused it ({refused}): check the credentials and ACLs"
+        if time.monotonic() >= deadline:
+            return f"Kafka did not answer within {timeout_s:g} s"
 
 
 def forget() -> None:

@@ -26,6 +26,8 @@ def fresh() -> Iterator[None]:
         (KafkaError.SASL_AUTHENTICATION_FAILED, "sasl_authentication_failed"),
         (KafkaError._SSL, "ssl"),
         (KafkaError.GROUP_AUTHORIZATION_FAILED, "group_authorization_failed"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "topic_authorization_failed"),
+        (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "cluster_authorization_failed"),
     ],
 )
 def test_a_refused_login_or_permission_makes_the_process_unready(code: int, named: str) -> None:
@@ -61,3 +63,36 @@ def test_each_kind_of_error_is_logged_once_a_minute() -> None:
         ("kafka_error", "_AUTHENTICATION"),
         ("kafka_error", "_TRANSPORT"),
     ]
+
+
+class _Queue:
+    """A producer's flush as seen from outside: messages left after each call."""
+
+    def __init__(self, left: list[int], refuse_at: int | None = None) -> None:
+        self.left, self.refuse_at, self.calls = left, refuse_at, 0
+
+    def flush(self, timeout: float) -> int:
+        self.calls += 1
+        if self.calls == self.refuse_at:
+            kafka_watch.report(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "refused"))
+        return self.left.pop(0) if self.left else 0
+
+
+def test_unsent_is_none_once_everything_is_delivered() -> None:
+    """A queue that drains, however slowly, has nothing to say."""
+    assert kafka_watch.unsent(_Queue([3, 1, 0]), 30) is None  # type: ignore[arg-type]
+
+
+def test_unsent_names_a_refusal_at_once_rather_than_waiting_out_the_time() -> None:
+    """A refused login stops the wait with its code, long before the time is up."""
+    queue = _Queue([5] * 100, refuse_at=2)
+    why = kafka_watch.unsent(queue, 30)  # type: ignore[arg-type]
+    assert why is not None
+    assert "sasl_authentication_failed" in why
+    assert queue.calls == 2
+
+
+def test_unsent_says_kafka_did_not_answer_when_time_runs_out() -> None:
+    """No refusal, no delivery: the time is named."""
+    why = kafka_watch.unsent(_Queue([1] * 10), 0.0)  # type: ignore[arg-type]
+    assert why == "Kafka did not answer within 0 s"

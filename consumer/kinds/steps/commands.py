@@ -28,7 +28,7 @@ from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING
 from schemas import DecodeError, cloudevents, headers, kafka_key, tracing
-from schemas.runtime import kafka_clients
+from schemas.runtime import kafka_clients, kafka_watch
 
 ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
 
@@ -225,8 +225,9 @@ class StepCommands:
                 pairs: Any = message.headers() or []
                 kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
                 producer.produce(settings.topics[0], message.value(), key, headers=kept)
-        if producer.flush(30):
-            raise AdminError("Kafka did not take the replayed events; the entity stays held")
+        why = kafka_watch.unsent(producer, 30)
+        if why:
+            raise AdminError(f"the replayed events were not sent: {why}; the entity stays held")
         holding.replayed(conn, [held.id for held in claimed if held.id in found], by)
         missing = [held.seq for held in claimed if held.id not in found]
         if not missing:
