@@ -16,7 +16,7 @@ from rich.console import Console
 
 from consumer import tables
 from consumer.admin import cli
-from consumer.errors import AdminError, RoutesError, StoreNotDurableError
+from consumer.errors import AdminError, RoutesError, SchemaNotReadyError, StoreNotDurableError
 from consumer.kinds import KINDS
 from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
@@ -82,8 +82,13 @@ def migrate_main(program: str) -> None:
     routes = _routes(settings, program)
     logs.configure(settings.log_level, settings.cautions())
     sets = tables.migration_sets([KINDS[route.kind] for route in routes])
-    with postgres.connect(settings.database_url, program) as conn:
-        applied = tables.migrate(conn, sets)
+    try:
+        with postgres.connect(settings.database_url, program) as conn:
+            applied = tables.migrate(conn, sets)
+    except psycopg.OperationalError as exc:
+        fail(program, [f"cannot use PostgreSQL: {logs.first_line(exc)}"])
+    except SchemaNotReadyError as exc:  # a role that may not create: not the owner's
+        fail(program, [str(exc)], code=3)
     names = [f"{m.migration_set}/{m.version:04d}_{m.name}" for m in applied]
     sys.stdout.write(f"applied {len(applied)}: {', '.join(names)}\n" if names else "up to date\n")
 

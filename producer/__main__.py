@@ -19,6 +19,7 @@ from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from schemas.runtime import logs, postgres
 from schemas.runtime.config import load_or_exit
+from schemas.runtime.process import stop_for_operator
 from schemas.runtime.usage import program_version, settings_block
 
 PROGRAM = "inorder-producer"
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
         first = logs.first_line(exc)
         sys.stderr.write(f"{PROGRAM}: cannot use PostgreSQL: {first}\n")
         raise SystemExit(2) from None
+    except psycopg.Error as exc:  # a grant missing: one line, exit 3
+        stop_for_operator(PROGRAM, exc)
+        raise
 
 
 if __name__ == "__main__":
