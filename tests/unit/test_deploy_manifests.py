@@ -58,7 +58,7 @@ def test_dockerfile_is_multistage_non_root_with_tini_and_a_healthcheck() -> None
     """The image: two stages, project-only install, non-root, tini as PID 1, a health check."""
     lines = [line.strip() for line in (DEPLOY / "Dockerfile").read_text().splitlines()]
     assert sum(line.startswith("FROM ") for line in lines) >= 2
-    assert any("pip install --no-deps ." in line for line in lines)
+    assert any("pip install --no-deps --no-build-isolation ." in line for line in lines)
     assert not any("[test]" in line for line in lines)
     user = next(line for line in reversed(lines) if line.startswith("USER "))
     assert user.split()[1].split(":")[0] not in ("root", "0")
@@ -266,3 +266,19 @@ def test_only_prometheus_gets_in_and_only_the_services_ports_get_out() -> None:
         )
     ]
     assert commands == [["inorder-producer", "migrate"], ["inorder-consumer", "migrate"]]
+
+
+def test_every_pod_mounts_the_tls_secret_read_only_for_its_group_only() -> None:
+    """CA and client key files reach every container from a Secret, never world-readable."""
+    pods = [
+        o["spec"]["template"]["spec"] for o in _rendered() if o["kind"] in ("Deployment", "Job")
+    ]
+    for pod in pods:
+        [tls] = [v for v in pod["volumes"] if v["name"] == "tls"]
+        assert tls["secret"]["secretName"] == "inorder-tls"
+        assert tls["secret"]["optional"] is True
+        assert tls["secret"]["defaultMode"] & 0o007 == 0  # nothing for others
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+        for container in (*pod.get("initContainers", []), *pod["containers"]):
+            [mount] = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+            assert mount == {"name": "tls", "mountPath": "/etc/inorder-tls", "readOnly": True}
