@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from operator import itemgetter
 
@@ -23,10 +23,11 @@ import structlog
 from confluent_kafka import KafkaException
 
 from outbox_relay import metrics, store
+from outbox_relay.delivery import Delivery
 from outbox_relay.frontier import Cursor, advance
 from outbox_relay.kafka import Sender
 from outbox_relay.reading import Reader
-from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID, Message, Row
+from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn, Read
@@ -37,21 +38,6 @@ from schemas import PayloadSchemas, tracing
 log = structlog.get_logger(__name__)
 
 _ID, _XID, _OCCURRED_AT = itemgetter(ID), itemgetter(XID), itemgetter(OCCURRED_AT)
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One read, ready to send: its rows and messages, and where it leaves each cursor."""
-
-    cursors: dict[int, Cursor]
-    rows: list[Row] = field(default_factory=list)  # as ``store.read`` returns them
-    messages: list[Message] = field(default_factory=list)
-    oldest: float | None = None
-    full: bool = False  # some slice had more rows than one read took
-
-    def slice_of(self) -> dict[int, int]:
-        """Row id to slice (looked up only when a delivery failed)."""
-        return {row[ID]: row[SLICE] for row in self.rows}
 
 
 @dataclass(slots=True)

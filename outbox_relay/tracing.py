@@ -15,7 +15,7 @@ from outbox_relay.rows import ID, MESSAGE_HEADERS, MESSAGE_ROW_ID, MESSAGE_TOPIC
 from schemas import tracing
 
 if TYPE_CHECKING:
-    from outbox_relay.publisher import Delivery
+    from outbox_relay.delivery import Delivery
 
 
 @contextmanager
