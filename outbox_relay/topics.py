@@ -109,13 +109,19 @@ class TopicCheck:
                 self._missing_since.clear()
             since = self._missing_since.setdefault(topic, now)
             if since == now:
-                log.warning("topic_missing", topic=topic, failing_rows_in_s=self._grace_s)
+                log.warning(
+                    "topic_missing",
+                    topic=topic,
+                    failing_rows_in_s=self._grace_s,
+                    hint="create it, or, with ACLs on, let this relay's principal write it "
+                    "(a topic a principal may not describe is not listed to it)",
+                )
             if now - since < self._grace_s:
                 waiting.add(topic)
             else:
                 detail = (
-                    f"topic {topic!r} does not exist in the cluster "
-                    f"(waited {self._grace_s:g}s for it)"
+                    f"topic {topic!r} does not exist in the cluster, or the relay may not "
+                    f"describe it (waited {self._grace_s:g}s for it)"
                 )
                 refused[topic] = RowProblem("unknown_topic", detail)
         return TopicVerdict(refused, frozenset(waiting))
