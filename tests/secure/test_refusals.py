@@ -10,12 +10,14 @@ import urllib.request
 from urllib.parse import quote
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from psycopg.types.json import Jsonb
 
 from schemas.republish import RepublishResult, encode
 from schemas.security import PRODUCER_COLUMNS, Roles, kafka_acls
 from tests.secure import stack
 from tests.secure.pipeline import Run, owner_prepares, produce
+from tests.support.kafka import wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.timeout(300)]
 
@@ -51,7 +53,10 @@ def _outcome(run: Run, name: str, program: str, principal: str, **env: str) -> t
             log = (run.tmp / f"{name}.log").read_text()
             return f"exit {process.returncode}", log
         seen = _readyz(port)
-        if seen is not None and seen[0] == 503 and "starting" not in seen[1]:
+        named = seen is not None and any(
+            line and line != "starting" for line in seen[1].splitlines()
+        )
+        if seen is not None and seen[0] == 503 and named:
             time.sleep(2)  # let a second try fail the same way
             seen = _readyz(port) or seen
             break
@@ -67,6 +72,16 @@ def _wrong_url(url: str) -> str:
     userinfo, _, host = rest.rpartition("@")
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:{quote(WRONG, safe='')}@{host}"
+
+
+def _wrong(run: Run, principal: str, service: str) -> dict[str, str]:
+    """The principal's settings with the password of ``service`` wrong."""
+    env = run.env(principal)
+    return {
+        "postgres": {"DATABASE_URL": _wrong_url(env["DATABASE_URL"])},
+        "redis": {"REDIS_URL": _wrong_url(env.get("REDIS_URL", ""))},
+        "kafka": {"INORDER_KAFKA_SASL_PASSWORD": WRONG},
+    }[service]
 
 
 @pytest.fixture
@@ -94,12 +109,7 @@ def test_a_refused_password_is_named_in_one_line_or_by_readiness(
     """Wrong password: one line naming the service and exit 2 or 3, or /readyz 503 naming
     it with a code; the password in neither."""
     run = prepared
-    env = run.env(principal)
-    wrong = {
-        "postgres": {"DATABASE_URL": _wrong_url(env["DATABASE_URL"])},
-        "redis": {"REDIS_URL": _wrong_url(env.get("REDIS_URL", ""))},
-        "kafka": {"INORDER_KAFKA_SASL_PASSWORD": WRONG},
-    }[service]
+    wrong = _wrong(run, principal, service)
     how, said = _outcome(run, f"{principal}-{service}", program, principal, **wrong)
     assert WRONG not in said
     assert quote(WRONG, safe="") not in said
@@ -112,18 +122,53 @@ def test_a_refused_password_is_named_in_one_line_or_by_readiness(
     assert service.replace("postgres", "password") in last[0].lower() or service in last[0].lower()
 
 
-def test_a_missing_grant_stops_the_consumer_in_one_line_naming_it(prepared: Run) -> None:
-    """The consumer's role without its grant on the progress table: exit 3, one line."""
+GRANTS = [
+    ("consumer", "inorder-consumer", "inorder_step_progress"),
+    ("relay", "inorder-relay", "outbox_relay_slices"),
+    ("sweeper", "inorder-sweeper", "inorder_gaps"),
+]
+
+
+@pytest.mark.parametrize(("principal", "program", "table"), GRANTS)
+def test_a_missing_grant_stops_a_service_in_one_line_naming_it(
+    prepared: Run, principal: str, program: str, table: str
+) -> None:
+    """A service's role without its grant on a table it needs: exit 3, one line naming it."""
     run = prepared
     with run.secured.owner() as conn:
         conn.execute(f"SET search_path = {run.secured.schema}")
-        conn.execute("REVOKE ALL ON inorder_step_progress FROM inorder_consumer")
+        conn.execute(f"REVOKE ALL ON {table} FROM inorder_{principal}")
     produce(run)
-    run.start("relay", "inorder-relay", "relay")
-    how, said = _outcome(run, "consumer", "inorder-consumer", "consumer")
+    if principal != "relay":
+        run.start("relay", "inorder-relay", "relay")
+    how, said = _outcome(run, principal, program, principal)
     assert how == "exit 3", (how, said)
-    [line] = [line for line in said.splitlines() if line.startswith("inorder-consumer:")]
-    assert "permission denied for table inorder_step_progress" in line
+    [line] = [line for line in said.splitlines() if line.startswith(f"{program}:")]
+    assert f"permission denied for table {table}" in line
+    assert "Traceback" not in said
+
+
+COMMAND_GRANTS = [
+    ("producer", "inorder-producer", ("batches", "--count", "1"), "INSERT", "outbox"),
+    ("admin", "inorder-admin", ("gaps", "list"), "SELECT", "inorder_gaps"),
+]
+
+
+@pytest.mark.parametrize(("principal", "program", "argv", "grant", "table"), COMMAND_GRANTS)
+def test_a_missing_grant_stops_a_command_in_one_line_naming_it(
+    prepared: Run, principal: str, program: str, argv: tuple[str, ...], grant: str, table: str
+) -> None:
+    """A command's role without its grant: nonzero, one line naming the table, no traceback."""
+    run = prepared
+    with run.secured.owner() as conn:
+        conn.execute(f"SET search_path = {run.secured.schema}")
+        conn.execute(f"REVOKE {grant} ON {table} FROM inorder_{principal}")
+    done = run.run(principal, program, *argv)
+    said = done.stdout + done.stderr
+    assert done.returncode in (1, 3), said
+    assert "Traceback" not in said, said
+    [line] = [line for line in done.stderr.splitlines() if line.startswith(f"{program}:")]
+    assert f"permission denied for table {table}" in line, line
 
 
 def test_a_principal_without_the_acl_cannot_write_a_republish_result(prepared: Run) -> None:
@@ -138,6 +183,45 @@ def test_a_principal_without_the_acl_cannot_write_a_republish_result(prepared: R
     producer.flush(30)
     assert [e.code() for e in errors if e is not None] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     del producer
+
+
+def test_an_outbox_row_naming_a_protocol_topic_is_failed_not_sent(prepared: Run) -> None:
+    """The relay may write results, but no outbox row makes it: the row fails, none is sent."""
+    run = prepared
+    forged = RepublishResult("gap-1-1-x", "ledger", "e1", 1, 3, 3, (), (3,), (), False)
+    with stack.psycopg.connect(run.secured.database_url("producer")) as conn:
+        for topic in (run.names.results, run.names.requests, run.names.events[0]):
+            conn.execute(
+                "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+                "payload) VALUES (%s, 'ledger', 'e1', %s, 'ledger.added', %s, %s)",
+                (topic, len(topic), f"forged-{topic}", Jsonb({"raw": encode(forged).decode()})),
+            )
+        conn.commit()
+    run.start("relay", "inorder-relay", "relay")
+    with run.secured.owner() as conn:
+        conn.execute(f"SET search_path = {run.secured.schema}")
+
+        def settled() -> list[tuple[str, str | None]]:
+            rows = conn.execute(
+                "SELECT topic, failure_reason FROM outbox WHERE failed_at IS NOT NULL"
+            ).fetchall()
+            return rows if len(rows) == 2 else []
+
+        failed = wait_until(settled, timeout_s=60, interval_s=0.5)
+    assert {topic for topic, _ in failed} == {run.names.results, run.names.requests}
+    assert all("protocol_topic" in (reason or "") for _, reason in failed), failed
+    reader = Consumer(
+        {**run.secured.kafka_config("super"), "group.id": "probe", "auto.offset.reset": "earliest"}
+    )
+    try:
+        partitions = reader.list_topics(run.names.results, timeout=10).topics[run.names.results]
+        ends = [
+            reader.get_watermark_offsets(TopicPartition(run.names.results, p), timeout=10)[1]
+            for p in partitions.partitions
+        ]
+    finally:
+        reader.close()
+    assert ends == [0] * len(ends)
 
 
 def test_the_grants_are_what_each_role_holds(prepared: Run) -> None:
@@ -163,25 +247,49 @@ def test_the_grants_are_what_each_role_holds(prepared: Run) -> None:
     assert {name for name, may in columns.items() if may} == set(PRODUCER_COLUMNS)
 
 
-def test_a_missing_acl_is_named_in_one_line_or_by_readiness(prepared: Run) -> None:
-    """The consumer's group ACL taken away: it says so, in one line or on /readyz."""
+ACLS = [
+    ("consumer", "inorder-consumer", "group", "group_authorization_failed"),
+    ("consumer", "inorder-consumer", "events", "topic_authorization_failed"),
+    ("relay", "inorder-relay", "group", "group_authorization_failed"),
+    ("relay", "inorder-relay", "requests", "topic_authorization_failed"),
+    ("sweeper", "inorder-sweeper", "group", "group_authorization_failed"),
+    ("sweeper", "inorder-sweeper", "results", "topic_authorization_failed"),
+]
+
+
+@pytest.mark.parametrize(("principal", "program", "taken", "code"), ACLS)
+def test_a_missing_acl_is_named_in_one_line_or_by_readiness(
+    prepared: Run, principal: str, program: str, taken: str, code: str
+) -> None:
+    """A program's group or read ACL taken away: it says so, in one line or on /readyz."""
     run = prepared
-    admin = run.secured.kafka_admin()
-    group = [
+    names = run.names
+    name = {
+        "group": None,
+        "events": names.events[0],
+        "requests": names.requests,
+        "results": names.results,
+    }[taken]
+    who = getattr(names, principal)
+    acls = [
         acl
-        for acl in kafka_acls(run.names)
-        if acl.principal == run.names.consumer and acl.resource == "group"
+        for acl in kafka_acls(names)
+        if acl.principal == who
+        and (acl.resource == "group" if name is None else acl.name == name)
+        and (name is None or acl.operation == "read")
     ]
-    stack.delete_acls(admin, [stack.binding(acl) for acl in group])
+    assert acls
+    admin = run.secured.kafka_admin()
+    stack.delete_acls(admin, [stack.binding(acl) for acl in acls])
     try:
-        how, said = _outcome(run, "consumer", "inorder-consumer", "consumer")
+        how, said = _outcome(run, principal, program, principal)
     finally:
-        stack.apply_acls(admin, group)
+        stack.apply_acls(admin, acls)
     if how == "unready":
-        assert "kafka: group_authorization_failed" in said, said
+        assert f"kafka: {code}" in said, said
         return
     assert how in ("exit 2", "exit 3"), (how, said)
-    [line] = [line for line in said.splitlines() if line.startswith("inorder-consumer:")]
+    [line] = [line for line in said.splitlines() if line.startswith(f"{program}:")]
     assert "authorization" in line.lower(), line
 
 
@@ -213,3 +321,30 @@ def test_a_consumer_before_the_owners_migrations_waits_unready_then_starts_by_it
     assert seen[0] == 200, seen
     log = (run.tmp / "consumer.log").read_text()
     assert "inorder-consumer migrate" in log
+
+
+COMMANDS = [
+    ("producer", "inorder-producer", ("batches", "--count", "1"), "postgres"),
+    ("owner", "inorder-producer", ("migrate",), "postgres"),
+    ("owner", "inorder-consumer", ("migrate",), "postgres"),
+    ("admin", "inorder-admin", ("audit",), "postgres"),
+    ("admin", "inorder-admin", ("parked", "top"), "redis"),
+    ("admin", "inorder-admin", ("republish", "ledger:e1", "--from", "1", "--to", "2"), "kafka"),
+]
+
+
+@pytest.mark.parametrize(("principal", "program", "argv", "service"), COMMANDS)
+def test_a_command_with_a_refused_password_says_so_in_one_line(
+    prepared: Run, principal: str, program: str, argv: tuple[str, ...], service: str
+) -> None:
+    """Commands run to an end (producer, migrations, admin): one line, nonzero, no password."""
+    run = prepared
+    done = run.run(principal, program, *argv, **_wrong(run, principal, service))
+    said = done.stdout + done.stderr
+    assert WRONG not in said
+    assert quote(WRONG, safe="") not in said
+    assert done.returncode in (1, 2, 3), said
+    assert "Traceback" not in said, said
+    lines = [line for line in done.stderr.splitlines() if line.startswith(f"{program}:")]
+    assert len(lines) == 1, said
+    assert "password" in lines[0].lower() or "authentication" in lines[0].lower(), lines[0]
