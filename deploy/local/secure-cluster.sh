@@ -30,7 +30,7 @@ kscluster_bootstrap() {
 # have unfenced it) since it was launched, and its port answers TLS with our CA.
 kscluster_node_ready() {
   local dir=$KSCLUSTER_DIR/$1 from=${2:-0}
-  tail -c "+$((from + 1))" "$dir/logs/server.log" 2>/dev/null | grep -q 'Kafka Server started' \
+  grep -q 'Kafka Server started' <<<"$(since "$from" "$dir/logs/server.log")" \
     && openssl s_client -connect "127.0.0.1:$(kscluster_port "$1")" -CAfile "$CERTS/ca.pem" \
       -verify_return_error </dev/null >/dev/null 2>&1
 }
@@ -75,7 +75,8 @@ kafka_cluster_secure_start() {
         | sed -e "s|@NODE_ID@|$n|g" -e "s|@VOTERS@|$voters|g" \
           -e "s|@KAFKA_PORT@|$(kscluster_port "$n")|g" \
           -e "s|@CONTROLLER_PORT@|$(kscluster_controller "$n")|g" \
-          -e "s|@DATA_DIR@|$dir/data|g" -e "s|@CERTS@|$CERTS|g"
+          -e "s|@DATA_DIR@|$dir/data|g" -e "s|@CERTS@|$CERTS|g" \
+          -e "s|@MORE_LISTENERS@||g" -e "s|@MORE_ADVERTISED@||g" -e "s|@MORE_PROTOCOLS@||g"
       kafka_inter_broker_login
     ) >"$dir/server.properties"
     if [ ! -f "$dir/data/meta.properties" ]; then
@@ -97,14 +98,7 @@ kafka_cluster_secure_start() {
 }
 
 kafka_cluster_secure_stop() {
-  local n stopped=0
-  for n in "${CLUSTER_NODES[@]}"; do
-    pid_alive "$KSCLUSTER_DIR/$n/kafka.pid" || continue
-    stop_pid "kafka (secure) node $n" "$KSCLUSTER_DIR/$n/kafka.pid" &
-    stopped=1
-  done
-  wait
-  [ "$stopped" = 0 ] || say "kafka cluster (secure) stopped"
+  stop_nodes "kafka cluster (secure)" "$KSCLUSTER_DIR" kafka.pid "${CLUSTER_NODES[@]}"
 }
 
 kafka_cluster_secure_status() {
@@ -171,13 +165,7 @@ redis_cluster_secure_start() {
 }
 
 redis_cluster_secure_stop() {
-  local n stopped=0
-  for n in "${REDIS_CLUSTER_NODES[@]}"; do
-    pid_alive "$RSCLUSTER_DIR/$n/redis.pid" || continue
-    stop_pid "redis (secure) cluster node $n" "$RSCLUSTER_DIR/$n/redis.pid"
-    stopped=1
-  done
-  [ "$stopped" = 0 ] || say "redis cluster (secure) stopped"
+  stop_nodes "redis cluster (secure)" "$RSCLUSTER_DIR" redis.pid "${REDIS_CLUSTER_NODES[@]}"
 }
 
 redis_cluster_secure_status() {

@@ -10,7 +10,10 @@
 #   per program.
 # - Kafka: a SASL_SSL listener only (SCRAM-SHA-512), ACLs on (StandardAuthorizer, no
 #   ACL means no access), a SCRAM principal per program; the controller listener takes
-#   only the broker's certificate (mutual TLS).
+#   only the broker's certificate (mutual TLS). A second SASL_SSL listener takes
+#   OAUTHBEARER tokens, signed by:
+# - an OIDC token issuer (oidc-issuer.py, HTTPS): each program's client id and secret buy
+#   a token whose subject is its principal, so the same ACLs apply.
 #
 # Every password is made once at random and ends in the characters a URL reserves, so
 # every program meets a password that must be percent-encoded; they are kept in
@@ -21,10 +24,12 @@ PG_SECURE_PORT=${INORDER_PG_SECURE_PORT:-15442}
 REDIS_SECURE_PORT=${INORDER_REDIS_SECURE_PORT:-16389}
 KAFKA_SECURE_PORT=${INORDER_KAFKA_SECURE_PORT:-19192}
 KAFKA_SECURE_CONTROLLER_PORT=${INORDER_KAFKA_SECURE_CONTROLLER_PORT:-19193}
+KAFKA_OAUTH_PORT=${INORDER_KAFKA_OAUTH_PORT:-19196}
+OIDC_PORT=${INORDER_OIDC_PORT:-19197}
 # The programs that get their own credentials; `owner` runs migrations and grants, and
 # `super` is Kafka's and Redis's administrator (topics, ACLs), never a program's.
 SECURE_PRINCIPALS=(owner producer relay consumer sweeper admin worker super)
-SECURE_SERVICES=(postgres_secure redis_secure kafka_secure)
+SECURE_SERVICES=(postgres_secure redis_secure oidc_secure kafka_secure)
 # What a program's Redis user may run on its keys: reads, writes and scripts (parking is
 # Lua), nothing dangerous or administrative (no CONFIG, KEYS, FLUSHALL, DEBUG), the INFO
 # and TIME that the durability check and the park scripts read, and in a cluster the
@@ -34,6 +39,7 @@ PG_SECURE_DIR=$(dirname "$PG_DIR")/postgres-secure
 REDIS_SECURE_DIR=$SECURE_DIR/redis
 KAFKA_SECURE_DIR=$SECURE_DIR/kafka
 CERTS=$SECURE_DIR/certs
+OIDC_DIR=$SECURE_DIR/oidc
 
 # ---------------------------------------------------------------- credentials and certs
 
@@ -210,6 +216,58 @@ redis_secure_stop() {
 
 redis_secure_status() { pid_alive "$REDIS_SECURE_DIR/redis.pid" && redis_secure_ready; }
 
+# ---------------------------------------------------------------- oidc
+
+# The issuer's signing key, its clients (inorder-<program>=<password>) and the JWKS file
+# the broker reads: made before Kafka starts, whether or not the issuer runs.
+oidc_keys() {
+  mkdir -p "$OIDC_DIR"
+  (
+    umask 077
+    [ -f "$OIDC_DIR/signing.key" ] || openssl genpkey -algorithm RSA \
+      -pkeyopt rsa_keygen_bits:2048 -out "$OIDC_DIR/signing.key" >/dev/null 2>&1 \
+      || die "openssl could not make the OIDC signing key"
+    local name
+    for name in "${SECURE_PRINCIPALS[@]}"; do
+      printf 'inorder-%s=%s\n' "$name" "$(password "$name")"
+    done >"$OIDC_DIR/clients"
+  )
+  oidc_issuer --jwks-only || die "the OIDC issuer could not write $OIDC_DIR/jwks.json"
+}
+
+OIDC_ARGS=(--port "$OIDC_PORT" --cert "$CERTS/server-keystore.pem" --signing-key
+  "$OIDC_DIR/signing.key" --clients "$OIDC_DIR/clients" --jwks-out "$OIDC_DIR/jwks.json")
+# Debian's python3, whose python3-jwt and python3-cryptography the stack installs.
+oidc_issuer() { /usr/bin/python3 "$HERE/oidc-issuer.py" "${OIDC_ARGS[@]}" "$@"; }
+
+oidc_secure_ready() {
+  curl -sf --cacert "$CERTS/ca.pem" "https://127.0.0.1:$OIDC_PORT/.well-known/openid-configuration" \
+    >/dev/null 2>&1
+}
+
+oidc_secure_start() {
+  if pid_alive "$OIDC_DIR/oidc.pid" && oidc_secure_ready; then
+    say "oidc issuer (secure) already running on https://127.0.0.1:$OIDC_PORT"; return 0
+  fi
+  refuse_foreign oidc_secure "$OIDC_PORT" "$OIDC_DIR/oidc.pid"
+  secure_credentials
+  secure_certs
+  oidc_keys
+  setsid nohup /usr/bin/python3 "$HERE/oidc-issuer.py" "${OIDC_ARGS[@]}" >>"$OIDC_DIR/oidc.log" 2>&1 \
+    </dev/null &
+  echo $! >"$OIDC_DIR/oidc.pid"
+  wait_for oidc_secure "$OIDC_DIR/oidc.log" oidc_secure_ready
+  say "oidc issuer (secure) up on https://127.0.0.1:$OIDC_PORT (client credentials, RS256)"
+}
+
+oidc_secure_stop() {
+  pid_alive "$OIDC_DIR/oidc.pid" || return 0
+  stop_pid oidc_secure "$OIDC_DIR/oidc.pid"
+  say "oidc issuer (secure) stopped"
+}
+
+oidc_secure_status() { pid_alive "$OIDC_DIR/oidc.pid" && oidc_secure_ready; }
+
 # ---------------------------------------------------------------- kafka
 
 # The brokers' login to each other (the super principal), a line of server.properties.
@@ -229,8 +287,9 @@ scram_arguments() {
 # Started: the broker says so in its log, and its SASL_SSL port answers TLS with our CA.
 # (Debian's kcat fails every SCRAM-SHA-512 login, so it cannot be the check here.)
 kafka_secure_ready() {
-  port_open "$KAFKA_SECURE_PORT" && tail -c "+$((${KAFKA_SECURE_FROM:-0} + 1))" \
-    "$KAFKA_SECURE_DIR/logs/server.log" 2>/dev/null | grep -q 'Kafka Server started' \
+  port_open "$KAFKA_SECURE_PORT" \
+    && grep -q 'Kafka Server started' \
+      <<<"$(since "${KAFKA_SECURE_FROM:-0}" "$KAFKA_SECURE_DIR/logs/server.log")" \
     && openssl s_client -connect "127.0.0.1:$KAFKA_SECURE_PORT" -CAfile "$CERTS/ca.pem" \
       -verify_return_error </dev/null >/dev/null 2>&1
 }
@@ -243,6 +302,7 @@ kafka_secure_start() {
   refuse_foreign kafka_secure_controller "$KAFKA_SECURE_CONTROLLER_PORT" "$KAFKA_SECURE_DIR/kafka.pid"
   secure_credentials
   secure_certs
+  oidc_keys
   ensure_kafka_jars
   mkdir -p "$KAFKA_SECURE_DIR/data" "$KAFKA_SECURE_DIR/logs"
   (
@@ -250,7 +310,12 @@ kafka_secure_start() {
     sed -e "s|@KAFKA_PORT@|$KAFKA_SECURE_PORT|g" \
       -e "s|@CONTROLLER_PORT@|$KAFKA_SECURE_CONTROLLER_PORT|g" \
       -e "s|@DATA_DIR@|$KAFKA_SECURE_DIR/data|g" -e "s|@CERTS@|$CERTS|g" \
-      "$HERE/kafka/secure.properties.in" "$HERE/kafka/security.properties.in"
+      -e "s|@MORE_LISTENERS@|OAUTH://127.0.0.1:$KAFKA_OAUTH_PORT,|g" \
+      -e "s|@MORE_ADVERTISED@|,OAUTH://127.0.0.1:$KAFKA_OAUTH_PORT|g" \
+      -e "s|@MORE_PROTOCOLS@|OAUTH:SASL_SSL,|g" \
+      -e "s|@JWKS@|$OIDC_DIR/jwks.json|g" -e "s|@ISSUER@|https://127.0.0.1:$OIDC_PORT|g" \
+      "$HERE/kafka/secure.properties.in" "$HERE/kafka/security.properties.in" \
+      "$HERE/kafka/oauth.properties.in"
     kafka_inter_broker_login
   ) >"$KAFKA_SECURE_DIR/server.properties"
   # SCRAM principals are written when the storage is formatted: storage formatted for
@@ -272,13 +337,13 @@ kafka_secure_start() {
   fi
   KAFKA_SECURE_FROM=$(log_size "$KAFKA_SECURE_DIR/logs/server.log")
   setsid nohup java -Xms512m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -Djava.awt.headless=true \
+    -Djava.awt.headless=true -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="file://$OIDC_DIR/jwks.json" \
     -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" -Dkafka.logs.dir="$KAFKA_SECURE_DIR/logs" \
     -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_SECURE_DIR/server.properties" \
     >"$KAFKA_SECURE_DIR/logs/stdout.log" 2>&1 </dev/null &
   echo $! >"$KAFKA_SECURE_DIR/kafka.pid"
   wait_for kafka_secure "$KAFKA_SECURE_DIR/logs/server.log" kafka_secure_ready
-  say "kafka (secure) up on 127.0.0.1:$KAFKA_SECURE_PORT (SASL_SSL, SCRAM-SHA-512, ACLs on)"
+  say "kafka (secure) up on 127.0.0.1:$KAFKA_SECURE_PORT (SASL_SSL, SCRAM-SHA-512, ACLs on) and $KAFKA_OAUTH_PORT (OAUTHBEARER)"
 }
 
 kafka_secure_stop() {
@@ -304,6 +369,8 @@ export INORDER_SECURE_REDIS_PORT=$REDIS_SECURE_PORT
 export INORDER_SECURE_KAFKA_PORT=$KAFKA_SECURE_PORT
 export INORDER_SECURE_KAFKA_CONTROLLER_PORT=$KAFKA_SECURE_CONTROLLER_PORT
 export INORDER_SECURE_PG_SOCKET=$PG_SECURE_DIR/run
+export INORDER_SECURE_KAFKA_OAUTH_BOOTSTRAP=127.0.0.1:$KAFKA_OAUTH_PORT
+export INORDER_SECURE_OIDC_TOKEN_URL=https://127.0.0.1:$OIDC_PORT/token
 EOF
   for name in "${SECURE_PRINCIPALS[@]}"; do
     pg="postgresql://inorder_$name:$(encoded "$name")@127.0.0.1:$PG_SECURE_PORT/$PG_DB"

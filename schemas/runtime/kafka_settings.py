@@ -47,6 +47,11 @@ class KafkaClientSettings(InorderSettings):
         default=None, description="OAUTHBEARER: client secret"
     )
     kafka_oauth_scope: str | None = Field(default=None, description="OAUTHBEARER: scope, if any")
+    kafka_oauth_ca_location: str | None = Field(
+        default=None,
+        description="OAUTHBEARER: CA bundle for the token endpoint's HTTPS when the system "
+        "store lacks its CA",
+    )
     kafka_ssl_ca_location: str | None = Field(
         default=None,
         description="CA bundle for SSL and SASL_SSL when the system store lacks the broker's CA",
@@ -133,6 +138,7 @@ class KafkaClientSettings(InorderSettings):
         problems = []
         files = {
             "INORDER_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
+            "INORDER_KAFKA_OAUTH_CA_LOCATION": self.kafka_oauth_ca_location,
             "INORDER_KAFKA_SSL_CERTIFICATE_LOCATION": self.kafka_ssl_certificate_location,
             "INORDER_KAFKA_SSL_KEY_LOCATION": self.kafka_ssl_key_location,
         }
@@ -187,6 +193,7 @@ class KafkaClientSettings(InorderSettings):
             "ssl.ca.location": self.kafka_ssl_ca_location,
             "ssl.certificate.location": self.kafka_ssl_certificate_location,
             "ssl.key.location": self.kafka_ssl_key_location,
+            "https.ca.location": self.kafka_oauth_ca_location,
         }
         config.update({name: value for name, value in optional.items() if value})
         if self.kafka_ssl_key_password:

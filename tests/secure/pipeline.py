@@ -39,6 +39,7 @@ class Run:
     names: KafkaNames
     routes: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    oauth: bool = False  # Kafka by OAUTHBEARER (OIDC client credentials), not SCRAM
 
     def settings(self) -> dict[str, str]:
         """The settings every program shares."""
@@ -67,7 +68,9 @@ class Run:
 
     def env(self, principal: str, **more: str) -> dict[str, str]:
         """A program's environment, as ``principal``."""
-        return stack.program_env(self.secured, principal, **{**self.settings(), **more})
+        return stack.program_env(
+            self.secured, principal, oauth=self.oauth, **{**self.settings(), **more}
+        )
 
     def start(self, name: str, program: str, principal: str, *argv: str, **more: str) -> None:
         """Start ``program`` (a console script) as ``principal``, logging to ``<name>.log``."""

@@ -82,6 +82,21 @@ class Secured:
             "INORDER_KAFKA_SSL_CA_LOCATION": self.env["INORDER_SECURE_CA"],
         }
 
+    def kafka_oauth(self, principal: str, secret: str | None = None) -> dict[str, str]:
+        """The principal's Kafka settings for the OAUTHBEARER listener: OIDC client
+        credentials (its password as the client secret, unless ``secret``)."""
+        return {
+            "KAFKA_BOOTSTRAP_SERVERS": self.env["INORDER_SECURE_KAFKA_OAUTH_BOOTSTRAP"],
+            "INORDER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "INORDER_KAFKA_SASL_MECHANISM": "OAUTHBEARER",
+            "INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL": self.env["INORDER_SECURE_OIDC_TOKEN_URL"],
+            "INORDER_KAFKA_OAUTH_CLIENT_ID": f"inorder-{principal}",
+            "INORDER_KAFKA_OAUTH_CLIENT_SECRET": secret
+            or self.env[f"INORDER_SECURE_KAFKA_PASSWORD_{principal.upper()}"],
+            "INORDER_KAFKA_OAUTH_CA_LOCATION": self.env["INORDER_SECURE_CA"],
+            "INORDER_KAFKA_SSL_CA_LOCATION": self.env["INORDER_SECURE_CA"],
+        }
+
     def kafka_config(self, principal: str) -> dict[str, str]:
         """librdkafka properties of the principal."""
         given = self.kafka(principal)
@@ -206,10 +221,13 @@ def delete_acls(admin: AdminClient, bindings: list[AclBinding]) -> None:
         future.result(30)
 
 
-def program_env(secured: Secured, principal: str, **settings: str) -> dict[str, str]:
-    """A program's environment: its own PostgreSQL, Redis and Kafka credentials."""
+def program_env(
+    secured: Secured, principal: str, *, oauth: bool = False, **settings: str
+) -> dict[str, str]:
+    """A program's environment: its own PostgreSQL, Redis and Kafka credentials (SCRAM, or
+    with ``oauth`` OIDC client credentials on the OAUTHBEARER listener)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INORDER_", "PG"))}
-    env.update(secured.kafka(principal))
+    env.update(secured.kafka_oauth(principal) if oauth else secured.kafka(principal))
     env["DATABASE_URL"] = secured.database_url(principal)
     if f"INORDER_SECURE_REDIS_URL_{principal.upper()}" in secured.env:
         env["REDIS_URL"] = secured.redis_url(principal)

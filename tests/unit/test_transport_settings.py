@@ -47,13 +47,14 @@ def _problem() -> str:
 def test_oauthbearer_with_oidc_client_credentials_reaches_librdkafka(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """OAUTHBEARER's endpoint, client id, secret and scope become librdkafka's oidc method."""
+    """OAUTHBEARER's endpoint, client, scope and CA become librdkafka's oidc method."""
     monkeypatch.setenv("INORDER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("INORDER_KAFKA_SASL_MECHANISM", "OAUTHBEARER")
     monkeypatch.setenv("INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL", "https://idp/token")
     monkeypatch.setenv("INORDER_KAFKA_OAUTH_CLIENT_ID", "relay")
     monkeypatch.setenv("INORDER_KAFKA_OAUTH_CLIENT_SECRET", "oidc-x1")
     monkeypatch.setenv("INORDER_KAFKA_OAUTH_SCOPE", "kafka")
+    monkeypatch.setenv("INORDER_KAFKA_OAUTH_CA_LOCATION", __file__)
     config = _Settings().kafka_config()
     assert config == {
         "bootstrap.servers": "b1:9093",
@@ -64,6 +65,7 @@ def test_oauthbearer_with_oidc_client_credentials_reaches_librdkafka(
         "sasl.oauthbearer.client.id": "relay",
         "sasl.oauthbearer.client.secret": "oidc-x1",
         "sasl.oauthbearer.scope": "kafka",
+        "https.ca.location": __file__,  # the token endpoint's CA, apart from the brokers'
     }
     assert secrets.redact("oidc-x1") == secrets.HIDDEN
 
