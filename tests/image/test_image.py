@@ -33,6 +33,9 @@ pytestmark = pytest.mark.image
 ENTITIES = 40
 K8S = ROOT / "deploy" / "k8s"
 
+# What the TLS Secret holds in the kube play test (the relay only has to be able to read it).
+CA_TEXT = "-----BEGIN CERTIFICATE-----\nnot a real certificate\n-----END CERTIFICATE-----"
+
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
@@ -218,6 +221,14 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
     )
     engine.run("secret", "rm", "inorder-secrets", check=False)  # one left by a killed run
     engine.run("secret", "create", "inorder-secrets", str(secret))
+    # The TLS files' Secret (a CA here): mounted read-only, readable by the pod's group.
+    # Made even though the volume is optional: podman before 4.4 reads `optional: true`
+    # backwards (containers/podman#16636), failing without the Secret and skipping the
+    # mount with it; from 4.4 the file is there, and checked.
+    tls = tmp_path / "tls.json"
+    tls.write_text(json.dumps({"ca.pem": base64.b64encode(CA_TEXT.encode()).decode()}))
+    engine.run("secret", "rm", "inorder-tls", check=False)
+    engine.run("secret", "create", "inorder-tls", str(tls))
     try:
         engine.run("kube", "down", str(manifest), check=False)  # a pod left by a killed run
         engine.run(
@@ -234,7 +245,21 @@ def test_the_relay_deployment_runs_under_podman_kube_play(
         try:
             wait_until(lambda: _http(port, "/readyz") == 200, timeout_s=60)
             assert _http(port, "/healthz") == 200
+            if _podman_version(engine) >= (4, 4):
+                [relay] = [
+                    name
+                    for name in engine.run("ps", "--format", "{{.Names}}").split()
+                    if "relay" in name and "infra" not in name
+                ]
+                assert engine.run("exec", relay, "cat", "/etc/inorder-tls/ca.pem") == CA_TEXT
         finally:
             engine.run("kube", "down", str(manifest), check=False)
     finally:
         engine.run("secret", "rm", "inorder-secrets", check=False)
+        engine.run("secret", "rm", "inorder-tls", check=False)
+
+
+def _podman_version(engine: Engine) -> tuple[int, ...]:
+    """podman's version as numbers (4, 3, 1)."""
+    text = engine.run("version", "--format", "{{.Client.Version}}")
+    return tuple(int(part) for part in text.split("-")[0].split(".") if part.isdigit())
