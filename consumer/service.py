@@ -268,7 +268,9 @@ class ConsumerService:
         self.health.beat()
         self._gauges.refresh(self._consumer, self._conn)
         commit(self._kafka_consumer, self._offsets.take_retries(), wait=False)
-        usable = [m for m in messages if not _skip(m)]
+        # A permission refused (the group's, a topic's) is noted for /readyz and logged
+        # once a minute; any other error message passes by itself.
+        usable = kafka_watch.usable(messages)
         if usable:
             self._handle(usable)
             self._probe_at = time.monotonic() + IDLE_PROBE_INTERVAL_S
@@ -454,13 +456,3 @@ def _say_if_no_relay(conn: psycopg.Connection[Any]) -> None:
             "outbox_relay_not_seen",
             hint="batch routes write to the outbox in DATABASE_URL: run inorder-relay on it",
         )
-
-
-def _skip(message: Message) -> bool:
-    error = message.error()
-    if error is None:
-        return False
-    # A permission refused (the group's, a topic's) is noted for /readyz, and logged there
-    # once a minute; anything else here passes by itself.
-    kafka_watch.report(error)
-    return True

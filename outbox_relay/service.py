@@ -173,13 +173,8 @@ class Relay:
     def _answer_requests(self) -> None:
         if self._requests is None:
             return
-        answerable = []
-        for message in self._requests.consume(num_messages=50, timeout=0):
-            failed = message.error()
-            if failed is not None:
-                kafka_watch.report(failed)  # logged once a minute; a refusal shows on /readyz
-            else:
-                answerable.append(message)
+        # Errors are logged once a minute, and a refusal shows on /readyz.
+        answerable = kafka_watch.usable(self._requests.consume(num_messages=50, timeout=0))
         if answerable:
             handle_each(
                 self._requests, answerable, self._answer, self._invalid_request, "unanswerable"

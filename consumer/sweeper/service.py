@@ -247,12 +247,8 @@ class Sweeper:
             else:
                 metrics.REPUBLISH_RESULTS.labels("used").inc()
 
-        fetched = self.io.results.consume(num_messages=100, timeout=0)
-        for message in fetched:
-            failed = message.error()
-            if failed is not None:
-                kafka_watch.report(failed)  # a refused permission shows on /readyz
-        good = [m for m in fetched if m.error() is None]
+        # A refused permission among the errors shows on /readyz.
+        good = kafka_watch.usable(self.io.results.consume(num_messages=100, timeout=0))
         handle_each(self.io.results, good, use, self._invalid_result, "unusable")
         return changed
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 
 import structlog
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from schemas.runtime.causes import Cause, kafka_cause
 
@@ -52,6 +53,18 @@ def report(err: KafkaError) -> None:
     if not quiet:
         level = log.error if refused else log.warning
         level("kafka_error", code=err.name(), detail=err.str())
+
+
+def usable(messages: Iterable[Message]) -> list[Message]:
+    """A consumer's poll without its error messages, each reported (``report``) first."""
+    found = []
+    for message in messages:
+        failed = message.error()
+        if failed is None:
+            found.append(message)
+        else:
+            report(failed)
+    return found
 
 
 def problems() -> dict[str, str]:

@@ -96,3 +96,26 @@ def test_unsent_says_kafka_did_not_answer_when_time_runs_out() -> None:
     """No refusal, no delivery: the time is named."""
     why = kafka_watch.unsent(_Queue([1] * 10), 0.0)  # type: ignore[arg-type]
     assert why == "Kafka did not answer within 0 s"
+
+
+class _Polled:
+    """A polled message as a consumer returns it: a value, or an error instead."""
+
+    def __init__(self, error: KafkaError | None = None) -> None:
+        self._error = error
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+
+def test_usable_keeps_the_messages_and_reports_the_errors_in_between() -> None:
+    """Order kept; a refused topic among them is noted, the end of a partition is not."""
+    first, second = _Polled(), _Polled()
+    polled = [
+        first,
+        _Polled(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "refused")),
+        _Polled(KafkaError(KafkaError._PARTITION_EOF, "end")),
+        second,
+    ]
+    assert kafka_watch.usable(polled) == [first, second]  # type: ignore[arg-type]
+    assert kafka_watch.problems() == {"kafka": "topic_authorization_failed"}
