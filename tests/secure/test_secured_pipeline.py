@@ -7,7 +7,6 @@ per program; Kafka ACLs from ``schemas.security``; the owner migrates and grants
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
@@ -25,7 +24,7 @@ from tests.secure.pipeline import (
     produce_batches,
     start_worker,
 )
-from tests.support.kafka import wait_until
+from tests.support.kafka import drain, wait_until
 
 pytestmark = [pytest.mark.secure, pytest.mark.timeout(600)]
 
@@ -76,24 +75,9 @@ def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
 
 def read_topic(run: Run, topic: str, count: int) -> list[Event]:
     """``count`` events of ``topic``, read as Kafka's administrator."""
-    reader = Consumer(
-        {
-            **run.secured.kafka_config("super"),
-            "group.id": f"probe-{topic}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    reader.subscribe([topic])
-    found: list[Event] = []
-    try:
-        deadline = time.monotonic() + 60
-        while len(found) < count and time.monotonic() < deadline:
-            message = reader.poll(0.5)
-            if message is not None and message.error() is None:
-                found.append(decode(message.value() or b""))
-    finally:
-        reader.close()
-    return found
+    config = run.secured.kafka_config("super")
+    found = drain(config["bootstrap.servers"], topic, expect=count, idle_s=0, client=config)
+    return [decode(message.value() or b"") for message in found]
 
 
 def _every_connection_is_encrypted(run: Run) -> None:

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, Message
 
 
 def drain(
-    bootstrap: str, topic: str, *, expect: int | None = None, idle_s: float = 2.0, max_s: float = 60
+    bootstrap: str,
+    topic: str,
+    *,
+    expect: int | None = None,
+    idle_s: float = 2.0,
+    max_s: float = 60,
+    client: Mapping[str, Any] | None = None,
 ) -> list[Message]:
     """Every message of ``topic`` from the start, read by a fresh group.
 
     Stops once ``expect`` messages arrived (then waits ``idle_s`` more for extras)
-    or after ``idle_s`` with nothing new, and always within ``max_s``.
+    or after ``idle_s`` with nothing new, and always within ``max_s``. ``client``: more
+    librdkafka properties (a secured cluster's protocol and credentials).
     """
     config: dict[str, Any] = {
+        **(client or {}),
         "bootstrap.servers": bootstrap,
         "group.id": f"drain-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
