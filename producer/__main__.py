@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 import uuid
 
@@ -19,7 +18,7 @@ from producer.worker import Worker, WorkerPlan, WorkerSettings
 from schemas.batches import BatchItem, BatchTopics, create_batch
 from schemas.runtime import logs, postgres
 from schemas.runtime.config import load_or_exit
-from schemas.runtime.process import stop_for_operator
+from schemas.runtime.process import fail, stop_for_operator
 from schemas.runtime.usage import program_version, settings_block
 
 PROGRAM = "inorder-producer"
@@ -164,8 +163,7 @@ def _snapshot(args: argparse.Namespace, conninfo: str, topic: str) -> None:
     )
     if args.follow is not None:
         if not args.requested or args.follow <= 0:
-            sys.stderr.write(f"{PROGRAM}: --follow needs --requested and a number of seconds\n")
-            raise SystemExit(2)
+            fail(PROGRAM, ["--follow needs --requested and a number of seconds"])
         _follow(plan, conninfo, args.follow)
         return
     console = Console(stderr=True)
@@ -180,8 +178,7 @@ def _snapshot(args: argparse.Namespace, conninfo: str, topic: str) -> None:
         except psycopg.errors.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 raise
-            sys.stderr.write(f"{PROGRAM}: snapshot refused: {logs.first_line(exc)}\n")
-            raise SystemExit(2) from None
+            fail(PROGRAM, [f"snapshot refused: {logs.first_line(exc)}"])
     console.print(
         f"{args.stream}: {report.written} snapshots written, {report.already} already "
         f"there at their version, of {report.read} entities",
@@ -227,9 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "snapshot":
             _snapshot(args, conninfo, settings.events_topic)
     except psycopg.OperationalError as exc:
-        first = logs.first_line(exc)
-        sys.stderr.write(f"{PROGRAM}: cannot use PostgreSQL: {first}\n")
-        raise SystemExit(2) from None
+        fail(PROGRAM, [f"cannot use PostgreSQL: {logs.first_line(exc)}"])
     except psycopg.Error as exc:  # a grant missing: one line, exit 3
         stop_for_operator(PROGRAM, exc)
         raise
