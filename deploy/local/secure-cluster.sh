@@ -29,10 +29,7 @@ kscluster_bootstrap() {
 # A node is up when its log says it started (a KRaft broker says so once the controllers
 # have unfenced it) since it was launched, and its port answers TLS with our CA.
 kscluster_node_ready() {
-  local dir=$KSCLUSTER_DIR/$1 from=${2:-0}
-  grep -q 'Kafka Server started' <<<"$(since "$from" "$dir/logs/server.log")" \
-    && openssl s_client -connect "127.0.0.1:$(kscluster_port "$1")" -CAfile "$CERTS/ca.pem" \
-      -verify_return_error </dev/null >/dev/null 2>&1
+  secure_broker_up "$KSCLUSTER_DIR/$1/logs/server.log" "${2:-0}" "$(kscluster_port "$1")"
 }
 kscluster_ready() {
   local n

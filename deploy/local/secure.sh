@@ -286,12 +286,18 @@ scram_arguments() {
 
 # Started: the broker says so in its log, and its SASL_SSL port answers TLS with our CA.
 # (Debian's kcat fails every SCRAM-SHA-512 login, so it cannot be the check here.)
+# secure_broker_up LOG FROM PORT: LOG says the broker started, past its first FROM bytes,
+# and PORT answers TLS with the stack's CA. The secured single node and cluster both wait
+# on it.
+secure_broker_up() {
+  grep -q 'Kafka Server started' <<<"$(since "$2" "$1")" \
+    && openssl s_client -connect "127.0.0.1:$3" -CAfile "$CERTS/ca.pem" -verify_return_error \
+      </dev/null >/dev/null 2>&1
+}
+
 kafka_secure_ready() {
-  port_open "$KAFKA_SECURE_PORT" \
-    && grep -q 'Kafka Server started' \
-      <<<"$(since "${KAFKA_SECURE_FROM:-0}" "$KAFKA_SECURE_DIR/logs/server.log")" \
-    && openssl s_client -connect "127.0.0.1:$KAFKA_SECURE_PORT" -CAfile "$CERTS/ca.pem" \
-      -verify_return_error </dev/null >/dev/null 2>&1
+  port_open "$KAFKA_SECURE_PORT" && secure_broker_up "$KAFKA_SECURE_DIR/logs/server.log" \
+    "${KAFKA_SECURE_FROM:-0}" "$KAFKA_SECURE_PORT"
 }
 
 kafka_secure_start() {
