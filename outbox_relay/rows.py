@@ -120,6 +120,14 @@ def _headers(
     return out
 
 
+def _refuse_identity(found: list[Header]) -> None:
+    """A row may add CloudEvents extensions, never say which event it is or where it stands."""
+    for name, _ in found:
+        if name.lower() in cloudevents.IDENTITY:
+            detail = f"header {name[:40]} is a CloudEvents attribute the relay writes itself"
+            raise RowProblem("bad_headers", detail)
+
+
 def _parsed_headers(row_headers: Any) -> Any:
     """Headers as read (JSON text) parsed; ones no parser on the way can take are refused."""
     if not isinstance(row_headers, str | bytes):
@@ -203,6 +211,7 @@ class _Maker:
         if row_headers is not None or self.republish_request is not None:
             found = _headers(event_type, entity_type, row_headers, self.republish_request)
         if self.published_text is not None:
+            _refuse_identity(found)
             value = payload.encode()
             found = [
                 *cloudevents.binary_headers(

@@ -30,11 +30,14 @@ from schemas.codec import (
     MISSING_FIELD,
     NOT_JSON,
     NOT_OBJECT,
+    OUT_OF_RANGE,
+    TOO_LARGE,
     WRONG_TYPE,
     decode,
 )
 from schemas.errors import DecodeError
 from schemas.event import Event
+from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, TOO_DEEP, text_problem
 
 SPECVERSION = "1.0"
 PREFIX = "ce_"
@@ -46,6 +49,19 @@ GENERATION = "inordergeneration"
 SEQ = "inorderseq"
 PUBLISHED = "inorderpublished"
 _SEQUENCE = re.compile(r"(\d{1,20})-(\d{1,20})\Z")
+# The largest version number: what the envelope and PostgreSQL's bigint hold.
+MAX_NUMBER = 2**63 - 1
+# The attributes that say which event this is and where it stands: the relay writes them
+# and nothing else may (an outbox row's headers naming one are refused).
+IDENTITY = frozenset(
+    PREFIX + name
+    for name in (
+        "specversion", "id", "source", "type", "subject", "time", "sequence",
+        GENERATION, SEQ, PUBLISHED,
+    )
+) | {CONTENT_TYPE}  # fmt: skip
+# Reason code of a CloudEvent that says one attribute twice, two ways.
+AMBIGUOUS = "ambiguous"
 
 Header = tuple[str, str | bytes | None]
 Headers = Sequence[Header] | Mapping[str, str | bytes | None]
@@ -87,11 +103,28 @@ def binary_headers(
     ]
 
 
-def envelope(headers: Headers | None, value: bytes | None) -> bytes | None:
+def envelope(
+    headers: Headers | None, value: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES
+) -> bytes | None:
     """inorder's envelope (JSON) of the CloudEvent a message carries; None when it is none.
 
-    ``DecodeError`` says why a message that is a CloudEvent cannot be one of inorder's.
+    ``DecodeError`` says why a message that is a CloudEvent cannot be one of inorder's;
+    nothing else escapes, whatever the message holds.
     """
+    try:
+        return _translated(headers, value, max_bytes)
+    except DecodeError:
+        raise
+    except Exception as exc:  # the barrier: what one message raised refuses that message
+        detail = f"the CloudEvent cannot be translated: {type(exc).__name__}: {exc}"
+        raise DecodeError(BAD_FORMAT, detail[:300], value) from exc
+
+
+def _translated(headers: Headers | None, value: bytes | None, max_bytes: int) -> bytes | None:
+    if value is not None and len(value) > max_bytes:
+        raise DecodeError(
+            TOO_LARGE, f"value is {len(value)} bytes, over the {max_bytes} cap", value
+        )
     found = _headers(headers, value)
     content_type = found.get(CONTENT_TYPE, "").split(";")[0].strip().lower()
     if content_type == STRUCTURED_TYPE:
@@ -108,6 +141,12 @@ def envelope(headers: Headers | None, value: bytes | None) -> bytes | None:
         data = _json(value, value) if value else None
     else:
         return None
+    # orjson reads 1,024 levels but writes only 254: too deep is refused before writing.
+    # Structured, the data sits one level inside the document, as in inorder's envelope.
+    depth = MAX_DEPTH if content_type == STRUCTURED_TYPE else MAX_PAYLOAD_DEPTH
+    deep = text_problem(value, "the CloudEvent's data", depth) if value else None
+    if deep is not None:
+        raise DecodeError(*deep, value)
     return orjson.dumps(_document(attributes, data, value))
 
 
@@ -123,7 +162,7 @@ def decode_message(
     try:
         return decode(value, max_bytes=max_bytes), value or b""
     except DecodeError:
-        translated = envelope(headers, value)
+        translated = envelope(headers, value, max_bytes=max_bytes)
         if translated is None:
             raise
     return decode(translated, max_bytes=max_bytes), translated
@@ -137,9 +176,12 @@ def _headers(headers: Headers | None, raw: bytes | None) -> dict[str, str]:
         if key != CONTENT_TYPE and not key.startswith(PREFIX):
             continue
         try:
-            found[key] = value.decode() if isinstance(value, bytes) else (value or "")
+            text = value.decode() if isinstance(value, bytes) else (value or "")
         except UnicodeDecodeError:
             raise DecodeError(INVALID_UTF8, f"header {name} is not UTF-8", raw) from None
+        if found.setdefault(key, text) != text:
+            detail = f"header {name[:40]} comes twice with different values: which one is meant?"
+            raise DecodeError(AMBIGUOUS, detail, raw, key)
     return found
 
 
@@ -147,6 +189,9 @@ def _json(text: bytes | None, raw: bytes | None) -> Any:
     try:
         return orjson.loads(text or b"")
     except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc) or "recursion" in str(exc).lower():
+            detail = f"the CloudEvent nests deeper than {MAX_DEPTH} levels"
+            raise DecodeError(TOO_DEEP, detail, raw) from None
         raise DecodeError(NOT_JSON, f"the CloudEvent's data is not JSON: {exc}", raw) from None
 
 
@@ -190,13 +235,16 @@ def _version(attributes: Mapping[str, Any], raw: bytes | None) -> tuple[Any, Any
             raw,
             SEQ,
         )
-    return int(matched[1]), int(matched[2])
+    return _number(int(matched[1]), "sequence", raw), _number(int(matched[2]), "sequence", raw)
 
 
 def _number(value: Any, name: str, raw: bytes | None) -> Any:
     """A whole number as the codec will check it (a header's text, or JSON's number)."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise DecodeError(WRONG_TYPE, f"{name} must be a whole number, got {value!r:.40}", raw, name)
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        detail = f"{name} must be a whole number, got {value!r:.40}"
+        raise DecodeError(WRONG_TYPE, detail, raw, name)
+    if value > MAX_NUMBER:
+        raise DecodeError(OUT_OF_RANGE, f"{name} is past {MAX_NUMBER}: {value}", raw, name)
+    return value

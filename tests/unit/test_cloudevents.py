@@ -7,6 +7,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+import orjson
 import pytest
 from cloudevents.core.bindings import kafka as ce_kafka
 from cloudevents.core.formats.json import JSONFormat
@@ -180,7 +181,14 @@ def test_a_cloudevent_inorder_cannot_order_is_refused_with_the_reason(
     assert caught.value.reason == reason
 
 
-_text = st.one_of(st.binary(max_size=30), st.text(max_size=30).map(str.encode))
+# Besides any short text: numbers at and past what the columns hold, and data nesting
+# past what orjson writes (254) but within what it reads (1,024).
+_edges = st.sampled_from(
+    [b"9223372036854775807", b"9223372036854775808", b"99999999999999999999", b"0",
+     b"1-99999999999999999999", b"00000000000000000001-18446744073709551616",
+     b"[" * 300 + b"]" * 300, b'{"a":' * 600 + b"1" + b"}" * 600]
+)  # fmt: skip
+_text = st.one_of(st.binary(max_size=30), st.text(max_size=30).map(str.encode), _edges)
 _names = st.sampled_from(
     ["ce_specversion", "ce_id", "ce_type", "ce_subject", "ce_time", "ce_inorderseq",
      "ce_inordergeneration", "ce_sequence", "content-type", "other"]
@@ -203,6 +211,119 @@ def test_any_headers_and_value_give_an_envelope_none_or_a_decode_error(
     if translated is not None:
         with contextlib.suppress(DecodeError):  # the codec's own refusal is fine too
             schemas.decode(translated)
+
+
+_VALID = {
+    "ce_specversion": b"1.0",
+    "ce_id": b"e-1",
+    "ce_type": b"ledger.noted",
+    "ce_time": b"2026-12-01T10:00:00Z",
+    "ce_subject": b"ledger:a",
+    "ce_inorderseq": b"2",
+}
+
+
+@settings(max_examples=400)
+@given(
+    changed=st.dictionaries(_names, _text, max_size=3),
+    value=st.one_of(st.just(b"{}"), _text),
+)
+def test_a_valid_cloudevent_changed_anywhere_is_read_or_refused_never_raised(
+    changed: dict[str, bytes], value: bytes
+) -> None:
+    """A valid CloudEvent with attributes or data set to edge values: read, or DecodeError only."""
+    with contextlib.suppress(DecodeError):
+        cloudevents.decode_message(value, list({**_VALID, **changed}.items()))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ce_inorderseq", b"99999999999999999999"),
+        ("ce_inorderseq", b"9223372036854775808"),
+        ("ce_inordergeneration", b"18446744073709551616"),
+    ],
+)
+def test_a_version_past_what_a_bigint_holds_is_refused_out_of_range(
+    name: str, value: bytes
+) -> None:
+    """A 19- or 20-digit number past 2^63 - 1: out_of_range, before anything writes it."""
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(b"{}", list({**_VALID, name: value}.items()))
+    assert (caught.value.reason, caught.value.field) == ("out_of_range", name[3:])
+
+
+def test_a_sequence_past_a_bigint_is_refused_out_of_range() -> None:
+    """``ce_sequence`` 1-(2^64): out_of_range, as the extensions are."""
+    found = {k: v for k, v in _VALID.items() if k != "ce_inorderseq"}
+    found["ce_sequence"] = b"00000000000000000001-18446744073709551616"
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(b"{}", list(found.items()))
+    assert caught.value.reason == "out_of_range"
+
+
+def test_the_largest_version_a_bigint_holds_is_read() -> None:
+    """2^63 - 1 is still a version: the bound is the column's, not one short of it."""
+    found = {**_VALID, "ce_inorderseq": b"9223372036854775807"}
+    event, _ = cloudevents.decode_message(b"{}", list(found.items()))
+    assert event.seq == 2**63 - 1
+
+
+@pytest.mark.parametrize("depth", [129, 254, 255, 600, 1023])
+@pytest.mark.parametrize("mode", ["binary", "structured"])
+def test_data_nesting_past_the_limit_is_refused_too_deep(depth: int, mode: str) -> None:
+    """Data nesting 129..1,023 deep (orjson reads it, cannot write it): too_deep, no TypeError."""
+    data = b"[" * depth + b"]" * depth
+    if mode == "binary":
+        headers, value = list(_VALID.items()), b'{"a":' + data + b"}"
+    else:
+        attributes = {k[3:]: v.decode() for k, v in _VALID.items()}
+        value = orjson.dumps({**attributes, "data": {}}).replace(b"{}", b'{"a":' + data + b"}")
+        headers = [("content-type", b"application/cloudevents+json")]
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(value, headers)
+    assert caught.value.reason == "too_deep"
+
+
+def test_an_attribute_said_twice_two_ways_is_refused_as_ambiguous() -> None:
+    """Two ce_inorderseq headers, 2 and 3: which version is meant cannot be known."""
+    headers = [*_VALID.items(), ("ce_inorderseq", b"3")]
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(b"{}", headers)
+    assert caught.value.reason == "ambiguous"
+    same = [*_VALID.items(), ("ce_inorderseq", b"2")]  # repeated alike: one meaning
+    assert cloudevents.decode_message(b"{}", same)[0].seq == 2
+
+
+def test_whatever_a_translation_raises_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error no check foresaw (here a serializer's) refuses that message: DecodeError."""
+
+    def broken(_: Any) -> bytes:
+        raise TypeError("Integer exceeds 64-bit range")
+
+    monkeypatch.setattr(cloudevents.orjson, "dumps", broken)
+    with pytest.raises(DecodeError) as caught:
+        cloudevents.decode_message(b"{}", list(_VALID.items()))
+    assert caught.value.reason == "bad_format"
+    assert "TypeError" in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    "name", ["ce_id", "ce_subject", "ce_inorderseq", "CE_SEQUENCE", "ce_source", "content-type"]
+)
+def test_a_row_s_headers_never_say_which_event_it_is(name: str) -> None:
+    """CloudEvents mode: a row whose headers name an identity attribute is failed bad_headers."""
+    registry = schemas.PayloadSchemas(allow_unknown=True)
+    row = _row(headers={name: "99"})
+    messages, problems = to_messages(
+        [row], NOW, schemas=registry, max_bytes=10_000, cloudevents=True
+    )
+    assert messages == []
+    [(_, problem)] = problems
+    assert problem.reason == "bad_headers"
+    assert name in problem.detail
+    other = _row(headers={"ce_tenant": "t1"})  # an extension of the writer's own passes
+    assert _sent(other, cloud=True)[2][-1] == ("ce_tenant", "t1")
 
 
 def test_a_message_is_read_as_inorder_s_envelope_first_then_as_a_cloudevent() -> None:
