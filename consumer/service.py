@@ -21,6 +21,7 @@ from consumer.errors import DependencyDownError, StoreNotDurableError
 from consumer.kinds import (
     KINDS,
     Applier,
+    Arrivals,
     Carried,
     Kind,
     Links,
@@ -75,8 +76,8 @@ class ConsumerService:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._offsets = Offsets()
-        # Messages of events routes carried past their batch, by event id (one per copy).
-        self._waiting: dict[str, list[Message]] = {}
+        # The message of each event routes carried past its batch.
+        self._waiting: Arrivals[Message] = Arrivals()
         # Carried work finished and not yet reported (kept through an outage).
         self._finished: list[tuple[Applier, Outcome]] = []
         self._gauges = metrics.Gauges(
@@ -334,9 +335,9 @@ class ConsumerService:
             outcomes.append((applier, outcome))
         for _, outcome in outcomes:  # their offsets wait for the work carried on
             for event in outcome.deferred:
-                message = prepared.by_event[event.event_id]
+                message = prepared.by_event[event]
                 self._offsets.hold(message)
-                self._waiting.setdefault(event.event_id, []).append(message)
+                self._waiting.add(event, message)
         done = settle(self._conn, self._producer, self.settings, prepared, outcomes)
         self._offsets.done(done)  # committed by _commit_offsets
 
@@ -382,15 +383,14 @@ class ConsumerService:
             self._connect_postgres()
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
-        by_event = {event_id: copies[0] for event_id, copies in self._waiting.items()}
-        report(self._conn, self._producer, self.settings, [], by_event, self._finished)
+        report(self._conn, self._producer, self.settings, [], self._waiting, self._finished)
         for _, outcome in self._finished:
             for event in outcome.released:
-                copies = self._waiting.get(event.event_id)
-                if copies:
-                    self._offsets.release(copies.pop(0))
-                    if not copies:
-                        del self._waiting[event.event_id]
+                # An event a lane took in a try of its batch that an outage failed is no
+                # key here: the batch's next try gave the lane a copy, held and released.
+                message = self._waiting.pop(event)
+                if message is not None:
+                    self._offsets.release(message)
         self._finished = []
         return outage
 
@@ -405,7 +405,7 @@ class ConsumerService:
         if outage is not None or self._waiting:
             log.warning(
                 "consumer_stopping_with_unfinished_lanes",
-                events=sum(map(len, self._waiting.values())),
+                events=len(self._waiting),
                 error=None if outage is None else first_line(outage),
             )
 

@@ -11,6 +11,7 @@ change either.
 """
 
 from consumer.kinds import batches, projection, steps
+from consumer.kinds._arrivals import Arrivals
 from consumer.kinds._barrier import apply_guarded
 from consumer.kinds._base import Applier, Carried, Kind, Links, Need, Outcome, Refusal, Route
 from consumer.kinds._plugin import (
@@ -32,6 +33,7 @@ __all__ = [
     "AdminTools",
     "Answered",
     "Applier",
+    "Arrivals",
     "Carried",
     "Commands",
     "Duties",

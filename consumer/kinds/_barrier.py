@@ -32,7 +32,7 @@ APPLY_FAILED = "apply_failed"
 
 
 def apply_guarded(
-    applier: Applier, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]
+    applier: Applier, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]
 ) -> Outcome:
     """``applier.apply``, with the events that fail it on their own refused instead."""
     try:

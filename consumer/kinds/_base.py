@@ -174,8 +174,8 @@ class Applier(Protocol):
     def connect(self, links: Links) -> None:
         """Check the route against the database (and bind Redis when the kind parks)."""
 
-    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
-        """Apply the route's events of one poll batch and commit them (``raw``: by event id)."""
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
+        """Apply the route's events of one poll batch and commit them (``raw``: their bytes)."""
 
 
 @dataclass(slots=True)

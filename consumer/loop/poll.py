@@ -13,8 +13,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
-from consumer.kinds import KINDS, Applier, Kind, Links, Route
+from consumer.kinds import KINDS, Applier, Arrivals, Kind, Links, Route
 from schemas import DecodeError, Event, cloudevents
+from schemas.runtime.causes import Cause, cause
 
 
 class Routing:
@@ -67,9 +68,10 @@ class Prepared:
     messages: Sequence[Message]
     shares: list[tuple[Applier, list[Event]]]
     dead: list[DeadLetter]
-    # The message each event came in (by event id), and its value, for parking.
-    by_event: Mapping[str, Message]
-    raw: Mapping[str, bytes]
+    # The message each event came in, and its value, for parking: by the event itself,
+    # never by a field its producer wrote.
+    by_event: Mapping[Event, Message]
+    raw: Mapping[Event, bytes]
     # What to commit once the whole batch is done: last offset + 1 per partition.
     offsets: list[TopicPartition]
 
@@ -94,8 +96,8 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
     """Decode every message; undecodable ones and those of unrouted streams become dead letters."""
     events: list[Event] = []
     dead: list[DeadLetter] = []
-    by_event: dict[str, Message] = {}
-    raw: dict[str, bytes] = {}
+    by_event: Arrivals[Message] = Arrivals()
+    raw: Arrivals[bytes] = Arrivals()
     for message in messages:
         try:
             event, envelope = cloudevents.decode_message(
@@ -104,13 +106,19 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
         except DecodeError as exc:
             dead.append(DeadLetter(message, exc.reason, exc.detail))
             continue
+        except Exception as exc:  # the barrier: what one message raised refuses it alone
+            if cause(exc) is not Cause.INPUT:
+                raise
+            detail = f"{type(exc).__name__}: {str(exc)[:300]}"
+            dead.append(DeadLetter(message, deadletter.UNDECODABLE, detail))
+            continue
         events.append(event)
-        by_event[event.event_id] = message
-        raw[event.event_id] = envelope
+        by_event.add(event, message)
+        raw.add(event, envelope)
     shares, unrouted = routing.split(events)
     for event in unrouted:
         detail = f"no route for stream {event.entity_type!r}"
-        dead.append(DeadLetter(by_event[event.event_id], deadletter.UNKNOWN_STREAM, detail))
+        dead.append(DeadLetter(by_event[event], deadletter.UNKNOWN_STREAM, detail))
     return Prepared(messages, shares, dead, by_event, raw, next_offsets(messages))
 
 

@@ -24,7 +24,7 @@ from consumer.deadletter import DeadLetter
 from consumer.kinds import Applier, Outcome, Refusal
 from consumer.loop.poll import Prepared
 from consumer.settings import ConsumerSettings
-from schemas import tracing
+from schemas import Event, tracing
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,7 @@ def report(
     producer: Producer,
     settings: ConsumerSettings,
     dead: Sequence[DeadLetter],
-    by_event: Mapping[str, Message],
+    by_event: Mapping[Event, Message],
     outcomes: Sequence[tuple[Applier, Outcome]],
 ) -> None:
     """Letters (dead and held) sent and recorded, then the counts and latencies.
@@ -73,9 +73,9 @@ def report(
     latencies: list[tuple[float, Message]] = []
     for applier, outcome in outcomes:
         outcome.count(applier.route.stream)
-        newest = {e.entity_id: e for e in outcome.applied if e.event_id in by_event}
+        newest = {e.entity_id: e for e in outcome.applied if e in by_event}
         for event in newest.values():
-            message = by_event[event.event_id]
+            message = by_event[event]
             latencies.append((max(0.0, now - message.timestamp()[1] / 1000), message))
     slowest = max(range(len(latencies)), key=lambda i: latencies[i][0], default=None)
     for i, (late, message) in enumerate(latencies):
@@ -85,7 +85,7 @@ def report(
         metrics.APPLY_LATENCY.observe(late, exemplar=named)
 
 
-def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:
+def _letters(by_event: Mapping[Event, Message], refusals: Sequence[Refusal]) -> list[DeadLetter]:
     """Dead-letter copies of the messages the routes refused (or held), with the reason.
 
     A refusal without its message can only come from a lane that took the event in a
@@ -94,7 +94,7 @@ def _letters(by_event: Mapping[str, Message], refusals: Sequence[Refusal]) -> li
     """
     letters = []
     for refusal in refusals:
-        message = by_event.get(refusal.event.event_id)
+        message = by_event.get(refusal.event)
         if message is None and refusal.copy is not None:  # drained from parking
             letters += deadletter.unsent([refusal])
             continue

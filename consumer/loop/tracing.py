@@ -20,13 +20,13 @@ from schemas import Event, tracing
 
 @contextmanager
 def processing(
-    applier: Applier, events: Sequence[Event], by_event: Mapping[str, Message], group: str
+    applier: Applier, events: Sequence[Event], by_event: Mapping[Event, Message], group: str
 ) -> Iterator[Any]:
     """The share's span, current for the block; None when tracing is not active."""
     if not tracing.active():
         yield None
         return
-    messages = [by_event[event.event_id] for event in events]
+    messages = [by_event[event] for event in events]
     topics = {message.topic() for message in messages}
     topic = next(iter(topics)) if len(topics) == 1 else None
     attributes: dict[str, Any] = {
@@ -66,7 +66,7 @@ def counted(span: Any, outcome: Outcome) -> None:
     )
 
 
-class Stamped(Mapping[str, bytes]):
+class Stamped(Mapping[Event, bytes]):
     """The batch's event values, each read with its message's trace context stamped in.
 
     A route reads a value to keep it (a step event that parks): the context goes with
@@ -74,20 +74,23 @@ class Stamped(Mapping[str, bytes]):
     no route asks for cost nothing.
     """
 
-    def __init__(self, raw: Mapping[str, bytes], by_event: Mapping[str, Message]) -> None:
+    def __init__(self, raw: Mapping[Event, bytes], by_event: Mapping[Event, Message]) -> None:
         self._raw = raw
         self._by_event = by_event
 
-    def __getitem__(self, event_id: str) -> bytes:
-        return tracing.stamp(self._raw[event_id], self._by_event[event_id].headers())
+    def __getitem__(self, event: Event) -> bytes:
+        return tracing.stamp(self._raw[event], self._by_event[event].headers())
 
-    def __iter__(self) -> Iterator[str]:
+    def __contains__(self, event: object) -> bool:
+        return event in self._raw
+
+    def __iter__(self) -> Iterator[Event]:
         return iter(self._raw)
 
     def __len__(self) -> int:
         return len(self._raw)
 
 
-def values(raw: Mapping[str, bytes], by_event: Mapping[str, Message]) -> Mapping[str, bytes]:
+def values(raw: Mapping[Event, bytes], by_event: Mapping[Event, Message]) -> Mapping[Event, bytes]:
     """What routes read the batch's values from: stamped while tracing is active."""
     return Stamped(raw, by_event) if tracing.active() else raw

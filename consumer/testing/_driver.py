@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from consumer import tables
-from consumer.kinds import KINDS, Applier, Kind, Links, Outcome, Route
+from consumer.kinds import KINDS, Applier, Arrivals, Kind, Links, Outcome, Route
 from consumer.loop.poll import Routing
 from consumer.routes import parse_routes, read_routes
 from consumer.settings import ConsumerSettings
@@ -89,12 +89,12 @@ class RouteDriver:
         """Apply ``events`` as one poll batch; duplicates and any order are allowed."""
         shares, unrouted = self.routing.split(events)
         sent = Sent(unrouted=unrouted)
-        raw = {e.event_id: encode(e) for e in events}
+        raw = Arrivals((e, encode(e)) for e in events)
         for applier, share in shares:
             sent.outcomes[applier.route.stream] = self._apply(applier, share, raw)
         return sent
 
-    def _apply(self, applier: Applier, events: list[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def _apply(self, applier: Applier, events: list[Event], raw: Mapping[Event, bytes]) -> Outcome:
         outcome = applier.apply(self.conn, events, raw)
         outcome.count(applier.route.stream)
         return outcome

@@ -8,7 +8,7 @@ import redis
 from pydantic import SecretStr
 
 from consumer import tables
-from consumer.kinds import Links
+from consumer.kinds import Arrivals, Links
 from consumer.kinds.steps import StepApplier
 from consumer.routes import parse_routes
 from consumer.settings import ConsumerSettings
@@ -93,7 +93,7 @@ def settle(run: StepApplier) -> list[Event]:
 
 def feed(run: StepApplier, conn: Any, events: list[Event]) -> list[Event]:
     """Give one batch to the route, counted as the loop counts it; the events it held."""
-    outcome = run.apply(conn, events, {e.event_id: encode(e) for e in events})
+    outcome = run.apply(conn, events, Arrivals((e, encode(e)) for e in events))
     outcome.count(run.route.stream)
     return [held.event for held in outcome.held]
 

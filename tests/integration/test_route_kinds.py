@@ -79,7 +79,7 @@ class JournalApplier:
         if found is None or found[0] is None:
             raise RoutesError([f"route {self.route.stream}: create {self.route.table} first"])
 
-    def apply(self, conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def apply(self, conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         outcome = Outcome()
         with conn.transaction():
             for event in events:

@@ -10,7 +10,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer.kinds import Outcome
+from consumer.kinds import Arrivals, Outcome
 from consumer.kinds.steps import StepApplier, failures
 from schemas import encode
 from tests.conftest import PgSchema
@@ -69,7 +69,7 @@ def test_retried_steps_apply_once_in_order_whatever_the_delivery(
     with steps_db.connect(autocommit=True) as conn:
         for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
             batch = delivered[start:end]
-            outcomes.append(run.apply(conn, batch, {e.event_id: encode(e) for e in batch}))
+            outcomes.append(run.apply(conn, batch, Arrivals((e, encode(e)) for e in batch)))
             outcomes += _tick(run, conn)
         for _ in range(ATTEMPTS * 13):  # every retry comes due within a few milliseconds
             time.sleep(0.005)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import signal
@@ -235,3 +236,36 @@ def test_full_parking_set_sends_events_to_the_held_topic(
     assert [decode(m.value()).seq for m in letters] == [5, 6]
     assert {dict(m.headers())[headers.DLQ_REASON] for m in letters} == {b"park_cap_reached"}
     assert ss.progress(steps_db)[2] is True
+
+
+def test_two_entities_sharing_an_event_id_in_one_batch_both_apply(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
+    redis_prefix: str,
+) -> None:
+    """Event id dup-1 on entity x seq 2 and entity y seq 2 (ids are unique per source only)."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, poll_linger_ms=3000
+    )
+    x2, y2 = (dataclasses.replace(ss.step(2, e), event_id="dup-1") for e in ("x", "y"))
+    # One poll batch: both early, parked each with its own bytes; the first steps after.
+    with cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, [x2, y2])
+        wait_until(lambda: _parked(steps_db) == 2)
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(1, "y"), ss.step(1, "x")])
+        wait_until(lambda: (ss.progress(steps_db, "x") or (0, 0))[1] == 2)
+        wait_until(lambda: (ss.progress(steps_db, "y") or (0, 0))[1] == 2)
+    assert ss.applied(steps_db, "x") == [(1, 1), (1, 2)]
+    assert ss.applied(steps_db, "y") == [(1, 1), (1, 2)]
+    assert drain(services.kafka_bootstrap, dlq, max_s=5) == []
+
+
+def _parked(db: PgSchema) -> int:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM inorder_step_progress WHERE parked_through IS NOT NULL"
+        ).fetchone()
+    return int(row[0]) if row else 0

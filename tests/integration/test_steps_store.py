@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from consumer import metrics
+from consumer.kinds import Arrivals
 from consumer.kinds.steps import gauges as step_gauges
 from consumer.kinds.steps.plan import Progress
 from producer import migrate
@@ -490,7 +491,7 @@ def test_a_snapshot_is_ignored_by_a_step_route_without_baseline(
     snapshot = ss.step(9, event_type="ledger.snapshot")
     with steps_db.connect(autocommit=True) as conn:
         assert ss.feed(run, conn, [ss.step(1), snapshot, ss.step(2)]) == []
-        outcome = run.apply(conn, [snapshot], {snapshot.event_id: encode(snapshot)})
+        outcome = run.apply(conn, [snapshot], Arrivals([(snapshot, encode(snapshot))]))
     assert [e.seq for e in outcome.stale] == [9]
     assert ss.applied(steps_db) == [(1, 1), (1, 2)]
     assert ss.progress(steps_db)[:2] == (1, 2)

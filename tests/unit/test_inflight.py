@@ -13,7 +13,7 @@ import psycopg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.kinds import Outcome
+from consumer.kinds import Arrivals, Outcome
 from consumer.kinds.steps.inflight import InFlight
 from schemas import Event
 
@@ -52,7 +52,7 @@ class _Log:
         self.drains: list[str] = []
 
     def work(
-        self, _conn: Any, entity: str, events: list[Event], _raw: Mapping[str, bytes]
+        self, _conn: Any, entity: str, events: list[Event], _raw: Mapping[Event, bytes]
     ) -> Outcome:
         with self.lock:
             self.overlaps += entity in self.active
@@ -109,7 +109,7 @@ def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_take
         for event in events[start:end]:
             batch.setdefault(event.entity_id, []).append(event)
         for entity, of_entity in batch.items():
-            inflight.add(entity, of_entity, {e.event_id: b"" for e in of_entity})
+            inflight.add(entity, of_entity, Arrivals((e, b"") for e in of_entity))
         collect(0.0)
     while inflight.entities:
         collect(None)
@@ -158,7 +158,7 @@ def test_a_drain_asked_for_still_happens_when_events_join_the_queue_first() -> N
     inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
     again = _event("p", 1, copy=1)
     inflight.add("p", [], {})
-    inflight.add("p", [again], {again.event_id: b""})
+    inflight.add("p", [again], Arrivals([(again, b"")]))
     lanes.go()
     [turn] = inflight.finished(None)
     assert (log.applied["p"], log.drains, [e.seq for e in turn.taken]) == (
@@ -175,11 +175,11 @@ def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry()
     lanes = _Lanes(2)
     inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
     first, second = _event("a", 1), _event("a", 2)
-    inflight.add("a", [first], {first.event_id: b""})
+    inflight.add("a", [first], Arrivals([(first, b"")]))
     [turn] = inflight.finished(None)
     assert isinstance(turn.error, psycopg.OperationalError)
     assert (turn.taken, "a" in inflight, inflight.events) == ([], True, 1)
-    inflight.add("a", [second], {second.event_id: b""})  # queued behind, no lane yet
+    inflight.add("a", [second], Arrivals([(second, b"")]))  # queued behind, no lane yet
     assert inflight.finished(None) == []
     assert inflight.retry() == 1
     [turn] = inflight.finished(None)
@@ -197,7 +197,7 @@ def test_the_oldest_age_counts_from_when_the_oldest_unfinished_event_was_taken()
     release = threading.Event()
     log = _Log(set())
 
-    def work(conn: Any, entity: str, events: list[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def work(conn: Any, entity: str, events: list[Event], raw: Mapping[Event, bytes]) -> Outcome:
         if events[0].seq == 1:
             release.wait(5)
         return log.work(conn, entity, events, raw)
@@ -206,9 +206,9 @@ def test_the_oldest_age_counts_from_when_the_oldest_unfinished_event_was_taken()
     inflight = InFlight(lanes, work, most_entities=2, most_events=8)
     assert inflight.oldest_age() == 0.0
     first, second = _event("a", 1), _event("a", 2)
-    inflight.add("a", [first], {first.event_id: b""})
+    inflight.add("a", [first], Arrivals([(first, b"")]))
     time.sleep(0.2)
-    inflight.add("a", [second], {second.event_id: b""})
+    inflight.add("a", [second], Arrivals([(second, b"")]))
     assert inflight.oldest_age() >= 0.2  # the first event's, not the newer one's
     release.set()
     inflight.finished(None)

@@ -351,7 +351,7 @@ class ProjectionApplier:
         """Check the table (``RoutesError`` if it does not fit) and build the upsert."""
         self._table = check_table(links.conn, self.route)
 
-    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         """Upsert the newest event of each entity in one transaction."""
         if self._table is None:
             raise RuntimeError(f"projection route {self.route.stream} is not connected")

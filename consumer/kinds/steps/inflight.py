@@ -22,13 +22,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from consumer.kinds._arrivals import Arrivals
 from consumer.kinds._barrier import merge
 from consumer.kinds._base import Conn, Outcome
 from schemas import Event
 
 # Applies one entity's queued events on a lane's connection: (connection, entity,
-# events, their values by event id). No events: drain what the entity has parked.
-Work = Callable[[Conn, str, list[Event], Mapping[str, bytes]], Outcome]
+# events, their values). No events: drain what the entity has parked.
+Work = Callable[[Conn, str, list[Event], Mapping[Event, bytes]], Outcome]
 
 
 class Submits(Protocol):
@@ -94,7 +95,7 @@ class InFlight:
             taken = [*self._applying.values(), *(q[0][2] for q in self._queues.values() if q)]
             return max(0.0, time.monotonic() - min(taken)) if taken else 0.0
 
-    def add(self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]) -> None:
+    def add(self, entity: str, events: Sequence[Event], raw: Mapping[Event, bytes]) -> None:
         """Queue ``events`` behind the entity's; a lane starts on it unless one has it already.
 
         No events: a lane drains what the entity parked, after whatever is queued before
@@ -105,7 +106,7 @@ class InFlight:
             self._changed.wait_for(lambda: self._room(entity))
             self._events += len(events)
             now = time.monotonic()
-            taken = [(e, raw[e.event_id], now) for e in events]
+            taken = [(e, raw[e], now) for e in events]
             if not events:
                 self._drains.add(entity)
             queued = self._queues.get(entity)
@@ -163,7 +164,7 @@ class InFlight:
                         if queued:
                             self._applying[entity] = queued[0][2]
                     chunk = [event for event, _, _ in queued]
-                    raw = {event.event_id: value for event, value, _ in queued}
+                    raw = Arrivals((event, value) for event, value, _ in queued)
                     try:
                         outcome = self._work(conn, entity, chunk, raw) if chunk else Outcome()
                         if drain:

@@ -148,7 +148,7 @@ class StepApplier:
         if self._lanes is not None:
             self._lanes.close()
 
-    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         """Apply, park and drain; events a full parking set refused come back ``held``.
 
         Carrying (the consumer's loop), entities applied one by one go to lanes of their
@@ -171,7 +171,7 @@ class StepApplier:
         return outcome
 
     def _carry(
-        self, entity: str, events: Sequence[Event], raw: Mapping[str, bytes], outcome: Outcome
+        self, entity: str, events: Sequence[Event], raw: Mapping[Event, bytes], outcome: Outcome
     ) -> None:
         """Give the entity's events to its lane (no events: it drains there)."""
         assert self._inflight is not None
@@ -182,7 +182,7 @@ class StepApplier:
         self,
         conn: Conn,
         plans: Mapping[str, Plan],
-        raw: Mapping[str, bytes],
+        raw: Mapping[Event, bytes],
         outcome: Outcome,
         *,
         carry: bool = True,
@@ -193,7 +193,7 @@ class StepApplier:
         if early:  # first in PostgreSQL, so a park Redis loses in a crash can be found
             with pipelined_transaction(conn):
                 self.store.mark_parked(conn, [e for _, e in early])
-        parking = traced.parked_values(early, [raw[e.event_id] for _, e in early])
+        parking = traced.parked_values(early, [raw[e] for _, e in early])
         sizes = self.lot.park(
             self.route.stream,
             [(e.entity_id, e.seq, value) for _, e, _, value in parking],
@@ -244,7 +244,7 @@ class StepApplier:
         return carried
 
     def _in_lane(
-        self, conn: Conn, entity: str, events: list[Event], raw: Mapping[str, bytes]
+        self, conn: Conn, entity: str, events: list[Event], raw: Mapping[Event, bytes]
     ) -> Outcome:
         """A lane's work: the entity's events one by one, behind the barrier; or drain it."""
         if not events:
@@ -254,7 +254,7 @@ class StepApplier:
         return apply_guarded(_Alone(self, entity), conn, events, raw)
 
     def alone(
-        self, conn: Conn, entity: str, events: Sequence[Event], raw: Mapping[str, bytes]
+        self, conn: Conn, entity: str, events: Sequence[Event], raw: Mapping[Event, bytes]
     ) -> Outcome:
         """Apply one entity's events one step per transaction, then park and drain it."""
         outcome = Outcome()
@@ -358,7 +358,7 @@ class _Alone:
     def connect(self, links: Links) -> None:
         """Nothing: the route it applies for is connected."""
 
-    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         """The entity's events one step per transaction, then its parks and drain."""
         return self._applier.alone(conn, self._entity, events, raw)
 
