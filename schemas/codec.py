@@ -143,6 +143,14 @@ def _resolved(name: str) -> Mapping[str, Any]:
     return spec
 
 
+def field_limit(name: str, key: str) -> int:
+    """An envelope field's bound from the schema file (``maxLength``, ``maximum``, ...)."""
+    value = _bound(_resolved(name), key, None)
+    if value is None:
+        raise SchemaDefinitionError(f"envelope: {name} has no {key}")
+    return value
+
+
 def _bound(spec: Mapping[str, Any], key: str, default: int | None) -> int | None:
     value = spec.get(key, default)
     if value is not None and type(value) is not int:

@@ -504,3 +504,70 @@ def test_a_batch_reads_only_its_own_rows_when_plans_were_cached_while_tables_wer
     assert bs.status(batch.db, batch_id) == ("complete", None, 1)
     # Each of the five positions is read a few times (results, writes, counts, assembly).
     assert all(rows <= 60 for _, rows in read), read
+
+
+def _overdue(batch: bs.BatchSetup, batch_id: str, keys: list[str]) -> None:
+    """A batch's manifest stored through the route, its deadline already passed."""
+    with batch.db.connect(autocommit=True) as conn:
+        BatchApplier(batch.route).apply(conn, [bs.accepted(batch_id, keys, deadline_s=1)], {})
+        conn.execute(
+            "UPDATE inorder_batches SET deadline_at = now() - interval '1 second' "
+            "WHERE batch_id = %s",
+            (batch_id,),
+        )
+
+
+def test_a_batch_of_300_pending_positions_expires_with_a_bounded_reason(
+    batch: bs.BatchSetup,
+) -> None:
+    """No worker past the deadline, 300 positions: assembled incomplete, reason under 1,024."""
+    batch_id = bs.new_id()
+    _overdue(batch, batch_id, [f"k{i}" for i in range(300)])
+    assert bs.sweep_once(batch)["batches_expired"] == 1
+    [output] = bs.outputs(batch.db, batch_id)
+    assert output["missing_positions"] == list(range(1, 301))
+    assert len(output["reason"]) <= 1024
+    assert "abandoned: 1, 2, 3" in output["reason"] and "300 in all" in output["reason"]
+    assert bs.status(batch.db, batch_id) == ("incomplete", output["reason"], 1)
+
+
+def test_a_batch_id_too_long_for_its_outputs_is_stopped_at_its_manifest(
+    batch: bs.BatchSetup,
+) -> None:
+    """A 250-character batch id (written by SQL, past the API): inconsistent at once, named."""
+    long_id, later = "b" * 250, bs.new_id()
+    made = bs.accepted("x")
+    payload = {**made.payload, "batch_id": long_id} if "batch_id" in made.payload else made.payload
+    manifest = replace(made, entity_id=long_id, event_id=f"m-{later}", payload=payload)
+    with batch.db.connect(autocommit=True) as conn:
+        BatchApplier(batch.route).apply(conn, [manifest, bs.accepted(later)], {})
+    state, reason, _ = bs.status(batch.db, long_id) or ("", "", 0)
+    assert state == "inconsistent"
+    assert "batch_id is 250 characters" in (reason or "")
+    with cs.running(batch.settings):
+        batch.send([bs.result(later, p) for p in (5, 3, 1, 4, 2)])
+        wait_until(lambda: _finished(batch.db, later))
+
+
+def test_a_batch_whose_output_cannot_be_written_stops_alone_at_expiry(
+    batch: bs.BatchSetup,
+) -> None:
+    """The outbox refuses one batch's assembly: that batch stopped inconsistent, the other done."""
+    poison, fine = bs.new_id(), bs.new_id()
+    for batch_id in (poison, fine):
+        _overdue(batch, batch_id, ["a", "b"])
+    with batch.db.connect(autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.entity_id = '{poison}' THEN RAISE EXCEPTION 'refused by a trigger'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON outbox "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
+        )
+    assert bs.sweep_once(batch)["batches_expired"] == 2
+    state, reason, _ = bs.status(batch.db, poison) or ("", "", 0)
+    assert state == "inconsistent" and "refused by a trigger" in (reason or "")
+    assert bs.status(batch.db, fine) == ("incomplete", bs.outputs(batch.db, fine)[0]["reason"], 1)
+    assert bs.sweep_once(batch)["batches_expired"] == 0  # not met again

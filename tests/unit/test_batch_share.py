@@ -6,17 +6,21 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from itertools import pairwise
+from pathlib import Path
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.kinds.batches.decisions import Batch, Item, Key, Result, Snapshot
+import schemas
+from consumer.kinds.batches.decisions import Batch, Item, Key, Result, Snapshot, assemble
 from consumer.kinds.batches.incoming import read
-from consumer.kinds.batches.plan import Share
+from consumer.kinds.batches.plan import MAX_REASON, Share, bounded_reason, missing_reason
 from consumer.kinds.batches.route import BatchRoute
 from schemas import Event, batches
 from schemas.batches import BatchStatus, ItemState
 from schemas.outbox import OutboxEvent
+from schemas.outbox.events import check
 from schemas.validation import default_payload_schemas
 from tests.integration import batch_support as bs
 
@@ -196,3 +200,31 @@ def test_a_hold_lists_the_missing_positions_and_a_release_assembles_them_missing
     assert out.payload["missing_positions"] == [2]
     assert out.payload["reason"] == "released by ops; failed: 2"
     assert tables.rows["b-5", 2].state == ItemState.FAILED
+
+
+_STATES = st.sampled_from([s for s in ItemState if s != ItemState.DONE] + [ItemState.DONE])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    states=st.lists(_STATES, min_size=1, max_size=3000),
+    said=st.text(max_size=2000),
+)
+def test_an_assembly_of_any_size_passes_the_checks_emit_makes(
+    states: list[ItemState], said: str
+) -> None:
+    """Up to 3,000 positions in any states, any operator's reason: the output is writable."""
+    items = [Item(p, f"k{p}", state=s) for p, s in enumerate(states, start=1)]
+    reason = "; ".join(x for x in (said, missing_reason(items)) if x)
+    payload = assemble("b-1", 1, len(items), items, bounded_reason(reason))
+    output = OutboxEvent("batch", "b-1", 2, batches.ASSEMBLED, payload)
+    check(output, SCHEMAS)  # raises InvalidEventError when it is not
+    assert len(missing_reason(items)) <= 1024
+
+
+def test_the_reason_bound_is_the_assembly_schema_s() -> None:
+    """MAX_REASON is batch.assembled's own maxLength for reason."""
+    schema = orjson.loads(
+        (Path(schemas.__file__).parent / "json/payloads/batch.assembled.schema.json").read_bytes()
+    )
+    assert schema["properties"]["reason"]["maxLength"] == MAX_REASON

@@ -22,7 +22,11 @@ from typing import Any
 
 import orjson
 
-from schemas.batches import BatchStatus, ItemState, OnIncomplete
+from schemas.batches import MAX_BATCH_ID, BatchStatus, ItemState, OnIncomplete
+from schemas.codec import field_limit
+
+# The envelope's longest event id.
+MAX_EVENT_ID = field_limit("event_id", "maxLength")
 
 # Nothing more happens to a batch in these until a person looks.
 STOPPED = (BatchStatus.INCONSISTENT, BatchStatus.HALTED)
@@ -148,6 +152,21 @@ class Judged:
     def changed(self) -> bool:
         """Whether the row must be written."""
         return self.verdict in (Verdict.DONE, Verdict.FAILED, Verdict.RETRY, Verdict.REVIEW)
+
+
+def batch_id_problem(stream: str, batch_id: str, generation: int) -> str | None:
+    """Why a batch id cannot name its batch's outputs, or None.
+
+    Its work items are ``batch_id#position`` (``MAX_BATCH_ID`` leaves room for any
+    position) and its assemblies have the event id ``stream:batch_id:generation:revision``:
+    both must fit the envelope's event and entity ids, with room for a billion revisions.
+    """
+    if len(batch_id) > MAX_BATCH_ID:
+        return f"batch_id is {len(batch_id)} characters, over {MAX_BATCH_ID}"
+    room = MAX_EVENT_ID - len(f"{stream}::{generation}:{10**9}")
+    if len(batch_id) > room:
+        return f"batch_id is {len(batch_id)} characters: its outputs' event ids leave {room}"
+    return None
 
 
 def manifest_problem(expected_count: int, items: Sequence[tuple[int, str]]) -> str | None:

@@ -30,9 +30,9 @@ class BatchDuties:
         """Expire each route's overdue batches (at most ``max_overdue_per_sweep`` each)."""
         limit = self.tools.settings.max_overdue_per_sweep
         for stream in self.runner.routes:
-            share = self.runner.expire(self.tools.conn, stream, limit)
-            share.outcome().count(stream)
-            report["batches_expired"] += sum(share.assembled.values()) + share.inconsistent
+            for share in self.runner.expire(self.tools.conn, stream, limit):
+                share.outcome().count(stream)
+                report["batches_expired"] += sum(share.assembled.values()) + share.inconsistent
 
     def answer(self, result: RepublishResult) -> Answered:
         """Unmatched: batch routes ask the relay for nothing."""

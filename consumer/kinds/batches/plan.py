@@ -26,6 +26,7 @@ from consumer.kinds.batches.decisions import (
     Snapshot,
     Verdict,
     assemble,
+    batch_id_problem,
     decide,
     digest,
     judge,
@@ -35,7 +36,10 @@ from consumer.kinds.batches.incoming import Incoming
 from consumer.kinds.batches.route import BatchRoute
 from schemas import batches
 from schemas.batches import BatchStatus, ItemState, OnIncomplete, WorkItem, work_item_event
+from schemas.errors import InvalidEventError
 from schemas.outbox import OutboxEvent
+from schemas.outbox.events import check
+from schemas.validation import default_payload_schemas
 
 Status = tuple[str, str | None, int | None]  # status, reason, revision after an assembly
 
@@ -49,13 +53,34 @@ class Note:
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
+# Positions a reason names per state; the rest are counted (the payload lists them all).
+REASON_POSITIONS = 10
+# The longest reason an assembly carries (``batch.assembled``'s schema says the same).
+MAX_REASON = 1024
+
+
 def missing_reason(items: Iterable[Item]) -> str:
-    """The positions not done, grouped by state (``failed: 2, 4; pending: 5``)."""
+    """The positions not done by state, the first few and a count (``failed: 2, 4; pending: 5``).
+
+    Bounded whatever the batch's size: a reason is a line for a person, and the
+    assembled payload's ``missing_positions`` has every one.
+    """
     by_state: dict[str, list[int]] = defaultdict(list)
     for item in items:
         if item.state != ItemState.DONE:
             by_state[item.state].append(item.position)
-    return "; ".join(f"{state}: {', '.join(map(str, p))}" for state, p in sorted(by_state.items()))
+    return "; ".join(_positions(state, p) for state, p in sorted(by_state.items()))
+
+
+def bounded_reason(reason: str) -> str:
+    """``reason`` cut to what an assembly may carry (an operator's words can be long)."""
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+
+
+def _positions(state: str, positions: Sequence[int]) -> str:
+    shown = ", ".join(map(str, positions[:REASON_POSITIONS]))
+    more = len(positions) - REASON_POSITIONS
+    return f"{state}: {shown}" + (f" and {more} more ({len(positions)} in all)" if more > 0 else "")
 
 
 class Share:
@@ -106,7 +131,9 @@ class Share:
         fingerprint = digest(m.batch_id, m.expected_count, pairs)
         existing = self.batches.get(m.batch_id)
         if existing is None:
-            problem = manifest_problem(m.expected_count, pairs)
+            problem = batch_id_problem(
+                self.route.stream, m.batch_id, m.generation
+            ) or manifest_problem(m.expected_count, pairs)
             self.created.append((m, fingerprint, problem))
             status = BatchStatus.INCONSISTENT if problem else BatchStatus.WAITING
             self.batches[m.batch_id] = Batch(
@@ -179,8 +206,8 @@ class Share:
     def dispatch(self, batch_id: str, items: Sequence[Item]) -> None:
         """A new work item (attempt ``item.attempts``) for each position given."""
         generation = self.batches[batch_id].generation
-        for i in items:
-            work = WorkItem(
+        work = [
+            WorkItem(
                 batch_id,
                 i.position,
                 i.item_key,
@@ -188,9 +215,10 @@ class Share:
                 self.inputs.get((batch_id, i.position)) or {},
                 generation,
             )
-            self.outputs.append(
-                work_item_event(work, stream=self.route.stream, topic=self.route.work_topic)
-            )
+            for i in items
+        ]
+        where = {"stream": self.route.stream, "topic": self.route.work_topic}
+        self._send(batch_id, [work_item_event(w, **where) for w in work])
 
     def settle(
         self,
@@ -265,6 +293,10 @@ class Share:
 
     # ------------------------------------------------------------------ helpers
 
+    def stop(self, batch_id: str, reason: str) -> None:
+        """Stop a batch nothing else could settle, inconsistent, for a person to look at."""
+        self._stop(batch_id, BatchStatus.INCONSISTENT, reason)
+
     def _manifest(self, batch_id: str) -> Manifest:
         return next(m for m, _, _ in self.created if m.batch_id == batch_id)
 
@@ -304,6 +336,22 @@ class Share:
                 )
             )
 
+    def _send(self, batch_id: str, outputs: Sequence[OutboxEvent]) -> bool:
+        """Queue a batch's outputs for the outbox, checked as ``emit`` will check them.
+
+        One that cannot be written (no check here foresaw it) stops that batch alone,
+        inconsistent with the reason; the transaction and every other batch go on.
+        """
+        for output in outputs:
+            try:
+                check(output, default_payload_schemas())
+            except InvalidEventError as exc:
+                why = f"its {output.event_type} cannot be written: {str(exc)[:300]}"
+                self._stop(batch_id, BatchStatus.INCONSISTENT, why)
+                return False
+        self.outputs.extend(outputs)
+        return True
+
     def _assemble(self, batch: Batch, items: Sequence[Item], reason: str) -> None:
         now = digest(
             batch.batch_id, batch.expected_count, [(i.position, i.item_key) for i in items]
@@ -318,19 +366,19 @@ class Share:
             revision,
             batch.expected_count,
             items,
-            "; ".join(x for x in (reason, missing_reason(items)) if x),
+            bounded_reason("; ".join(x for x in (reason, missing_reason(items)) if x)),
         )
-        self.outputs.append(
-            OutboxEvent(
-                self.route.stream,
-                batch.batch_id,
-                revision + 1,
-                batches.ASSEMBLED,
-                payload,
-                generation=batch.generation,
-                topic=self.route.output_topic,
-            )
+        output = OutboxEvent(
+            self.route.stream,
+            batch.batch_id,
+            revision + 1,
+            batches.ASSEMBLED,
+            payload,
+            generation=batch.generation,
+            topic=self.route.output_topic,
         )
+        if not self._send(batch.batch_id, [output]):
+            return
         status = BatchStatus.COMPLETE if payload["complete"] else BatchStatus.INCOMPLETE
         self._status(batch.batch_id, status, payload.get("reason"), revision)
         self.assembled[status] += 1

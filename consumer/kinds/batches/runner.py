@@ -23,7 +23,10 @@ from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.store import BatchStore
 from schemas import Event
 from schemas.batches import BatchStatus
+from schemas.limits import safe_text
 from schemas.outbox import emit_many
+from schemas.runtime.causes import Cause, cause
+from schemas.runtime.logs import first_line
 from schemas.validation import default_payload_schemas
 
 log = structlog.get_logger(__name__)
@@ -75,17 +78,45 @@ class BatchRunner:
         for note in share.notes:
             getattr(log, note.level)(note.event, **note.fields)
 
-    def expire(self, conn: psycopg.Connection[Any], stream: str, limit: int) -> Share:
-        """Past their deadline, waiting batches stop waiting: pending positions are abandoned."""
+    def expire(self, conn: psycopg.Connection[Any], stream: str, limit: int) -> list[Share]:
+        """Past their deadline, waiting batches stop waiting: pending positions are abandoned.
+
+        Behind a barrier, as the consumer's apply is: when the overdue batches fail
+        together for a reason one of them holds, each is expired alone, and one that
+        still fails is stopped, inconsistent with the error, so it is not met again.
+        """
+        overdue = self.stores[stream].overdue(conn, limit)
+        try:
+            return [self._expire(conn, stream, overdue)]
+        except Exception as exc:
+            if cause(exc) is not Cause.INPUT or not overdue:
+                raise
+        return [self._expire_alone(conn, stream, batch_id) for batch_id in overdue]
+
+    def _expire(self, conn: psycopg.Connection[Any], stream: str, overdue: list[str]) -> Share:
         store = self.stores[stream]
         with conn.transaction():
-            overdue = store.overdue(conn, limit)
             store.lock(conn, overdue)
             abandoned = store.abandon_pending(conn, overdue) if overdue else 0
             share = Share(self.routes[stream], store.load(conn, overdue))
             share.results["abandoned"] += abandoned
             waiting = [b for b in overdue if share.batches[b].status == BatchStatus.WAITING]
             share.settle(waiting, reason="deadline passed")
+            self.write(conn, share)
+        return share
+
+    def _expire_alone(self, conn: psycopg.Connection[Any], stream: str, batch_id: str) -> Share:
+        try:
+            return self._expire(conn, stream, [batch_id])
+        except Exception as exc:
+            if cause(exc) is not Cause.INPUT:
+                raise
+            why = f"expiry failed: {type(exc).__name__}: {first_line(exc)}"[:500]
+        store = self.stores[stream]
+        with conn.transaction():
+            store.lock(conn, [batch_id])
+            share = Share(self.routes[stream], store.load(conn, [batch_id]))
+            share.stop(batch_id, safe_text(why))
             self.write(conn, share)
         return share
 
@@ -100,7 +131,7 @@ class BatchApplier:
     def connect(self, links: Links) -> None:
         """Nothing to check: the batch tables and the outbox come with the migrations."""
 
-    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[str, bytes]) -> Outcome:
+    def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         """Store manifests, apply results, decide and assemble; refused events are named."""
         incoming, share = self.runner.process(conn, self.route.stream, events)
         # Every other event was taken into its batch's state (a repeated answer changes
