@@ -527,7 +527,8 @@ def test_a_batch_of_300_pending_positions_expires_with_a_bounded_reason(
     [output] = bs.outputs(batch.db, batch_id)
     assert output["missing_positions"] == list(range(1, 301))
     assert len(output["reason"]) <= 1024
-    assert "abandoned: 1, 2, 3" in output["reason"] and "300 in all" in output["reason"]
+    assert "abandoned: 1, 2, 3" in output["reason"]
+    assert "300 in all" in output["reason"]
     assert bs.status(batch.db, batch_id) == ("incomplete", output["reason"], 1)
 
 
@@ -568,6 +569,7 @@ def test_a_batch_whose_output_cannot_be_written_stops_alone_at_expiry(
         )
     assert bs.sweep_once(batch)["batches_expired"] == 2
     state, reason, _ = bs.status(batch.db, poison) or ("", "", 0)
-    assert state == "inconsistent" and "refused by a trigger" in (reason or "")
+    assert state == "inconsistent"
+    assert "refused by a trigger" in (reason or "")
     assert bs.status(batch.db, fine) == ("incomplete", bs.outputs(batch.db, fine)[0]["reason"], 1)
     assert bs.sweep_once(batch)["batches_expired"] == 0  # not met again
