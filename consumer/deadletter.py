@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumer import metrics
 from consumer.errors import DependencyDownError
-from schemas import DecodeError, Event, cloudevents, headers, kafka_key
+from schemas import Event, headers, kafka_key
 from schemas.limits import safe_text
 from schemas.runtime.causes import Cause, kafka_cause
 
@@ -78,6 +78,8 @@ class DeadLetter:
     message: Message | Unsent
     reason: str
     detail: str
+    # The event the message carries, when it was read as one (None: it could not be).
+    event: Event | None = None
 
 
 class Refused(Protocol):
@@ -103,7 +105,7 @@ class Refused(Protocol):
 def unsent(refusals: Sequence[Refused]) -> list[DeadLetter]:
     """Letters of the refusals that carry their event's bytes (events drained from parking)."""
     return [
-        DeadLetter(Unsent(r.event, r.copy), r.reason, r.detail)
+        DeadLetter(Unsent(r.event, r.copy), r.reason, r.detail, r.event)
         for r in refusals
         if r.copy is not None
     ]
@@ -227,9 +229,8 @@ def record(
     """
     rows = []
     for i, dead in enumerate(letters):
-        try:
-            event, _ = cloudevents.decode_message(dead.message.value(), dead.message.headers())
-        except DecodeError:
+        event = dead.event
+        if event is None:
             continue
         m = dead.message
         where = placed[i] if i < len(placed) else None

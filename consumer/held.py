@@ -15,8 +15,6 @@ import psycopg
 from psycopg.rows import class_row
 
 from consumer.deadletter import DeadLetter, Placed
-from schemas import cloudevents
-from schemas.errors import DecodeError
 from schemas.limits import safe_text
 
 Conn = psycopg.Connection[Any]
@@ -41,9 +39,8 @@ def record(conn: Conn, letters: Sequence[DeadLetter], placed: Sequence[Placed | 
     for dead, where in zip(letters, placed, strict=True):
         if where is None:
             continue
-        try:
-            event, _ = cloudevents.decode_message(dead.message.value(), dead.message.headers())
-        except DecodeError:  # pragma: no cover - only events are held
+        event = dead.event
+        if event is None:  # pragma: no cover - only events are held
             continue
         rows.append(
             (

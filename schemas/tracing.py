@@ -209,6 +209,11 @@ def links(items: Iterable[tuple[Headers | None, Mapping[str, Any]]]) -> list[Any
 
 # The field of a stored event value holding its trace context while it waits.
 STAMP_FIELD = "inorder_trace"
+# A header longer than W3C's 512 characters for a tracestate is left out of a stamp
+# (vendors may cut it; a traceparent is 55), so what a stamp adds to a value is bounded:
+# at most this, escapes included.
+_MAX_CONTEXT = 512
+STAMP_ROOM = 8192
 _STAMP_KEY = b'"inorder_trace":{'
 
 
@@ -218,7 +223,11 @@ def stamp(value: bytes, headers: Headers | None) -> bytes:
     if trace is None or not headers or _STAMP_KEY in value:
         return value
     pairs = headers.items() if isinstance(headers, Mapping) else headers
-    context = {name: _text(v) for name, v in pairs if name in ("traceparent", "tracestate")}
+    context = {
+        name: _text(v)
+        for name, v in pairs
+        if name in ("traceparent", "tracestate") and len(v or "") <= _MAX_CONTEXT
+    }
     body = value.rstrip()
     if "traceparent" not in context or not body.endswith(b"}"):
         return value

@@ -118,7 +118,7 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
     shares, unrouted = routing.split(events)
     for event in unrouted:
         detail = f"no route for stream {event.entity_type!r}"
-        dead.append(DeadLetter(by_event[event], deadletter.UNKNOWN_STREAM, detail))
+        dead.append(DeadLetter(by_event[event], deadletter.UNKNOWN_STREAM, detail, event))
     return Prepared(messages, shares, dead, by_event, raw, next_offsets(messages))
 
 

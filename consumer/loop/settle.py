@@ -106,5 +106,5 @@ def _letters(by_event: Mapping[Event, Message], refusals: Sequence[Refusal]) -> 
                 seq=refusal.event.seq,
             )
             continue
-        letters.append(DeadLetter(message, refusal.reason, refusal.detail))
+        letters.append(DeadLetter(message, refusal.reason, refusal.detail, refusal.event))
     return letters

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from consumer.kinds.steps.parking import ParkingLot
-from schemas import decode, headers
+from schemas import decode, encode, headers
 from schemas.runtime.redis_client import RedisClient, each_node
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -269,3 +269,27 @@ def _parked(db: PgSchema) -> int:
             "SELECT count(*) FROM inorder_step_progress WHERE parked_through IS NOT NULL"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def test_a_parked_event_over_a_mebibyte_drains_under_a_raised_limit(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    """INORDER_MAX_MESSAGE_BYTES 3 MB: a 1.5 MB early event parks, reads back, and applies."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, max_message_bytes=3_000_000
+    )
+    big = dataclasses.replace(ss.step(2), payload={"amount": 2, "pad": "x" * 1_500_000})
+    key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key("ledger", "a")
+    with cs.running(settings):
+        cs.send(services.kafka_bootstrap, topic, [(big.key, encode(big))])
+        wait_until(lambda: redis_client.zcard(key) == 1)
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(1)])
+        wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 2)
+    assert ss.applied(steps_db) == [(1, 1), (1, 2)]
+    assert not redis_client.exists(key)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import Event, decode, encode, tracing
@@ -91,3 +91,17 @@ def test_a_remote_context_made_current_is_what_code_in_the_block_sees() -> None:
     assert tracing.current_traceparent() is None
     with tracing.continuing(None):
         assert tracing.current_traceparent() is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    state=st.one_of(st.text(max_size=600), st.text(min_size=5000, max_size=6000)),
+    parent=st.one_of(st.text(max_size=80), st.text(min_size=600, max_size=700)),
+)
+def test_a_stamp_adds_at_most_its_room_whatever_the_headers_hold(state: str, parent: str) -> None:
+    """Any trace headers (long ones left out): a stamp adds STAMP_ROOM bytes at most."""
+    value = _value()
+    stamped = tracing.stamp(value, [("traceparent", PARENT), ("tracestate", state.encode())])
+    assert len(stamped) - len(value) <= tracing.STAMP_ROOM
+    odd = tracing.stamp(value, [("traceparent", parent), ("tracestate", state)])
+    assert len(odd) - len(value) <= tracing.STAMP_ROOM

@@ -265,7 +265,9 @@ class StepCommands:
                             continue
                         position = max(position, offset)
                         held = wanted.get(offset)
-                        if held is not None and _is(message, held, key):
+                        if held is not None and _is(
+                            message, held, key, self.tools.settings.max_message_bytes
+                        ):
                             found[held.id] = message
         finally:
             reader.close()
@@ -303,12 +305,14 @@ class StepCommands:
         drain(self.tools, applier, [entity_id])
 
 
-def _is(message: Message, held: holding.Held, key: bytes) -> bool:
+def _is(message: Message, held: holding.Held, key: bytes, max_bytes: int) -> bool:
     """Whether ``message`` is the held event recorded: its key and event id."""
     if message.key() != key:
         return False
     try:
-        event, _ = cloudevents.decode_message(message.value(), message.headers())
+        event, _ = cloudevents.decode_message(
+            message.value(), message.headers(), max_bytes=max_bytes
+        )
     except DecodeError:
         return False
     return event.event_id == held.event_id and event.seq == held.seq

@@ -42,6 +42,7 @@ class StepDuties:
             settings.republish_max_attempts,
         )
         self.lot = lot_of(tools)
+        self.parked_cap = settings.max_message_bytes + tracing.STAMP_ROOM
         self._asker = Asker(settings)
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
@@ -138,7 +139,7 @@ class StepDuties:
         report: SweepReport,
     ) -> None:
         try:
-            first = decode(member)
+            first = decode(member, max_bytes=self.parked_cap)
         except DecodeError:
             return
         current = progress.get(entity_id, Progress(first.generation, 0))

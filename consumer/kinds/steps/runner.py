@@ -28,7 +28,8 @@ from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.route import StepRoute, resolve
 from consumer.kinds.steps.store import StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction
-from schemas import DecodeError, Event, decode
+from schemas import DecodeError, Event, decode, tracing
+from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.runtime import postgres
 from schemas.runtime.outages import waited_out
 
@@ -86,6 +87,8 @@ class StepApplier:
         self.handlers = Handlers(resolve(route))
         self._lot: ParkingLot | None = None
         self._marks_checked = False
+        # The largest parked member read back: what the consumer takes, and a trace stamp.
+        self._parked_cap = MAX_MESSAGE_BYTES + tracing.STAMP_ROOM
         self._lanes: Lanes | None = None
         # Entities in lanes past their poll batch (only in the consumer's loop).
         self._inflight: InFlight | None = None
@@ -102,6 +105,7 @@ class StepApplier:
     def connect(self, links: Links) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
         lot = lot_of(links)
+        self._parked_cap = links.settings.max_message_bytes + tracing.STAMP_ROOM
         if self._lanes is None:
             self._lanes = self._bind_lanes(links)
             if links.carry and self._lanes.parallel:
@@ -273,7 +277,7 @@ class StepApplier:
                 fetched = self.lot.fetch(
                     route, entities[start : start + DRAIN_WINDOW], self.route.max_parked
                 )
-                events, _, _ = _decode(fetched)
+                events, _, _ = _decode(fetched, self._parked_cap)
                 with conn.transaction():
                     self.store.mark(
                         conn, {e: max(ev.version for ev in evs) for e, evs in events.items()}
@@ -318,7 +322,7 @@ class StepApplier:
             fetched = self.lot.fetch(route, candidates, DRAIN_WINDOW)
             if not fetched:
                 return
-            events, members, broken = _decode(fetched)
+            events, members, broken = _decode(fetched, self._parked_cap)
             plans, alone = (
                 apply_steps(conn, self.store, self.handlers, events, self.lanes, defer=defer)
                 if events
@@ -364,16 +368,20 @@ class _Alone:
 
 
 def _decode(
-    fetched: Mapping[str, list[bytes]],
+    fetched: Mapping[str, list[bytes]], max_bytes: int
 ) -> tuple[dict[str, list[Event]], dict[int, bytes], dict[str, list[bytes]]]:
-    """Parked members decoded per entity, each event's member, and members that do not decode."""
+    """Parked members decoded per entity, each event's member, and members that do not decode.
+
+    ``max_bytes``: the consumer's own cap and a stamp's room, so that everything it
+    parked reads back.
+    """
     events: dict[str, list[Event]] = defaultdict(list)
     members: dict[int, bytes] = {}
     broken: dict[str, list[bytes]] = defaultdict(list)
     for entity, raws in fetched.items():
         for member in raws:
             try:
-                event = decode(member)
+                event = decode(member, max_bytes=max_bytes)
             except DecodeError as exc:
                 log.error(  # noqa: TRY400 - the reason says it all
                     "parked_event_unreadable", entity=entity, reason=exc.detail
