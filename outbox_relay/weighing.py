@@ -4,9 +4,10 @@ A relay reads rows by the hundred per slice; a row's payload may be anything up 
 jsonb holds. A statement that loads rows therefore weighs them as it goes, in its own
 order, and stops at a budget of bytes: the running sum follows the order the inner query
 already has, so it costs no sort. The first row is taken whatever it weighs, so every
-statement moves on. A row whose text alone is over the most any message may hold is not
-loaded at all: it comes with a NULL payload, to be marked failed, and weighs its names
-only. The last row taken is marked when a row after it was left for the next statement.
+statement moves on. A row whose text (payload and headers) is over the most any message
+may hold is not loaded at all: it comes with a NULL payload and NULL headers, to be
+marked failed, and weighs its names only. The last row taken is marked when a row after
+it was left for the next statement.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def weighed(inner: str, order: str, budget: str) -> str:
     ``%(max_row)s`` the most text a row may have to be loaded (``Bounds.params``).
     """
     return f"""SELECT id, topic, entity_type, entity_id, generation, seq, event_type, event_id,
-       CASE WHEN loaded THEN payload END, headers, occurred_at, slice, txid,
+       CASE WHEN loaded THEN payload END, CASE WHEN loaded THEN headers END, occurred_at,
+       slice, txid,
        coalesce(upto + next_weight > %({budget})s, false)
   FROM (SELECT w.*, sum(weight) OVER o AS upto, lead(weight) OVER o AS next_weight,
                row_number() OVER o AS n

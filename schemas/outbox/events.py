@@ -48,6 +48,10 @@ INSERT_NAMED = _insert(
     (*(f":{c}" for c in _IDENTITY), "CAST(:payload AS jsonb)", "CAST(:headers AS jsonb)")
 )
 _UNIQUE_VIOLATION = "23505"
+# Headers are a few trace and routing values; the table refuses more than 64 KiB of them
+# (migration 0005), and a writer is told here first, counting characters (a character
+# takes at least one byte, and a header's JSON adds quotes and a colon to each).
+MAX_HEADERS_CHARS = 32768
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,9 @@ def check(event: OutboxEvent, schemas: PayloadSchemas) -> None:
             raise InvalidEventError(f"{beyond[1]} ({beyond[0]})")
     if not all(isinstance(v, str) for v in event.headers.values()):
         raise InvalidEventError("headers must map names to strings")
+    size = sum(len(k) + len(v) for k, v in event.headers.items())
+    if size > MAX_HEADERS_CHARS:
+        raise InvalidEventError(f"headers hold {size} characters, over {MAX_HEADERS_CHARS}")
     try:
         schemas.validate(event.event_type, event.payload)
     except PayloadError as exc:

@@ -270,6 +270,8 @@ def test_outbox_refuses_topics_kafka_refuses_and_headers_that_are_not_strings(
         ({"payload": {"plan": "pro\x00", "price_cents": 1, "status": "active"}}, "NUL"),
         ({"headers": {"trace\x00": "x"}}, "NUL"),
         ({"headers": {"trace": 5}}, "strings"),
+        ({"headers": {"big": "x" * 40_000}}, "characters"),
+        ({"headers": {f"h{i}": "x" * 1000 for i in range(40)}}, "characters"),
         ({"event_type": "x.y", "payload": {"d": nested_dict(200)}}, "deeper"),
     ],
 )
@@ -290,3 +292,22 @@ def test_emit_refuses_what_no_store_holds(
     with outbox.connect() as conn, conn.transaction(), pytest.raises(InvalidEventError) as refused:
         emit(conn, event)
     assert word in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "payload"),
+    [
+        ("jsonb_build_object('big', repeat('x', 70000))", "'{}'"),
+        ("'{}'", "jsonb_build_object('big', repeat('x', 17000000))"),
+    ],
+)
+def test_outbox_refuses_a_row_larger_than_any_message_where_it_is_written(
+    outbox: PgSchema, headers: str, payload: str
+) -> None:
+    """Headers over 64 KiB, or a payload over 16 MiB, written by SQL: a CHECK refuses the row."""
+    with outbox.connect() as conn, pytest.raises(psycopg.errors.CheckViolation) as refused:
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+            f"headers, payload) SELECT 't', 'sub', 's1', 1, 'x.y', 'e1', {headers}, {payload}"
+        )
+    assert "size" in (refused.value.diag.constraint_name or "")

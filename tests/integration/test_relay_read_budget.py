@@ -219,3 +219,22 @@ def test_a_claim_of_listed_rows_loads_at_most_the_budget_and_the_rest_follow(
         for m in drain(services.kafka_bootstrap, topics.events, expect=40)
     )
     assert seqs == Counter(dict.fromkeys(range(1, 21), 2))
+
+
+def test_a_row_whose_headers_are_longer_than_any_message_loads_neither(outbox: PgSchema) -> None:
+    """Rows written before the size check with 2 MB of headers: read without payload or headers."""
+    with outbox.connect(autocommit=True) as conn:
+        conn.execute("ALTER TABLE outbox DROP CONSTRAINT outbox_headers_size")  # an older row
+        for seq in range(1, 6):
+            _insert(conn, "t", "wide", range(seq, seq + 1), 10)
+        conn.execute(
+            "UPDATE outbox SET headers = jsonb_build_object('big', repeat(id::text, 1000000)) "
+            "WHERE seq < 5"
+        )
+        with store.connect(outbox.conninfo, reading=True) as reader:
+            found = store.read(reader, _EVERYTHING, rs.bounds(500, 2**30, row_bytes=100_000))
+    [rows] = found.rows.values()
+    assert [(named(r).seq, named(r).payload, named(r).headers) for r in rows[:4]] == [
+        (seq, None, None) for seq in range(1, 5)
+    ]
+    assert named(rows[4]).payload is not None
