@@ -33,7 +33,7 @@ from consumer.kinds import (
 from consumer.loop import tracing
 from consumer.loop.offsets import Offsets, commit
 from consumer.loop.pausing import Pausing
-from consumer.loop.poll import Routing, prepare, take
+from consumer.loop.poll import Routing, parts, prepare, take
 from consumer.loop.settle import report, settle
 from consumer.settings import ConsumerSettings
 from schemas.runtime import kafka_clients, kafka_watch, postgres
@@ -302,6 +302,16 @@ class ConsumerService:
         started = time.perf_counter()
         metrics.CONSUMED.inc(len(messages))
         metrics.BATCH_SIZE.observe(len(messages))
+        # In parts whose decoded events fit the memory budget, each applied and settled
+        # before the next is decoded; a batch of small events is one part.
+        for part in parts(messages, self.settings.poll_max_bytes):
+            if not self._handle_part(part):
+                return
+        self._pausing.resume()
+        metrics.BATCH_DURATION.observe(time.perf_counter() - started)
+
+    def _handle_part(self, messages: list[Message]) -> bool:
+        """Apply one part of a poll batch, waiting out outages; False: stopping meanwhile."""
         while messages:
             try:
                 self._commit_batch(messages)
@@ -313,10 +323,9 @@ class ConsumerService:
                 self._wait_out(exc)
                 if self._stopping:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
-                    return
+                    return False
                 messages = [m for m in messages if self._offsets.ours(m)]
-        self._pausing.resume()
-        metrics.BATCH_DURATION.observe(time.perf_counter() - started)
+        return True
 
     def _commit_batch(self, messages: list[Message]) -> None:
         """Every route's share, then ``settle`` (letters, counts), then the offsets are done."""

@@ -107,6 +107,13 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
         description="0: apply what has arrived at once; above 0, after its first message a "
         "poll batch waits up to this long to fill (INORDER_BATCH_LINGER_MS before 0.2.0)",
     )
+    poll_max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Most memory the events of one part of a poll batch may take once decoded "
+        "(estimated from each value's length and its JSON nodes); a larger batch is decoded "
+        "and applied in parts, in order",
+    )
     max_message_bytes: int = Field(
         default=MAX_MESSAGE_BYTES,
         ge=1024,

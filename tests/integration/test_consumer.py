@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import subprocess
@@ -232,3 +233,34 @@ def test_routes_file_mistakes_stop_start_up_one_line_each(
     assert len(lines) == 3
     assert "route 1 (subscription): unknown kind 'mirror'" in lines[0]
     assert all(line.startswith("inorder-consumer: ") for line in lines)
+
+
+def test_events_of_tiny_json_values_stay_within_the_shipped_memory_limit(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """60 events of 0.9 MB, each 300,000 empty objects, then a valid one: applied, VmHWM < 1 GiB."""
+    cs.create_view(pg_schema)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.settings_for(pg_schema, services.kafka_bootstrap, routes, topic, dlq)
+    heavy = []
+    for seq in range(1, 61):
+        event = cs.plan_event("heavy", seq)
+        payload = {**event.payload, "pad": [{}] * 300_000}
+        heavy.append((event.key, encode(dataclasses.replace(event, payload=payload))))
+    cs.send(services.kafka_bootstrap, topic, heavy)
+    cs.send(services.kafka_bootstrap, topic, [(b"k", encode(cs.plan_event("light", 1)))])
+    process = cs.spawn(cs.consumer_env(settings), tmp_path / "consumer.log")
+    try:
+        wait_until(lambda: "light" in cs.view(pg_schema), timeout_s=180)
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    finally:
+        process.terminate()
+        process.wait(30)
+    peak_kib = next(
+        int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+    )
+    assert cs.view(pg_schema)["heavy"][1] == 60
+    print(f"consumer peak RSS {peak_kib // 1024} MiB")
+    assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib // 1024} MiB"
