@@ -16,7 +16,7 @@ import psycopg
 import structlog
 from confluent_kafka import Consumer, KafkaException, Message
 
-from outbox_relay import leases, metrics, resend, sharing, store
+from outbox_relay import leases, metrics, missing_topics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.frontier import Cursor
 from outbox_relay.housekeeping import Housekeeper
@@ -120,7 +120,10 @@ class Relay:
         if now < self._next_share:
             return
         self._next_share = now + self.settings.lease_s / 3
-        self._resend = self._resend or resend.pending(self._db)
+        revived = missing_topics.revive(self._db, self._kafka.topics.present)
+        if revived:
+            log.info("rows_revived", rows=revived, reason="their topic exists now")
+        self._resend = self._resend or revived > 0 or resend.pending(self._db)
         lease_s = self.settings.lease_s
         held, seen = leases.heartbeat(self._db, self.relay_id, list(self.owned), lease_s)
         for slice_ in set(self.owned) - held:

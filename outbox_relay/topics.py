@@ -4,12 +4,13 @@ A row naming a topic that does not exist would otherwise wait in the producer fo
 topic's metadata (``message.timeout.ms``) and fail as if Kafka were down, holding every
 slice of the batch back each time it is tried. Here the topics of a batch are checked
 before anything is produced. An illegal or disallowed name, or one of the republish
-protocol's topics, fails its rows at once. A
-legal name the cluster does not have yet holds back its rows' slice only, for a grace
-period (``INORDER_UNKNOWN_TOPIC_GRACE_S``: the consumers or an operator may be creating
-it), after which its rows are marked failed with the reason. The cluster's topic list is
-asked again whenever a batch names a topic not known yet, so a topic created meanwhile
-is found by the next batch that names it.
+protocol's topics, fails its rows at once. So
+does, by default, a legal name the cluster does not have: its rows are failed
+``unknown_topic`` and sent by themselves once it appears (``missing_topics``), the rest
+of their slice unaffected. A grace period (``INORDER_UNKNOWN_TOPIC_GRACE_S``) may hold
+back its rows' slice instead, for that long. The cluster's topic list is asked again
+whenever a batch names a topic not known yet, so a topic created meanwhile is found by
+the next batch that names it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from outbox_relay.errors import RowProblem
 
 log = structlog.get_logger(__name__)
 
+# The reason of rows whose topic the cluster does not have (``missing_topics`` sends them
+# once it has).
+UNKNOWN_TOPIC = "unknown_topic"
 # Kafka's legal topic names (``Topic.validate`` in the broker).
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 METADATA_TIMEOUT_S = 5.0
@@ -80,6 +84,11 @@ class TopicCheck:
         self._known: frozenset[str] = frozenset()
         self._missing_since: dict[str, float] = {}
 
+    def present(self, topics: Iterable[str]) -> set[str]:
+        """Which of ``topics`` the cluster has now (one fresh topic list)."""
+        self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
+        return {topic for topic in topics if topic in self._known}
+
     def check(self, topics: Iterable[str]) -> TopicVerdict:
         """Each of ``topics`` that cannot be written yet or ever (``KafkaException`` while down).
 
@@ -123,5 +132,5 @@ class TopicCheck:
                     f"topic {topic!r} does not exist in the cluster, or the relay may not "
                     f"describe it (waited {self._grace_s:g}s for it)"
                 )
-                refused[topic] = RowProblem("unknown_topic", detail)
+                refused[topic] = RowProblem(UNKNOWN_TOPIC, detail)
         return TopicVerdict(refused, frozenset(waiting))

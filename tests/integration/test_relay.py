@@ -11,11 +11,13 @@ from pathlib import Path
 
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 import schemas
 from schemas import headers
+from schemas.outbox import OutboxEvent, emit_many
 from schemas.republish import RepublishRequest, decode_result, encode
+from schemas.topics import replication
 from tests.conftest import PgSchema
 from tests.integration import relay_support as rs
 from tests.support.kafka import drain, wait_until
@@ -352,3 +354,35 @@ def test_ensure_topics_creates_only_missing_topics(services: Services, kafka_adm
         assert config.result(timeout=30)["min.insync.replicas"].value == expected
     finally:
         kafka_admin.delete_topics([name])[name].result(timeout=30)
+
+
+def test_a_row_for_a_missing_topic_holds_nothing_and_goes_once_the_topic_exists(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, kafka_admin: AdminClient
+) -> None:
+    """Seq 1 names a topic not there yet: failed at once, seq 2 (same slice) sent; then seq 1."""
+    later = f"{topics.events}.later"
+    with outbox.connect() as conn, conn.transaction():
+        emit_many(
+            conn,
+            [
+                OutboxEvent("subscription", "m1", 1, "subscription.plan_changed", rs.PAYLOAD,
+                            topic=later),
+                OutboxEvent("subscription", "m1", 2, "subscription.plan_changed", rs.PAYLOAD,
+                            topic=topics.events),
+            ],
+        )  # fmt: skip
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, lease_s=3)
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 1)
+        reason = rs.count_rows(outbox, "failure_reason LIKE 'unknown_topic:%'")
+        assert reason == 1
+        assert _event_ids(services, topics.events, 1) == Counter({"subscription:m1:1:2": 1})
+        replicas, in_sync = replication(len(kafka_admin.list_topics(timeout=10).brokers))
+        config = {"min.insync.replicas": str(in_sync)}
+        made = kafka_admin.create_topics([NewTopic(later, 1, replicas, config=config)])
+        made[later].result(timeout=30)
+        wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 2, timeout_s=60)
+    assert rs.count_rows(outbox, "failed_at IS NOT NULL") == 0
+    [message] = drain(services.kafka_bootstrap, later, expect=1)
+    assert schemas.decode(message.value()).seq == 1
+    kafka_admin.delete_topics([later])[later].result(timeout=30)
