@@ -33,7 +33,10 @@ def _timed(command: str, env: dict[str, str]) -> float:
 def run() -> list[BenchResult]:
     """Measure cold, warm and no-op ``stack up`` on a throw-away stack."""
     state = tempfile.mkdtemp(prefix="inorder-bench-stack-")
-    env = {**os.environ, **PORTS, "INORDER_STACK_DIR": state}
+    # The main stack's settings stay out (its ports, the faulty listener's among them):
+    # the throw-away stack takes only the ports named here and its defaults beside them.
+    own = {k: v for k, v in os.environ.items() if not k.startswith("INORDER_")}
+    env = {**own, **PORTS, "INORDER_STACK_DIR": state}
     try:
         cold = _timed("up", env)
         noop = _timed("up", env)
