@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import HealthCheck, settings
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -24,6 +25,17 @@ from schemas.topics import replication
 from tests.support import services as svc
 
 TopicFactory = Callable[..., str]
+
+# Property tests on a shared two-core machine beside Kafka, PostgreSQL and Redis: no
+# per-example deadline (speed is measured in benchmarks), and a failure prints what
+# replays it. CI and a developer run the same profile, so a failure there is one here.
+settings.register_profile(
+    "inorder",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("inorder")
 
 
 @pytest.fixture(scope="session")

