@@ -433,6 +433,7 @@ class Pipeline:
         except AssertionError as exc:  # say what was still waiting
             raise AssertionError(f"{exc}; still {last}") from None
 
-    def verdict(self) -> Verdict:
-        """Judge the settled pipeline: effects, totals and the audit."""
-        return judge(self.db, self.env, self.crashed())
+    def verdict(self, refused: frozenset[str] = frozenset()) -> Verdict:
+        """Judge the settled pipeline: effects, totals and the audit (``refused``: the
+        entities whose rows the test meant to be failed)."""
+        return judge(self.db, self.env, self.crashed(), refused)

@@ -247,11 +247,26 @@ def test_verdict_sees_lost_doubled_and_wrong_totals(pipeline: Pipeline, scale: S
         conn.execute(
             "DELETE FROM inorder_step_log WHERE entity_id = 'sub-000004' AND seq = 1"
         )  # the audit's view of a lost step
+        gen = conn.execute(
+            "SELECT max(generation) FROM fault_effects WHERE entity_id = 'sub-000006'"
+        ).fetchone()
+        conn.execute(
+            "UPDATE outbox SET failed_at = now(), failure_reason = 'x' WHERE entity_type = "
+            "'seat_ledger' AND entity_id = 'sub-000006' AND seq = 1 AND generation = %s",
+            gen,
+        )
+        conn.execute(
+            "DELETE FROM fault_effects WHERE entity_id = 'sub-000006' AND seq = 1 "
+            "AND generation = %s",
+            gen,
+        )  # a valid row wrongly failed, never applied
     verdict = pipeline.verdict()
-    assert (verdict.lost, verdict.applied_twice, verdict.totals_off) == (1, 1, 1)
+    # A valid row marked failed, never applied: lost, though the audit calls it explained.
+    assert (verdict.lost, verdict.applied_twice, verdict.totals_off) == (2, 1, 1)
     assert verdict.unexplained >= 1
     assert verdict.audit["exit"] == 1
     assert not verdict.clean
+    assert pipeline.verdict(refused=frozenset({"sub-000006"})).lost == 1  # meant to fail
 
 
 def test_consumer_killed_while_batches_assemble(

@@ -32,6 +32,9 @@ APPLIED_TWICE = """
 SELECT count(*) FROM (SELECT 1 FROM fault_effects
                       GROUP BY entity_id, generation, seq HAVING count(*) > 1) twice
 """
+# Rows the relay marked failed, by entity: in a run that wrote only valid rows, each one
+# is an event lost, whatever reason the relay gave and however the audit explains it.
+FAILED = "SELECT entity_id FROM outbox WHERE failed_at IS NOT NULL"
 # The producer's seat totals against the consumer's, for ledgers in the same generation.
 TOTALS_OFF = """
 SELECT count(*) FROM seat_ledgers l JOIN seat_totals t ON t.subscription_id = l.id
@@ -76,8 +79,14 @@ def audit(env: dict[str, str]) -> dict[str, Any]:
     return {**summary, "exit": run.returncode, "lines": lines}
 
 
-def judge(db: PgSchema, env: dict[str, str], crashed: list[str]) -> Verdict:
-    """Counts from the effect log, the state comparison and the audit."""
+def judge(
+    db: PgSchema, env: dict[str, str], crashed: list[str], refused: frozenset[str] = frozenset()
+) -> Verdict:
+    """Counts from the effect log, the state comparison and the audit.
+
+    ``refused``: the entities whose rows the test wrote to be failed; any other row
+    marked failed counts as lost (a valid row wrongly failed during a fault).
+    """
     with db.connect() as conn:
 
         def one(query: str) -> int:
@@ -85,7 +94,8 @@ def judge(db: PgSchema, env: dict[str, str], crashed: list[str]) -> Verdict:
             return int(row[0]) if row else 0
 
         produced = one("SELECT count(*) FROM outbox")
-        lost = one(LOST_STEPS) + one(LOST_PROJECTION)
+        failed = [row[0] for row in conn.execute(FAILED).fetchall()]
+        lost = one(LOST_STEPS) + one(LOST_PROJECTION) + sum(e not in refused for e in failed)
         twice = one(APPLIED_TWICE)
         totals_off = one(TOTALS_OFF)
     report = audit(env)
