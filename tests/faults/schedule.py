@@ -132,13 +132,18 @@ class Nemesis:
     # ------------------------------------------------------------ faults
 
     def kinds(self) -> list[str]:
-        """The kinds this machine can strike with."""
-        unable = set()
+        """Every kind, each of which this machine can strike with; AssertionError naming the
+        ones it cannot and why (a schedule that silently left them out would pass)."""
+        unable = []
         if not self.can_drop:
-            unable |= {"postgres link cut", "links lossy"}
+            unable.append("postgres link cut and links lossy: iptables is missing or refused")
         if self.kafka is None:
-            unable |= {"kafka link cut", "kafka link slow"}
-        return [k for k in KINDS if k not in unable]
+            unable.append(
+                "kafka link cut and kafka link slow: "
+                + ("the broker has no FAULTY listener" if self.can_drop else "no iptables")
+            )
+        assert not unable, "the nemesis cannot strike with " + "; ".join(unable)
+        return list(KINDS)
 
     @contextlib.contextmanager
     def strike(self, kind: str) -> Iterator[str]:
