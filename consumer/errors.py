@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schemas import Event
-from schemas.errors import InorderError, OutageError
+from schemas.errors import InorderError, OperatorError, OutageError
 
 
 class ConsumerError(InorderError):
@@ -18,6 +18,10 @@ class RoutesError(ConsumerError):
     def __init__(self, problems: Sequence[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = list(problems)
+
+
+class TableChangedError(ConsumerError, OperatorError):
+    """Raised when a table a route writes no longer is what the route was checked against."""
 
 
 class StoreNotDurableError(ConsumerError):

@@ -11,6 +11,10 @@ class OutageError(InorderError):
     """Raised when a dependency cannot take the work now; the same input is tried again later."""
 
 
+class OperatorError(InorderError):
+    """Raised when only the operator can fix what a process met (a table changed under it)."""
+
+
 class ContractError(InorderError):
     """Raised when something does not meet the event contract."""
 

@@ -24,7 +24,7 @@ import psycopg
 import redis
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas.errors import OutageError
+from schemas.errors import OperatorError, OutageError
 
 
 class Cause(StrEnum):
@@ -86,6 +86,10 @@ _PG_CODES: dict[str, Cause] = {
     "42501": Cause.OPERATOR,  # insufficient_privilege: a grant is missing
     "42P01": Cause.OPERATOR,  # undefined_table: a table the routes name was dropped
     "42703": Cause.OPERATOR,  # undefined_column: a column the routes name was dropped
+    # A statement's shape, never a value, meets these: a table changed under it.
+    "42P10": Cause.OPERATOR,  # invalid_column_reference: ON CONFLICT's unique index is gone
+    "42804": Cause.OPERATOR,  # datatype_mismatch: a column's type changed
+    "42883": Cause.OPERATOR,  # undefined_function: no operator or function for new types
     "53100": Cause.OUTAGE,  # disk_full
 }
 
@@ -206,6 +210,8 @@ def cause(exc: BaseException) -> Cause:
     """Classify any exception met while handling one input."""
     if isinstance(exc, OutageError | MemoryError | OSError):
         return Cause.OUTAGE  # OSError: a socket or a file the process needs
+    if isinstance(exc, OperatorError):
+        return Cause.OPERATOR
     if isinstance(exc, psycopg.Error):
         return _postgres(exc)
     if isinstance(exc, KafkaException):

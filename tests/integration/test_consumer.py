@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pytest
 from prometheus_client import REGISTRY
 
 from schemas import codec, encode, headers
@@ -264,3 +265,47 @@ def test_events_of_tiny_json_values_stay_within_the_shipped_memory_limit(
     assert cs.view(pg_schema)["heavy"][1] == 60
     print(f"consumer peak RSS {peak_kib // 1024} MiB")
     assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib // 1024} MiB"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("ALTER TABLE billing_view ALTER COLUMN plan TYPE integer USING 0", "column 'plan'"),
+        ("ALTER TABLE billing_view DROP CONSTRAINT billing_view_pkey", "unique index"),
+        ("ALTER TABLE billing_view DROP COLUMN status", "no column 'status'"),
+    ],
+)
+def test_a_table_changed_under_the_consumer_stops_it_instead_of_dead_lettering_the_stream(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    change: str,
+    named: str,
+) -> None:
+    """An operator changes the projection's table while events flow: exit 3, one line, no letter."""
+    cs.create_view(pg_schema)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.settings_for(pg_schema, services.kafka_bootstrap, routes, topic, dlq)
+    log = tmp_path / "consumer.log"
+    process = cs.spawn(cs.consumer_env(settings), log)
+    try:
+        cs.send_events(services.kafka_bootstrap, topic, [cs.plan_event("before", 1)])
+        wait_until(lambda: "before" in cs.view(pg_schema))
+        with pg_schema.connect(autocommit=True) as conn:
+            conn.execute(change)
+        cs.send_events(
+            services.kafka_bootstrap, topic, [cs.plan_event(f"e{i}", 1) for i in range(5)]
+        )
+        assert process.wait(60) == 3  # a hang guard
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = log.read_text().splitlines()
+    stopped = [line for line in lines if "stopped:" in line]
+    assert len(stopped) == 1, lines[-5:]
+    assert named in stopped[0]
+    assert "Traceback" not in log.read_text()
+    assert drain(services.kafka_bootstrap, dlq, max_s=3) == []

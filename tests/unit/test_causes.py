@@ -11,7 +11,7 @@ import redis
 from confluent_kafka import KafkaError, KafkaException
 from psycopg import errors as pg
 
-from consumer.errors import DependencyDownError
+from consumer.errors import DependencyDownError, TableChangedError
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.republisher import RepublishDeliveryError
 from schemas.runtime import causes
@@ -47,6 +47,9 @@ EXPECTED_CODES = {
     "42601": Cause.INPUT,  # syntax error
     "42P01": Cause.OPERATOR,  # undefined table: dropped under a route
     "42703": Cause.OPERATOR,  # undefined column
+    "42P10": Cause.OPERATOR,  # ON CONFLICT's unique index dropped under a route
+    "42804": Cause.OPERATOR,  # datatype mismatch: a column's type changed
+    "42883": Cause.OPERATOR,  # no operator for the changed types
     "54000": Cause.INPUT,  # program limit exceeded
     "54001": Cause.INPUT,  # statement too complex
     "57014": Cause.INPUT,  # query canceled: a statement timeout spent on one input
@@ -181,6 +184,7 @@ def test_redis_errors_by_class_and_reply(exc: redis.RedisError, expected: Cause)
         (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), Cause.INPUT),
         (ValueError("bad"), Cause.INPUT),
         (KeyError("missing"), Cause.INPUT),
+        (TableChangedError("route billing: table billing_view changed"), Cause.OPERATOR),
     ],
 )
 def test_other_errors_are_the_inputs_unless_they_name_an_outage(

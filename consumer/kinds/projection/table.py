@@ -24,12 +24,14 @@ from typing import Any
 import orjson
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from consumer.deadletter import PROJECTION_REJECTED
-from consumer.errors import RoutesError
+from consumer.errors import RoutesError, TableChangedError
 from consumer.kinds._base import Conn, Links, OneStream, Outcome, Refusal
 from consumer.kinds._spec import Spec, default, names, setting
 from schemas import Event
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.logs import first_line
 
 
@@ -76,6 +78,8 @@ class ProjectionTable:
 
     route: ProjectionRoute
     statement: bytes
+    # The target columns' types when the table was checked, to see a change under it.
+    types: Mapping[str, str]
 
 
 # ---------------------------------------------------------------- the routes file
@@ -282,7 +286,23 @@ def check_table(conn: Conn, route: ProjectionRoute) -> ProjectionTable:
         )
     if problems:
         raise RoutesError(problems)
-    return ProjectionTable(route, upsert_statement(route, types).as_bytes(conn))
+    targets = {c: types[c] for c in _target_columns(route)}
+    return ProjectionTable(route, upsert_statement(route, types).as_bytes(conn), targets)
+
+
+def changed(conn: Conn, table: ProjectionTable) -> str | None:
+    """What about the route's table changed since it was checked (a column's type, a column,
+    the unique index the upsert needs), or None."""
+    try:
+        now = check_table(conn, table.route)
+    except RoutesError as exc:
+        return str(exc)
+    moved = [
+        f"column {c!r} is {now.types[c]}, was {was}"
+        for c, was in table.types.items()
+        if now.types[c] != was
+    ]
+    return "; ".join(moved) or None
 
 
 # ---------------------------------------------------------------- I/O
@@ -352,13 +372,42 @@ class ProjectionApplier:
         self._table = check_table(links.conn, self.route)
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
-        """Upsert the newest event of each entity in one transaction."""
+        """Upsert the newest event of each entity in one transaction.
+
+        When the table refuses an event, or the statement fails, the table is looked at
+        again: one an operator changed under the consumer (a column's type, the unique
+        index) stops the route with ``TableChangedError``, instead of every event of the
+        stream being dead-lettered as bad input.
+        """
         if self._table is None:
             raise RuntimeError(f"projection route {self.route.stream} is not connected")
+        try:
+            outcome = self._apply(conn, events, self._table)
+        except psycopg.Error as exc:
+            if cause(exc) is not Cause.OUTAGE:  # say which route and what changed
+                self._still_fits(conn, self._table)
+            raise
+        if outcome.refused:
+            self._still_fits(conn, self._table)
+        return outcome
+
+    def _still_fits(self, conn: Conn, table: ProjectionTable) -> None:
+        """``TableChangedError`` when the table changed since it was checked."""
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            conn.rollback()
+        what = changed(conn, table)
+        if what is not None:
+            raise TableChangedError(
+                f"route {self.route.stream}: table {self.route.table} changed under the "
+                f"consumer ({what}); put it back, or change the routes file and restart"
+            )
+
+    @staticmethod
+    def _apply(conn: Conn, events: Sequence[Event], table: ProjectionTable) -> Outcome:
         if conn.autocommit:
             try:
-                return apply_alone(conn, self._table, events)
+                return apply_alone(conn, table, events)
             except (psycopg.errors.DataError, psycopg.errors.IntegrityError):
                 pass  # some event does not fit the table: find which, one by one
         with conn.transaction():
-            return apply(conn, self._table, events)
+            return apply(conn, table, events)
