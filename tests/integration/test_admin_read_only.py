@@ -59,7 +59,7 @@ def test_reading_commands_work_with_a_select_only_role(
             "event_type, status) VALUES ('ledger', 'a', 1, 1, 2, 'ledger.added', 'open')"
         )
     ParkingLot(redis_client, redis_prefix.rstrip(":")).park(
-        ss.STREAM, [("a", 3, b"parked")], 100, 60
+        ss.STREAM, [("a", 3, b"parked")], (100, 2**30), 60
     )
     role, url = reader
     with psycopg.connect(services.database_url, autocommit=True) as conn:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import redis
 
 from consumer.errors import RoutesError
-from consumer.kinds.steps.parking import ParkingLot
+from consumer.kinds.steps.parking import NO_MEMORY, ParkingLot
 from schemas import encode
 from schemas.runtime.redis_client import RedisClient
 from tests.conftest import PgSchema
 from tests.integration import step_support as ss
+from tests.support.redis_server import private_redis
 
 
 @pytest.fixture
@@ -58,7 +62,7 @@ def test_the_index_lists_exactly_the_entities_with_something_parked(
     """Parking indexes an entity with its event; removing its last event unindexes it."""
     lot = ParkingLot(redis_client, redis_prefix.rstrip(":"))
     entities = [f"e{i}" for i in range(40)]
-    sizes = lot.park(ss.STREAM, [(e, 2, encode(ss.step(2, e))) for e in entities], 10, 600)
+    sizes = lot.park(ss.STREAM, [(e, 2, encode(ss.step(2, e))) for e in entities], (10, 2**30), 600)
     assert sizes == [1] * 40
     assert sorted(e for e, _, _ in lot.sizes(ss.STREAM)) == sorted(entities)
     assert lot.indexed(ss.STREAM, ["e1", "nobody", "e39"]) == ["e1", "e39"]
@@ -76,7 +80,7 @@ def test_park_times_are_the_server_s_and_a_time_ahead_of_it_is_overdue(
     """Parks are timed by Redis; an index entry from a clock days ahead is overdue at once."""
     lot = ParkingLot(redis_client, redis_prefix.rstrip(":"))
     server = lot.now(ss.STREAM)
-    lot.park(ss.STREAM, [("now", 2, encode(ss.step(2, "now")))], 10, 600)
+    lot.park(ss.STREAM, [("now", 2, encode(ss.step(2, "now")))], (10, 2**30), 600)
     [(_, _, parked_at)] = lot.sizes(ss.STREAM)
     assert server <= parked_at <= lot.now(ss.STREAM)
     ahead = 30 * 86_400  # written by a release that used a consumer's clock, 30 days ahead
@@ -85,3 +89,22 @@ def test_park_times_are_the_server_s_and_a_time_ahead_of_it_is_overdue(
     redis_client.zadd(lot.index_key(ss.STREAM, "old"), {"old": server - 100})
     assert lot.overdue(ss.STREAM, 60, 10) == ["old", "ahead"]
     assert lot.overdue(ss.STREAM, 60, 1) == ["old"]
+
+
+def test_a_park_redis_has_no_memory_for_holds_that_entity_instead_of_raising(
+    tmp_path: Path,
+) -> None:
+    """maxmemory reached (noeviction): the park answers NO_MEMORY for that item, others park."""
+    with private_redis(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        lot = ParkingLot(client, "oom")
+        assert lot.park(ss.STREAM, [("small", 2, b"x" * 100)], (10, 2**30), 600) == [1]
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 4096)
+        # The first write past the limit is still taken; the next ones are refused OOM.
+        lot.park(ss.STREAM, [("big", 2, b"y" * 1_000_000)], (10, 2**30), 600)
+        sizes = lot.park(
+            ss.STREAM, [("big", 3, b"z" * 1_000_000), ("small", 2, b"x" * 100)], (10, 2**30), 600
+        )
+        client.close()
+    assert sizes == [NO_MEMORY, 1]  # the member already there is only kept longer

@@ -293,3 +293,34 @@ def test_a_parked_event_over_a_mebibyte_drains_under_a_raised_limit(
         wait_until(lambda: (ss.progress(steps_db) or (0, 0))[1] == 2)
     assert ss.applied(steps_db) == [(1, 1), (1, 2)]
     assert not redis_client.exists(key)
+
+
+def test_past_the_byte_cap_early_events_are_held_not_parked(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    """max_parked_bytes 500 kB: one 300 kB early event parks, two are held; others park."""
+    topic, dlq, held = topic_factory("events", 1), topic_factory("dlq"), topic_factory("held")
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ss.routes_text().replace("max_parked = 1000", "max_parked_bytes = 500000"))
+    settings = cs.parking_settings_for(
+        steps_db, services, routes, topic, dlq, redis_prefix, held_topic=held
+    )
+    big = [
+        dataclasses.replace(ss.step(s), payload={"amount": s, "pad": "x" * 300_000})
+        for s in (3, 4, 5)
+    ]
+    lot = ParkingLot(redis_client, settings.redis_key_prefix)
+    with cs.running(settings):
+        cs.send(services.kafka_bootstrap, topic, [(e.key, encode(e)) for e in big])
+        cs.send_events(services.kafka_bootstrap, topic, [ss.step(3, "small")])
+        letters = drain(services.kafka_bootstrap, held, expect=2)
+        wait_until(lambda: redis_client.zcard(lot.entity_key("ledger", "small")) == 1)
+    assert [decode(m.value()).seq for m in letters] == [4, 5]
+    assert {dict(m.headers())[headers.DLQ_REASON] for m in letters} == {b"park_cap_reached"}
+    assert redis_client.zcard(lot.entity_key("ledger", "a")) == 1
+    assert 300_000 < int(redis_client.get(lot.bytes_key("ledger", "a")) or 0) < 500_000

@@ -219,7 +219,7 @@ def test_leftover_of_an_applied_event_is_removed_on_drain(
         ss.feed(run, conn, [ss.step(1), ss.step(2)])
         run.store.mark(conn, {"a": (1, 5)})  # as every park is marked first
         run.lot.park(
-            ss.STREAM, [("a", 2, encode(ss.step(2))), ("a", 5, encode(ss.step(5)))], 10, 60
+            ss.STREAM, [("a", 2, encode(ss.step(2))), ("a", 5, encode(ss.step(5)))], (10, 2**30), 60
         )
         ss.feed(run, conn, [ss.step(3)])
     assert [m for m, _ in redis_client.zrange(key, 0, -1, withscores=True)] == [encode(ss.step(5))]
@@ -393,7 +393,7 @@ def test_parks_of_a_release_without_marks_are_marked_and_drained(
     with steps_db.connect(autocommit=True) as conn:
         ss.feed(old, conn, [ss.step(1)])
         redis_client.delete(old.lot.marks_key(ss.STREAM))  # as before the marks existed
-        old.lot.park(ss.STREAM, [("a", 3, encode(ss.step(3)))], 10, 60)
+        old.lot.park(ss.STREAM, [("a", 3, encode(ss.step(3)))], (10, 2**30), 60)
         restarted = ss.runner(redis_client, redis_prefix, ss.routes_text())
         ss.feed(restarted, conn, [ss.step(2)])
     assert ss.applied(steps_db) == [(1, 1), (1, 2), (1, 3)]

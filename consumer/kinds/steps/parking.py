@@ -41,34 +41,53 @@ if TYPE_CHECKING:
     from consumer.kinds._base import Links
     from consumer.kinds._plugin import Tools
 
-# KEYS: set, index. ARGV: member, seq, cap, ttl, entity.
-# Index the entity at the server's time, then ZADD unless the set is at its cap (a member
-# already there may always be re-added), then renew the TTL. Returns the set's size, or
-# -1 when refused.
+# KEYS: set, index, bytes. ARGV: member, seq, cap, ttl, entity, cap in bytes.
+# A member already there is only kept longer. Otherwise, unless the set is at its cap in
+# events or in bytes (its members' lengths, counted beside it), index the entity at the
+# server's time, ZADD, count the bytes and renew the TTLs. Returns the set's size, or
+# -1 when refused (a set that expired leaves its count behind: counted anew).
 _PARK = """
 local size = redis.call('ZCARD', KEYS[1])
-if size >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
+  return size
+end
+if size == 0 then
+  redis.call('DEL', KEYS[3])
+end
+local held = tonumber(redis.call('GET', KEYS[3]) or '0')
+if size >= tonumber(ARGV[3]) or held + #ARGV[1] > tonumber(ARGV[6]) then
   return -1
 end
 local now = redis.call('TIME')
 redis.call('ZADD', KEYS[2], 'NX', now[1] + now[2] / 1000000, ARGV[5])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('INCRBY', KEYS[3], #ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-return redis.call('ZCARD', KEYS[1])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+return size + 1
 """
 
-# KEYS: set, index. ARGV: entity, members to remove... Drops the index entry when the
-# set is left empty; returns the set's size.
+# KEYS: set, index, bytes. ARGV: entity, members to remove... Uncounts what it removes;
+# drops the index entry and the count when the set is left empty; returns the set's size.
 _REMOVE = """
-for i = 2, #ARGV, 500 do
-  redis.call('ZREM', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+local gone = 0
+for i = 2, #ARGV do
+  gone = gone + redis.call('ZREM', KEYS[1], ARGV[i]) * #ARGV[i]
 end
 local size = redis.call('ZCARD', KEYS[1])
 if size == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('DEL', KEYS[3])
+elseif gone > 0 then
+  redis.call('DECRBY', KEYS[3], gone)
 end
 return size
 """
+# What ``park`` answers for an item Redis had no memory for: the entity is held, as at
+# its cap, and the route goes on (Redis full for one entity's events is that entity's).
+NO_MEMORY = -2
 
 
 # How far ahead of the server's clock a park time may be before it counts as overdue.
@@ -90,6 +109,17 @@ return found
 
 # KEYS: any key of the server asked. The server's clock.
 _TIME = "return redis.call('TIME')"
+
+
+# A set's cap: (events, bytes).
+Cap = tuple[int, int]
+
+
+def _no_memory(result: Any) -> bool:
+    """Whether a pipelined reply is Redis refusing a write for want of memory."""
+    if isinstance(result, redis.exceptions.OutOfMemoryError):
+        return True
+    return isinstance(result, redis.ResponseError) and str(result).startswith("OOM")
 
 
 def bucket_of(entity_id: str, buckets: int) -> int:
@@ -115,6 +145,17 @@ class ParkingLot:
     def entity_key(self, route: str, entity_id: str) -> str:
         """The sorted set of one entity's parked events."""
         return f"{self.prefix}:park:{self._tag(route, entity_id)}:{entity_id}"
+
+    def bytes_key(self, route: str, entity_id: str) -> str:
+        """The count of the bytes one entity has parked (beside its set, in its slot)."""
+        return f"{self.prefix}:parkbytes:{self._tag(route, entity_id)}:{entity_id}"
+
+    def _keys(self, route: str, entity_id: str) -> list[str]:
+        return [
+            self.entity_key(route, entity_id),
+            self.index_key(route, entity_id),
+            self.bytes_key(route, entity_id),
+        ]
 
     def index_key(self, route: str, entity_id: str) -> str:
         """The index of the entity's bucket, scored by first park time."""
@@ -188,25 +229,21 @@ class ParkingLot:
                 moved += 1
 
     def park(
-        self, route: str, items: Sequence[tuple[str, int, bytes]], cap: int, ttl_s: int
+        self, route: str, items: Sequence[tuple[str, int, bytes]], cap: Cap, ttl_s: int
     ) -> list[int]:
-        """Park ``(entity_id, seq, raw event)`` items; per item the set's size, or -1 if full."""
+        """Park ``(entity_id, seq, raw event)`` items; per item the set's size, -1 when it is
+        full (``cap``: events, bytes), ``NO_MEMORY`` when Redis had no room for it."""
         calls = [
-            (
-                [self.entity_key(route, entity_id), self.index_key(route, entity_id)],
-                [raw, seq, cap, ttl_s, entity_id],
-            )
+            (self._keys(route, entity_id), [raw, seq, cap[0], ttl_s, entity_id, cap[1]])
             for entity_id, seq, raw in items
         ]
-        return [int(size) for size in self._scripted(self._park, calls)]
+        results = self._scripted(self._park, calls, out_of_memory=NO_MEMORY)
+        return [int(size) for size in results]
 
     def remove(self, route: str, members: Mapping[str, Sequence[bytes]]) -> None:
         """Remove applied or stale members; drop emptied entities from the index."""
         calls = [
-            (
-                [self.entity_key(route, entity_id), self.index_key(route, entity_id)],
-                [entity_id, *gone],
-            )
+            (self._keys(route, entity_id), [entity_id, *gone])
             for entity_id, gone in members.items()
             if gone
         ]
@@ -214,11 +251,20 @@ class ParkingLot:
 
     def unindex_empty(self, route: str, entities: Sequence[str]) -> None:
         """Drop from the index the entities whose parked set is empty (its TTL lapsed)."""
-        calls = [([self.entity_key(route, e), self.index_key(route, e)], [e]) for e in entities]
+        calls = [(self._keys(route, e), [e]) for e in entities]
         self._scripted(self._remove, calls)
 
-    def _scripted(self, script: Script, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+    def _scripted(
+        self,
+        script: Script,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        *,
+        out_of_memory: int | None = None,
+    ) -> list[Any]:
         """Run ``script`` once per call in one pipeline, by SHA.
+
+        ``out_of_memory``: what a call Redis refused for want of memory (OOM) answers,
+        instead of raising as any other error does.
 
         A restarted server or a promoted replica may not have the script: on NOSCRIPT it
         is loaded (on every master of a cluster) and the whole pipeline run again, which
@@ -236,6 +282,8 @@ class ParkingLot:
                 self.client.script_load(script.script)
                 continue
             break
+        if out_of_memory is not None:
+            results = [out_of_memory if _no_memory(r) else r for r in results]
         for result in results:
             if isinstance(result, Exception):
                 raise result

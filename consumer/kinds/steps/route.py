@@ -81,6 +81,10 @@ class StepRoute(OneStream):
         factory=dict,
     )
     max_parked: int = setting("Events parked per entity; beyond it they go to the held topic", 1000)
+    max_parked_bytes: int = setting(
+        "Bytes parked per entity (its events' lengths); beyond it they go to the held topic",
+        64 * 1024 * 1024,
+    )
     park_ttl_s: int = setting("How long a parked event is kept in Redis (seconds)", 7 * 86_400)
     lanes: int | None = setting(
         "Entities whose steps call outside PostgreSQL (`external`) applied at once, each lane "
@@ -188,6 +192,7 @@ def parse(spec: Spec) -> StepRoute:
         stream=spec.stream,
         handlers=handlers,
         max_parked=spec.positive("max_parked", StepRoute),
+        max_parked_bytes=spec.positive("max_parked_bytes", StepRoute),
         park_ttl_s=spec.positive("park_ttl_s", StepRoute),
         lanes=_lanes(spec),
         baseline=spec.flag("baseline", StepRoute),

@@ -22,7 +22,7 @@ from consumer.kinds.steps.apply import apply_alone, apply_steps
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
-from consumer.kinds.steps.parking import ParkingLot, lot_of
+from consumer.kinds.steps.parking import NO_MEMORY, ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan
 from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.route import StepRoute, resolve
@@ -201,20 +201,14 @@ class StepApplier:
         sizes = self.lot.park(
             self.route.stream,
             [(e.entity_id, e.seq, value) for _, e, _, value in parking],
-            self.route.max_parked,
+            (self.route.max_parked, self.route.max_parked_bytes),
             self.route.park_ttl_s,
         )
-        held = [event for (_, event), size in zip(early, sizes, strict=True) if size < 0]
-        outcome.parked += [(event, distance) for _, event, distance, _ in parking]
-        outcome.escalated += self._hold(conn, held)
-        outcome.held += [
-            Refusal(
-                e,
-                PARK_CAP_REACHED,
-                f"entity {e.entity_id} has reached its parking cap at seq {e.seq}",
-            )
-            for e in held
-        ]
+        held = {id(e): size for (_, e), size in zip(early, sizes, strict=True) if size < 0}
+        outcome.parked += [(e, distance) for _, e, distance, _ in parking if id(e) not in held]
+        refused = [e for _, e in early if id(e) in held]
+        outcome.escalated += self._hold(conn, refused)
+        outcome.held += [Refusal(e, PARK_CAP_REACHED, _why_held(e, held[id(e)])) for e in refused]
         # Only entities that parked something ahead of where they stood can have parked
         # successors now due (an in-order stream asks Redis nothing). A park another
         # consumer makes meanwhile, or a leftover of a crash, is the sweeper's to drain.
@@ -365,6 +359,13 @@ class _Alone:
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
         """The entity's events one step per transaction, then its parks and drain."""
         return self._applier.alone(conn, self._entity, events, raw)
+
+
+def _why_held(event: Event, size: int) -> str:
+    """Why an early event could not park: its entity's cap, or Redis out of memory."""
+    if size == NO_MEMORY:
+        return f"Redis had no memory to park entity {event.entity_id} at seq {event.seq}"
+    return f"entity {event.entity_id} has reached its parking cap at seq {event.seq}"
 
 
 def _decode(
