@@ -9,7 +9,7 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed image lock bench demo
+.PHONY: help venv up down status lint rules reference test bench-short test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed image lock bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-secure   every program over TLS with its own least-privilege credentials"
 	@echo "make test-secure-cluster  the same on three SASL_SSL brokers and a TLS Redis Cluster"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
+	@echo "make bench-short  every benchmark suite on small sizes (CI: none may break)"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
 	@echo "make test-cluster  three Kafka nodes and a Redis Cluster: broker and Redis failover under load"
@@ -143,6 +144,11 @@ $(BIN)/.bench: $(BIN)/.installed
 
 bench: venv up $(BIN)/.bench
 	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks
+
+# Every suite on small sizes, each within 5 minutes: CI's check that none has broken.
+# Its figures are not judged (bench-results.short.json).
+bench-short: venv up $(BIN)/.bench
+	$(WITH_STACK_ENV) INORDER_BENCH=short $(BIN)/python -m tests.benchmarks
 
 demo: venv up
 	$(WITH_STACK_ENV) $(BIN)/python deploy/local/demo.py up

@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 import platform
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +23,11 @@ from rich.table import Table
 
 from tests.benchmarks.machine import CpuTimes, during
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import SHORT, SUITE_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTPUT = ROOT / "bench-results.json"
+# A short run's figures are not judged: they go to a file of their own.
+OUTPUT = ROOT / ("bench-results.short.json" if SHORT else "bench-results.json")
 SUITES = (
     "stack",
     "codec",
@@ -68,6 +73,22 @@ def _table(results: list[BenchResult]) -> Table:
     return table
 
 
+@contextmanager
+def limited(suite: str, seconds: int) -> Iterator[None]:
+    """Fail the run, naming the suite, when it runs past ``seconds`` (a wait that never ends)."""
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise TimeoutError(f"benchmark suite {suite} ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def main(argv: list[str]) -> None:
     """Run the named suites (all by default) and report."""
     chosen = argv or list(SUITES)
@@ -78,7 +99,8 @@ def main(argv: list[str]) -> None:
     for suite in chosen:
         module = importlib.import_module(f"tests.benchmarks.bench_{suite}")
         before = CpuTimes.now()
-        results.extend(module.run())
+        with limited(suite, SUITE_LIMIT_S):
+            results.extend(module.run())
         results.extend(during(suite, before, CpuTimes.now()))
     OUTPUT.write_bytes(orjson.dumps(_merge(results), option=orjson.OPT_INDENT_2))
     Console().print(_table(results))

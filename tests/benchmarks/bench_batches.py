@@ -28,10 +28,11 @@ from schemas import encode
 from schemas.batches import BatchItem, WorkItem, batch_events, result_event
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration.batch_support import as_event
 
-BATCHES = 1000
-ITEMS = 100
+BATCHES = sized(1000, 20)
+ITEMS = sized(100, 10)
 WINDOW = 50
 BATCH_ROUTES = '[[route]]\nstream = "batch"\nkind = "batch"\n'
 PROJECTION_ROUTES = """[[route]]

@@ -19,9 +19,10 @@ import schemas
 from schemas.files import envelope_schema
 from schemas.validation import validator_for as rs_validator_for
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 
-MESSAGES = 5000
-ROUNDS = 5
+MESSAGES = sized(5000, 200)
+ROUNDS = sized(5, 1)
 
 
 def _messages() -> list[bytes]:

@@ -38,11 +38,12 @@ from schemas.runtime.health import Health
 from tests.benchmarks.bench_relay import traceparent
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 
-ENTITIES = 1000
-VERSIONS = 100
+ENTITIES = sized(1000, 50)
+VERSIONS = sized(100, 10)
 TOTAL = ENTITIES * VERSIONS
-NAIVE = 10_000
+NAIVE = sized(10_000, 200)
 VIEW = """CREATE TABLE {} (subscription_id text PRIMARY KEY, generation bigint NOT NULL,
 seq bigint NOT NULL, plan text, price_cents integer, status text)"""
 ROUTES = """[[route]]

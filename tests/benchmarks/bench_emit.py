@@ -16,9 +16,10 @@ import psycopg
 from producer import OutboxEvent, emit, emit_many, migrate
 from tests.benchmarks.fixtures import temp_schema
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 
-SINGLE = 2000
-BATCHED = 20000
+SINGLE = sized(2000, 100)
+BATCHED = sized(20000, 400)
 PER_TX = 200
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
 

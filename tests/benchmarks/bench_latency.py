@@ -47,19 +47,22 @@ from tests.benchmarks.fixtures import (
     temp_schema,
 )
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration.relay_support import PAYLOAD, free_port
 from tests.support.services import ROOT
 
 PLOT = ROOT / "bench-latency.png"
 # Offered rate (events/s, None: as fast as the writer commits) and seconds at it.
-RATES: tuple[tuple[int | None, float], ...] = ((100, 5), (1000, 10), (10_000, 5), (None, 5))
+RATES: tuple[tuple[int | None, float], ...] = sized(
+    ((100, 5), (1000, 10), (10_000, 5), (None, 5)), ((100, 1), (1000, 1), (None, 1))
+)
 TICK_S = 0.01
 FLAT_OUT_EVENTS_PER_TX = 1000
-EARLY = 100
+EARLY = sized(100, 10)
 EARLY_LEAD_S = 0.05
-FLOOR_SAMPLES = 300
+FLOOR_SAMPLES = sized(300, 20)
 # Both routes at work for this long before anything is measured: steady state, not start-up.
-WARM_UP_S = 3.0
+WARM_UP_S = sized(3.0, 0.5)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,13 @@ import redis
 from consumer.kinds.steps.parking import ParkingLot
 from schemas import encode
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration.step_support import step
 from tests.support.redis_server import private_redis
 
-ROUNDS = 3
-SINGLE_PARKS = 400
-BATCHES = 40
+ROUNDS = sized(3, 1)
+SINGLE_PARKS = sized(400, 40)
+BATCHES = sized(40, 4)
 BATCH = 100
 RAW = encode(step(2))
 
@@ -46,7 +47,7 @@ def _rate(lot: ParkingLot, batch: int, calls: int, after: Callable[[], None]) ->
         for _ in range(batch):
             seq += 1
             items.append((f"e{call % 50}", seq, RAW + str(seq).encode()))
-        lot.park("bench", items, 1_000_000, 3600)
+        lot.park("bench", items, (1_000_000, 2**40), 3600)
         after()
     return batch * calls / (time.perf_counter() - started)
 

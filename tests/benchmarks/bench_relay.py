@@ -66,18 +66,19 @@ from tests.benchmarks.fixtures import (
     temp_schema,
 )
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration.relay_support import PAYLOAD, free_port
 
-BACKLOG = 100_000
-RAW_PASSES = 5
+BACKLOG = sized(100_000, 2_000)
+RAW_PASSES = sized(5, 1)
 PARTITIONS = 6
 SLICES = 16
 RATE_ROWS_S = 1000
-LATENCY_S = 10.0
+LATENCY_S = sized(10.0, 2.0)
 # Rows written in the first second are not measured: the relay's first send to a topic
 # waits for its metadata and the first reads for their plans (steady state, not start-up).
 WARM_UP_S = 1.0
-LONG_TX_S = 5.0
+LONG_TX_S = sized(5.0, 1.0)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 _T = TypeVar("_T")

@@ -37,8 +37,8 @@ from tests.benchmarks.bench_relay import (
     BACKLOG,
     _backends,
     _cpu_s,
-    _topics,
     publish_backlog,
+    topics_for,
 )
 from tests.benchmarks.fixtures import (
     Pipeline,
@@ -48,13 +48,14 @@ from tests.benchmarks.fixtures import (
     temp_schema,
 )
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration.relay_support import free_port
 
 PARTITIONS = 12
-ENTITIES = 12_000
-VERSIONS = 25
+ENTITIES = sized(12_000, 600)
+VERSIONS = sized(25, 5)
 TOTAL = ENTITIES * VERSIONS
-COUNTS = (1, 2, 3)
+COUNTS = sized((1, 2, 3), (1, 2))
 
 
 @contextmanager
@@ -182,7 +183,7 @@ def run() -> list[BenchResult]:
             )
     results += _versus_one("consumers", rates)
     relay_rates: dict[int, float] = {}
-    with _topics(bootstrap, len(COUNTS)) as topics:
+    with topics_for(bootstrap, len(COUNTS)) as topics:
         for count, topic in zip(COUNTS, topics, strict=True):
             with temp_schema(url, "bench_scaleout_relay") as relay_url:
                 rate, cpu_ms = publish_backlog(relay_url, bootstrap, topic, count, "so")

@@ -31,11 +31,12 @@ from consumer.kinds.steps.parking import ParkingLot
 from schemas import Event, encode
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration import step_handlers
 
-ENTITIES = 500
-STEPS = 60
-PARKED = 10_000
+ENTITIES = sized(500, 30)
+STEPS = sized(60, 10)
+PARKED = sized(10_000, 300)
 STEP_ROUTES = """[[route]]
 stream = "ledger"
 kind = "step"
@@ -128,7 +129,7 @@ def _redis_bytes_per_parked(prefix: str) -> tuple[float, float]:
     lot = ParkingLot(client, prefix)
     events = [_event(e, s) for e in range(PARKED // 100) for s in range(2, 102)]
     before = int(client.info("memory")["used_memory"])
-    lot.park("ledger", [(e.entity_id, e.seq, encode(e)) for e in events], 1000, 3600)
+    lot.park("ledger", [(e.entity_id, e.seq, encode(e)) for e in events], (1000, 2**30), 3600)
     after = int(client.info("memory")["used_memory"])
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
@@ -141,8 +142,8 @@ def run() -> list[BenchResult]:
     """Step rates in order and reordered, against projection; Redis bytes per parked event."""
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     prefix = f"bench.{uuid.uuid4().hex[:6]}"
-    progress = "SELECT count(*) FROM inorder_step_progress WHERE last_applied = 60"
-    projected = "SELECT count(*) FROM ledger_view WHERE seq = 60"
+    progress = f"SELECT count(*) FROM inorder_step_progress WHERE last_applied = {STEPS}"  # noqa: S608
+    projected = f"SELECT count(*) FROM ledger_view WHERE seq = {STEPS}"  # noqa: S608
     with (
         temp_schema(os.environ["DATABASE_URL"], "bench_steps") as url,
         tempfile.TemporaryDirectory() as folder,

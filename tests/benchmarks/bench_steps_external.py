@@ -24,12 +24,13 @@ import psycopg
 from tests.benchmarks.bench_steps import _event, _fresh_tables, _topic
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.result import BenchResult
+from tests.benchmarks.scale import sized
 from tests.integration import step_handlers
 
-ENTITIES = 2_000
-ONE_LANE_ENTITIES = 100
+ENTITIES = sized(2_000, 100)
+ONE_LANE_ENTITIES = sized(100, 10)
 STEPS = 3
-LANES = (1, 8, 32, 128)
+LANES = sized((1, 8, 32, 128), (1, 8, 32))
 SLOW_LANES = 32
 # Call time of the uneven run over the even one's (the same 6,000 steps): what its
 # steps/s would be if every lane stayed busy, as a share of the even figure.
