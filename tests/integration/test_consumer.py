@@ -14,6 +14,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from consumer.settings import ConsumerSettings
 from schemas import codec, encode, headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -236,15 +237,22 @@ def test_routes_file_mistakes_stop_start_up_one_line_each(
     assert all(line.startswith("inorder-consumer: ") for line in lines)
 
 
+def _projection(
+    db: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> tuple[ConsumerSettings, str, str]:
+    """The billing projection's table and routes, and a consumer's settings on new topics."""
+    cs.create_view(db)
+    routes = tmp_path / "routes.toml"
+    routes.write_text(cs.ROUTES)
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    return cs.settings_for(db, services.kafka_bootstrap, routes, topic, dlq), topic, dlq
+
+
 def test_events_of_tiny_json_values_stay_within_the_shipped_memory_limit(
     pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
     """60 events of 0.9 MB, each 300,000 empty objects, then a valid one: applied, VmHWM < 1 GiB."""
-    cs.create_view(pg_schema)
-    routes = tmp_path / "routes.toml"
-    routes.write_text(cs.ROUTES)
-    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = cs.settings_for(pg_schema, services.kafka_bootstrap, routes, topic, dlq)
+    settings, topic, _dlq = _projection(pg_schema, services, topic_factory, tmp_path)
     heavy = []
     for seq in range(1, 61):
         event = cs.plan_event("heavy", seq)
@@ -284,11 +292,7 @@ def test_a_table_changed_under_the_consumer_stops_it_instead_of_dead_lettering_t
     named: str,
 ) -> None:
     """An operator changes the projection's table while events flow: exit 3, one line, no letter."""
-    cs.create_view(pg_schema)
-    routes = tmp_path / "routes.toml"
-    routes.write_text(cs.ROUTES)
-    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = cs.settings_for(pg_schema, services.kafka_bootstrap, routes, topic, dlq)
+    settings, topic, dlq = _projection(pg_schema, services, topic_factory, tmp_path)
     log = tmp_path / "consumer.log"
     process = cs.spawn(cs.consumer_env(settings), log)
     try:
