@@ -321,13 +321,17 @@ def test_what_only_the_operator_can_fix_stops_the_consumer_with_one_line(
 
 
 def test_rows_past_the_read_budget_or_any_message_size_stall_nothing(pipeline: Pipeline) -> None:
-    """5 MB of headers: failed unread; 40 rows of 30 KB through 64 KB reads: all applied."""
+    """5 MB of headers: refused by the table; one written before its check, failed unread; 40
+    rows of 30 KB through 64 KB reads: all applied."""
     pipeline.env["INORDER_READ_BYTES"] = str(64 * 1024)
     start(pipeline, "relay-1", "relay-2", *CONSUMERS)
     topic = pipeline.events_topic
     wide = [f"wide-{n}" for n in range(40)]
     with pipeline.db.connect(autocommit=True) as conn:
         huge = orjson.dumps({"h": "x" * 5_000_000}).decode()
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(ROW, (topic, "huge-headers", "huge-headers:1", GOOD, huge))
+        conn.execute("ALTER TABLE outbox DROP CONSTRAINT outbox_headers_size")  # an older row
         conn.execute(ROW, (topic, "huge-headers", "huge-headers:1", GOOD, huge))
         for entity in wide:
             headers = orjson.dumps({"h": "y" * 30_000}).decode()

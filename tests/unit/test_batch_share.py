@@ -9,7 +9,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import schemas
@@ -210,6 +210,7 @@ _STATES = st.sampled_from([s for s in ItemState if s != ItemState.DONE] + [ItemS
     states=st.lists(_STATES, min_size=1, max_size=3000),
     said=st.text(max_size=2000),
 )
+@example(states=[ItemState.FAILED], said="released by a\x00b")  # a NUL no text column holds
 def test_an_assembly_of_any_size_passes_the_checks_emit_makes(
     states: list[ItemState], said: str
 ) -> None:

@@ -37,6 +37,7 @@ from consumer.kinds.batches.route import BatchRoute
 from schemas import batches
 from schemas.batches import BatchStatus, ItemState, OnIncomplete, WorkItem, work_item_event
 from schemas.errors import InvalidEventError
+from schemas.limits import safe_text
 from schemas.outbox import OutboxEvent
 from schemas.outbox.events import check
 from schemas.validation import default_payload_schemas
@@ -73,7 +74,9 @@ def missing_reason(items: Iterable[Item]) -> str:
 
 
 def bounded_reason(reason: str) -> str:
-    """``reason`` cut to what an assembly may carry (an operator's words can be long)."""
+    """``reason`` made storable and cut to what an assembly may carry (an operator's words
+    can hold anything, and be long)."""
+    reason = safe_text(reason)
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
 
 
