@@ -1,8 +1,8 @@
 """Rows failed for a topic the cluster did not have: sent by themselves once it has it.
 
-No slice waits for a topic. A row naming one the cluster does not have is failed at once
-(``unknown_topic``, ``INORDER_UNKNOWN_TOPIC_GRACE_S`` 0) and the cursors pass it, so
-the rest of its slice goes on. The relays look at such rows at every lease renewal: the
+A row naming a topic the cluster does not have is failed ``unknown_topic`` once its
+grace is over (``INORDER_UNKNOWN_TOPIC_GRACE_S``; with 0, at once, so no slice waits for
+a topic) and the cursors pass it. The relays look at such rows at every lease renewal: the
 ones whose topic now exists lose their failed mark and are listed to send ahead of the
 cursors (``resend``), so they reach Kafka behind later events of their entity, which is
 what inorder's consumers are for. A topic that never appears keeps its rows failed, for

@@ -99,12 +99,12 @@ class RelaySettings(
         default=True, description="Create the republish topics at start-up when missing"
     )
     unknown_topic_grace_s: float = Field(
-        default=0.0,
+        default=120.0,
         ge=0,
         le=86_400,
         description="How long rows may name a topic the cluster does not have before they are "
         "marked failed (their slice waits meanwhile); 0: failed at once, the rest of the "
-        "slice goes on, and they are sent by themselves once the topic appears",
+        "slice goes on; either way they are sent by themselves once the topic appears",
     )
     allowed_topics: list[str] | None = Field(
         default=None,

@@ -4,13 +4,12 @@ A row naming a topic that does not exist would otherwise wait in the producer fo
 topic's metadata (``message.timeout.ms``) and fail as if Kafka were down, holding every
 slice of the batch back each time it is tried. Here the topics of a batch are checked
 before anything is produced. An illegal or disallowed name, or one of the republish
-protocol's topics, fails its rows at once. So
-does, by default, a legal name the cluster does not have: its rows are failed
-``unknown_topic`` and sent by themselves once it appears (``missing_topics``), the rest
-of their slice unaffected. A grace period (``INORDER_UNKNOWN_TOPIC_GRACE_S``) may hold
-back its rows' slice instead, for that long. The cluster's topic list is asked again
-whenever a batch names a topic not known yet, so a topic created meanwhile is found by
-the next batch that names it.
+protocol's topics, fails its rows at once. A
+legal name the cluster does not have holds back its rows' slice only, for a grace
+period (``INORDER_UNKNOWN_TOPIC_GRACE_S``; 0: none), then its rows are failed
+``unknown_topic``, and sent by themselves once it appears (``missing_topics``). The
+cluster's topic list is asked again whenever a batch names a topic not known yet, so a
+topic created meanwhile is found by the next batch that names it.
 """
 
 from __future__ import annotations

@@ -371,7 +371,9 @@ def test_a_row_for_a_missing_topic_holds_nothing_and_goes_once_the_topic_exists(
                             topic=topics.events),
             ],
         )  # fmt: skip
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, lease_s=3)
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, lease_s=3, unknown_topic_grace_s=0
+    )
     with rs.running(settings):
         wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 1)
         reason = rs.count_rows(outbox, "failure_reason LIKE 'unknown_topic:%'")
