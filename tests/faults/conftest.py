@@ -95,6 +95,11 @@ class Boundary:
     refused: dict[str, int] = field(default_factory=dict)  # by reason
     taken: int = 0
     redelivered: int = 0  # handled twice after a rewind (at least once, never lost)
+    # Inputs by the outcome the oracle expected, and how many of them got it.
+    expected: dict[str, int] = field(default_factory=dict)
+    as_expected: dict[str, int] = field(default_factory=dict)
+    unaccounted: int = 0  # an outcome the oracle did not expect, or none at all
+    examples: list[str] = field(default_factory=list)  # a few of those, said plainly
     exits: int = 0
     stalls: int = 0
     probe_p99_s: float = 0.0
@@ -193,6 +198,7 @@ def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
         "refused",
         "taken",
         "again",
+        "unaccounted",
         "exits",
         "stalls",
         "probe p99 s",
@@ -205,6 +211,7 @@ def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
             sum(b.refused.values()),
             b.taken,
             b.redelivered,
+            b.unaccounted,
             b.exits,
             b.stalls,
             b.probe_p99_s,
@@ -216,6 +223,16 @@ def _boundary_table(terminalreporter: pytest.TerminalReporter) -> None:
     for b in BOUNDARIES:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(b.refused.items(), key=lambda x: -x[1]))
         terminalreporter.write_line(f"{b.name} refused: {reasons or 'none'}")
+    for b in (b for b in BOUNDARIES if b.expected):
+        rows = [[label, n, b.as_expected.get(label, 0)] for label, n in sorted(b.expected.items())]
+        write_table(
+            terminalreporter,
+            f"{b.name}: expected outcomes",
+            ("expected", "inputs", "as expected"),
+            rows,
+        )
+        for example in b.examples:
+            terminalreporter.write_line(f"  unaccounted: {example}")
 
 
 def _nemesis_table(terminalreporter: pytest.TerminalReporter) -> None:

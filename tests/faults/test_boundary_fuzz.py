@@ -29,7 +29,8 @@ from confluent_kafka import Producer
 
 from producer import subscriptions as subs
 from tests.conftest import PgSchema, TopicFactory
-from tests.faults import boundary_inputs, effects
+from tests.faults import accounting, boundary_inputs, effects, oracle
+from tests.faults.accounting import Place
 from tests.faults.conftest import BOUNDARIES, Boundary, Scale
 from tests.faults.pipeline import Pipeline
 from tests.faults.test_faults import start
@@ -144,22 +145,37 @@ def _under_load(pipeline: Pipeline, name: str, feed: Callable[[], None]) -> Boun
     return boundary
 
 
-def _send(pipeline: Pipeline, topic: str, values: list[bytes]) -> None:
-    """Produce raw values as a client that is not ours, in chunks, checking on the processes."""
+def _send(pipeline: Pipeline, topic: str, values: list[bytes]) -> list[Place]:
+    """Produce raw values as a client that is not ours, in chunks, checking on the processes.
+
+    Returns where each value was written, from the delivery reports.
+    """
     producer = Producer(
         {"bootstrap.servers": pipeline.services.kafka_bootstrap, "message.max.bytes": 5_000_000}
     )
+    places: list[Place | None] = [None] * len(values)
+
+    def delivered(index: int) -> Callable[[Any, Any], None]:
+        def report(error: Any, message: Any) -> None:
+            assert error is None, f"input {index} was not written: {error}"
+            places[index] = (message.topic(), message.partition(), message.offset())
+
+        return report
+
     for i in range(0, len(values), CHUNK):
         for n, value in enumerate(values[i : i + CHUNK]):
-            producer.produce(topic, value, f"seat_ledger:fz-{i + n}".encode())
+            key = f"seat_ledger:fz-{i + n}".encode()
+            producer.produce(topic, value, key, on_delivery=delivered(i + n))
             producer.poll(0)
         assert producer.flush(60) == 0
         assert not pipeline.crashed(), f"{pipeline.crashed()} exited; logs {pipeline.logs}"
         time.sleep(0.1)
+    assert None not in places, "a delivery report never came"
+    return [p for p in places if p is not None]
 
 
 def _judge(boundary: Boundary) -> None:
-    """No exit, no stall, every input refused with a reason or taken.
+    """No exit, no stall, every input accounted for: refused with a reason or taken.
 
     Kafka-fed protocol topics are read at least once: a message acted on when a commit
     failed (a rebalance) is read again after the rewind, so it may be counted twice.
@@ -171,27 +187,48 @@ def _judge(boundary: Boundary) -> None:
     boundary.redelivered = accounted - boundary.tried
     assert boundary.redelivered <= boundary.tried // 20, f"{boundary.name}: too many again"
     assert "" not in boundary.refused, "a refusal without a reason"
+    assert boundary.unaccounted == 0, (
+        f"{boundary.name}: {boundary.unaccounted} inputs not as expected, e.g. {boundary.examples}"
+    )
 
 
 def test_events_at_the_edges_stop_no_consumer(fuzz_pipeline: Pipeline, scale: Scale) -> None:
-    """Schema-drawn envelopes of every routed stream, pushed to the edges, to two consumers."""
+    """Envelopes of every routed stream, pushed to the edges: each has the outcome expected."""
     pipeline = fuzz_pipeline
     fuzz = pipeline.env["INORDER_FUZZ_TOPIC"]
     streams = {"subscription": "", "seat_ledger": "", "batch": ""}
     inputs = boundary_inputs.envelopes(scale.boundary_inputs, streams, seed=36)
+    expected = [
+        (what, oracle.event(raw, unchanged=what.endswith(": valid"))) for what, raw in inputs
+    ]
+    places: list[Place] = []
 
     def feed() -> None:
-        _send(pipeline, fuzz, [raw for _, raw in inputs])
+        places.extend(_send(pipeline, fuzz, [raw for _, raw in inputs]))
         pipeline.wait_for("every input handled", lambda: pipeline.lag(fuzz) == 0, timeout=600)
 
     boundary = _under_load(pipeline, "events (consumers)", feed)
-    # Load and probe events are valid: every dead letter is a fuzzed input's.
-    refused = by_label(pipeline, CONSUMERS, "events_dead_lettered_total", "reason")
-    boundary.tried, boundary.refused = len(inputs), dict(refused)
-    # Taken: consumed and committed (lag 0) without a dead letter: applied, stale or parked.
-    boundary.taken = len(inputs) - refused.total()
+    dead = accounting.letters(
+        pipeline.services.kafka_bootstrap, pipeline.env["INORDER_DEAD_LETTER_TOPIC"]
+    )
+    shown = _effects(pipeline)
+    accounting.account(boundary, expected, places, dead, lambda i: _entity(inputs[i][1]) in shown)
     _judge(boundary)
-    assert refused.total() < len(inputs), "nothing was taken: the valid inputs are broken"
+    assert boundary.as_expected.get("applied"), "no valid input was applied: the oracle is off"
+
+
+def _entity(raw: bytes) -> str:
+    """The entity id of a well-formed input."""
+    return str(json.loads(raw)["entity_id"])
+
+
+def _effects(pipeline: Pipeline) -> set[str]:
+    """Every entity a projection row or a step application shows."""
+    with pipeline.db.connect() as conn:
+        rows = conn.execute(
+            "SELECT subscription_id FROM billing_view UNION SELECT entity_id FROM fault_effects"
+        ).fetchall()
+    return {row[0] for row in rows}
 
 
 def test_outbox_rows_at_the_edges_stop_no_relay(fuzz_pipeline: Pipeline, scale: Scale) -> None:

@@ -1,0 +1,284 @@
+"""What inorder should do with one fuzzed input, worked out apart from the code under test.
+
+The oracle reads only the published contracts: the JSON Schema files, checked by the
+pure-Python ``jsonschema`` validator (inorder uses a compiled one, and its codec none);
+the limits the README states (nesting of 128 levels, no NUL, no lone surrogate, integers
+that fit 64 bits, finite numbers, a 1 MiB message); and the routes of the fuzz pipeline.
+It parses with the standard ``json`` module, which keeps integers of any size exactly,
+where inorder parses with orjson. None of inorder's own modules is imported.
+
+An ``Expect`` says which outcomes are right for one input: taken (applied, parked or
+set aside without a dead letter) and/or refused with one of some reasons. Where the
+contract alone cannot tell (a payload its schema refuses meets a route that does not
+read schemas, a handler meets a value its table's column cannot hold), both are right,
+and the reason a refusal must carry is still fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "json"
+MAX_DEPTH = 128
+MAX_BYTES = 1024 * 1024
+INT64 = (-(2**63), 2**63 - 1)
+# What a 64-bit JSON reader holds exactly: signed or unsigned.
+WIDEST = (-(2**63), 2**64 - 1)
+# The routes of the fuzz pipeline, by stream.
+ROUTES = {"subscription": "projection", "seat_ledger": "step", "batch": "batch"}
+HANDLED = {"seat_ledger.opened", "seat_ledger.seats_added"}
+PROJECTED = {"subscription.created", "subscription.plan_changed"}
+# The schema keyword an envelope breaks -> the reason its refusal names.
+KEYWORDS = {
+    "required": "missing_field",
+    "type": "wrong_type",
+    "minimum": "out_of_range",
+    "maximum": "out_of_range",
+    "minLength": "bad_length",
+    "maxLength": "bad_length",
+    "pattern": "bad_format",
+}
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The right outcomes for one input."""
+
+    reasons: frozenset[str] = frozenset()  # a refusal must name one of these
+    taken: bool = False  # taken without a dead letter is right too
+    applied: bool = False  # its effect must show (an unchanged, well-formed event)
+
+    @property
+    def label(self) -> str:
+        """How the fuzzer's table names this expectation."""
+        refused = "|".join(sorted(self.reasons))
+        if not refused:
+            return "applied" if self.applied else "taken"
+        return f"taken or {refused}" if self.taken else refused
+
+    def judge(self, letters: list[str]) -> str | None:
+        """What is wrong with the dead letters one input got, or None."""
+        if not letters:
+            return None if self.taken else f"expected {self.label}, got no dead letter"
+        wrong = [r for r in letters if r not in self.reasons]
+        return f"expected {self.label}, dead-lettered {wrong}" if wrong else None
+
+
+def taken(*, applied: bool = False) -> Expect:
+    """Taken, not refused."""
+    return Expect(taken=True, applied=applied)
+
+
+def refused(*reasons: str) -> Expect:
+    """Refused with one of ``reasons``."""
+    return Expect(frozenset(reasons))
+
+
+def either(*reasons: str) -> Expect:
+    """Taken, or refused with one of ``reasons``."""
+    return Expect(frozenset(reasons), taken=True)
+
+
+# ------------------------------------------------------------------ the envelope
+
+
+def event(raw: bytes | None, *, unchanged: bool = False) -> Expect:
+    """The right outcomes for one Kafka value sent to the fuzz pipeline's consumers."""
+    if not raw:
+        return refused("empty")
+    if len(raw) > MAX_BYTES:
+        return refused("too_large")
+    problems = set(_text_problems(raw))
+    doc = _parse(raw, problems)
+    if doc is _UNREAD:  # what the text's escapes say is wrong is right too
+        return refused(*problems, *_escaped_problems(raw))
+    problems |= set(_value_problems(doc))
+    if not isinstance(doc, dict):
+        return refused("not_object", *problems)
+    problems |= {
+        KEYWORDS.get(e.validator, e.validator) for e in _errors("envelope.schema.json", doc)
+    }
+    if problems:
+        return refused(*problems)
+    return _routed(doc, unchanged)
+
+
+def _routed(doc: Mapping[str, Any], unchanged: bool) -> Expect:
+    """A well-formed envelope meets its route."""
+    kind = ROUTES.get(doc["entity_type"])
+    event_type, payload = doc["event_type"], doc["payload"]
+    valid = _payload_valid(event_type, payload)
+    if kind is None:
+        return refused("unknown_stream")
+    if kind == "batch":
+        if event_type == "batch.assembled":
+            return taken()  # the route's own output read back: set aside
+        if event_type != "batch.accepted" or not valid:
+            return refused("batch_rejected")
+        return either("batch_rejected")  # a batch id or count the manifest rules refuse
+    reason = "projection_rejected" if kind == "projection" else "step_failed"
+    wanted = PROJECTED if kind == "projection" else HANDLED
+    if valid and event_type in wanted and _small(payload):
+        return taken(applied=unchanged)
+    return either(reason)
+
+
+def _payload_valid(event_type: str, payload: Any) -> bool:
+    path = f"payloads/{event_type}.schema.json"
+    return (SCHEMAS / path).is_file() and not list(_errors(path, payload))
+
+
+def _small(value: Any) -> bool:
+    """Every integer fits a PostgreSQL ``integer`` and every string is short."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**31) <= value < 2**31
+    if isinstance(value, str):
+        return len(value) <= 256
+    if isinstance(value, dict):
+        return all(_small(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_small(v) for v in value)
+    return True
+
+
+# ------------------------------------------------------------------ limits, read apart
+
+
+_UNREAD = object()
+
+
+def _parse(raw: bytes, problems: set[str]) -> Any:
+    """The document, exactly; ``_UNREAD`` (with a problem added) when it is not JSON."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        problems.add("invalid_utf8")
+        return _UNREAD
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        problems.add("too_deep")
+    except ValueError:
+        if not problems:
+            problems.add("not_json")
+    return _UNREAD
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _text_problems(raw: bytes) -> Iterator[str]:
+    """Nesting past the limit, counted on the text (no parser needed)."""
+    depth = deepest = 0
+    quoted = escaped = False
+    for byte in raw:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                quoted = False
+        elif byte == 0x22:
+            quoted = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        yield "too_deep"
+
+
+def _value_problems(value: Any) -> Iterator[str]:
+    """A NUL or lone surrogate in any string or key, a number no 64-bit reader holds."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield from _string_problems(item)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not WIDEST[0] <= item <= WIDEST[1]:
+                yield "out_of_range"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                yield "not_json"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                yield from _string_problems(key)
+                stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPES = {
+    "nul_in_text": re.compile(rb"\\u0000"),
+    "lone_surrogate": re.compile(rb"\\u[dD][89a-fA-F]"),
+}
+
+
+def _escaped_problems(raw: bytes) -> Iterator[str]:
+    """Problems escapes in text no parser could read may stand for."""
+    return (reason for reason, escape in _ESCAPES.items() if escape.search(raw))
+
+
+def _string_problems(text: str) -> Iterator[str]:
+    if "\x00" in text:
+        yield "nul_in_text"
+    if _SURROGATE.search(text):
+        yield "lone_surrogate"
+
+
+# ------------------------------------------------------------------ schemas
+
+
+def _ecma_pattern(checker: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    """ECMA-262's ``$`` ends the string; Python's also matches before a final newline."""
+    if isinstance(instance, str) and not re.search(pattern.replace("$", r"\Z"), instance):
+        yield ValidationError(f"{instance[:40]!r} does not match {pattern!r}")
+
+
+_Validator = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})
+
+
+@cache
+def _validator(path: str) -> Any:
+    return _Validator(json.loads((SCHEMAS / path).read_text()))
+
+
+def _errors(path: str, doc: Any) -> Iterator[ValidationError]:
+    """The schema's complaints about ``doc``, nested ones (under ``$ref``) flattened."""
+    for error in _validator(path).iter_errors(doc):
+        yield from _leaves(error)
+
+
+def _leaves(error: ValidationError) -> Iterator[ValidationError]:
+    if error.context:
+        for child in error.context:
+            yield from _leaves(child)
+    else:
+        yield error
+
+
+def protocol_valid(name: str, raw: bytes) -> bool:
+    """Whether a republish request or result (``name``) is what its schema and limits allow."""
+    problems = set(_text_problems(raw))
+    doc = _parse(raw, problems)
+    if doc is _UNREAD or problems or list(_value_problems(doc)):
+        return False
+    return not list(_errors(f"{name}.schema.json", doc))
