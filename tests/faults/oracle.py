@@ -138,10 +138,10 @@ def _payload_valid(event_type: str, payload: Any) -> bool:
 
 
 def _small(value: Any) -> bool:
-    """Every integer fits a PostgreSQL ``integer`` and every string is short."""
+    """Every number fits a PostgreSQL ``integer`` and every string is short."""
     if isinstance(value, bool):
         return True
-    if isinstance(value, int):
+    if isinstance(value, int | float):  # 2.0 is an integer to JSON Schema, 1e308 too
         return -(2**31) <= value < 2**31
     if isinstance(value, str):
         return len(value) <= 256
