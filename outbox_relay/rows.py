@@ -24,7 +24,7 @@ from schemas import (
     kafka_key,
     rendered_types,
 )
-from schemas.limits import MAX_PAYLOAD_DEPTH, long_digits, number_problem, text_problem
+from schemas.limits import MAX_PAYLOAD_DEPTH, text_problem
 from schemas.runtime.causes import Cause, cause
 
 # The columns every query of rows selects, in OutboxRow's order, up to the slice. The
@@ -146,18 +146,6 @@ def _parsed(payload: str) -> Any:
         raise RowProblem("not_json", f"the consumers cannot read the payload: {exc}") from exc
 
 
-def _payload_problem(payload: str) -> tuple[str, str] | None:
-    """What in a payload jsonb holds the consumers' reader cannot (cheap when nothing)."""
-    # jsonb holds no NUL and no lone surrogate: nesting is left to look for, only in a
-    # payload long enough to nest that deep (two characters a level), and integers
-    # past 64 bits, which jsonb holds and orjson would read as floats.
-    if len(payload) > _DEEP_CHARS:
-        beyond = text_problem(payload, "payload", MAX_PAYLOAD_DEPTH)
-        if beyond is not None:
-            return beyond
-    return number_problem(payload, "payload") if long_digits(payload) else None
-
-
 def _schema_problem(schemas: PayloadSchemas, event_type: str, payload: str) -> RowProblem:
     try:
         schemas.validate(event_type, orjson.loads(payload))
@@ -203,9 +191,12 @@ class _Maker:
             raise self.topic_problems[topic]
         if payload is None:  # left unread: its text alone is more than a message may hold
             raise RowProblem("too_large", f"payload and headers are over {self.max_bytes} bytes")
-        beyond = _payload_problem(payload)
-        if beyond is not None:
-            raise RowProblem(*beyond)
+        # jsonb holds no NUL and no lone surrogate: only nesting is left to look for, and
+        # only in a payload long enough to nest that deep (two characters a level).
+        if len(payload) > _DEEP_CHARS:
+            beyond = text_problem(payload, "payload", MAX_PAYLOAD_DEPTH)
+            if beyond is not None:
+                raise RowProblem(*beyond)
         check = self.validator(event_type)
         if check is None:
             if not self.schemas.allow_unknown:

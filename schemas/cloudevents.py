@@ -37,14 +37,7 @@ from schemas.codec import (
 )
 from schemas.errors import DecodeError
 from schemas.event import Event
-from schemas.limits import (
-    MAX_DEPTH,
-    MAX_PAYLOAD_DEPTH,
-    TOO_DEEP,
-    long_digits,
-    number_problem,
-    text_problem,
-)
+from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, TOO_DEEP, text_problem
 
 SPECVERSION = "1.0"
 PREFIX = "ce_"
@@ -193,10 +186,6 @@ def _headers(headers: Headers | None, raw: bytes | None) -> dict[str, str]:
 
 
 def _json(text: bytes | None, raw: bytes | None) -> Any:
-    if text and long_digits(text):  # an integer orjson may read as a float
-        problem = number_problem(text, "the CloudEvent")
-        if problem is not None:
-            raise DecodeError(problem[0], problem[1], raw)
     try:
         return orjson.loads(text or b"")
     except orjson.JSONDecodeError as exc:

@@ -15,7 +15,6 @@ value, without recursion.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Final
 
@@ -33,12 +32,11 @@ LONE_SURROGATE: Final = "lone_surrogate"
 TOO_DEEP: Final = "too_deep"
 OUT_OF_RANGE: Final = "out_of_range"
 
-# What a 64-bit JSON reader holds exactly, signed or unsigned. orjson reads an integer
-# past it as a float without a word, its last digits lost.
+# What a 64-bit JSON writer (orjson) can write of a Python int, signed or unsigned. Read
+# from text, a longer integer is the nearest double (jsonb prints the float 1.5e20 as
+# 150000000000000000000, so text cannot tell the two apart); held as an int, it is
+# refused where it enters (``emit``), before anything tries to write it.
 WIDEST_INTEGERS: Final = (-(2**63), 2**64 - 1)
-# The shortest run of digits that can write an integer past it (-2^63 - 1 has 19).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT = re.compile("[0-9]{19}")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -77,7 +75,7 @@ def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Pr
             if problem is not None:
                 return problem
         elif kind is int and not WIDEST_INTEGERS[0] <= item <= WIDEST_INTEGERS[1]:
-            return OUT_OF_RANGE, f"{_short(path)} is an integer past 64 bits: no reader keeps it"
+            return OUT_OF_RANGE, f"{_short(path)} is an integer past 64 bits, which no writer takes"
         elif kind is dict or kind is list:
             if depth > max_depth:
                 return TOO_DEEP, f"{_short(path)} nests deeper than {max_depth} levels"
@@ -90,37 +88,6 @@ def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Pr
             else:
                 stack.extend((child, depth + 1, f"{path}/{i}") for i, child in enumerate(item))
     return None
-
-
-def long_digits(text: bytes | str) -> bool:
-    """Whether JSON ``text`` may write an integer past 64 bits (one regex scan)."""
-    if isinstance(text, str):
-        return _LONG_DIGITS_TEXT.search(text) is not None
-    return _LONG_DIGITS.search(text) is not None
-
-
-def number_problem(text: bytes | str, what: str = "the document") -> Problem | None:
-    """An integer in JSON ``text`` past 64 bits, which would not be read back exactly.
-
-    Parsed again with the standard library, which keeps every integer exact; call it
-    only when ``long_digits`` says there may be one.
-    """
-    wide: list[str] = []
-
-    def integer(digits: str) -> int:
-        value = int(digits)
-        if not WIDEST_INTEGERS[0] <= value <= WIDEST_INTEGERS[1]:
-            wide.append(digits)
-        return value
-
-    try:
-        json.loads(text, parse_int=integer)
-    except (ValueError, RecursionError):  # what the first parser read, read apart
-        return None
-    if not wide:
-        return None
-    shown = wide[0] if len(wide[0]) <= 30 else f"{wide[0][:24]}... ({len(wide[0])} digits)"
-    return OUT_OF_RANGE, f"{what} holds the integer {shown}, past 64 bits: no reader keeps it"
 
 
 def suspect(text: bytes | str, max_depth: int = MAX_DEPTH) -> bool:

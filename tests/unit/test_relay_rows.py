@@ -102,8 +102,6 @@ def test_a_folder_type_is_checked_against_its_schema(tmp_path: Path) -> None:
         ({"event_type": "x.y", "payload": '{"d":' * 200 + "0" + "}" * 200}, "too_deep"),
         ({"event_type": "x.y", "payload": '{"d":' * 1100 + "0" + "}" * 1100}, "too_deep"),
         ({"event_type": "x.y", "payload": '{"blob": "%s"}' % ("z" * 20_000)}, "too_large"),
-        ({"event_type": "x.y", "payload": '{"n": 18446744073709551616}'}, "out_of_range"),
-        ({"event_type": "x.y", "payload": '{"n": [-%s]}' % ("9" * 50)}, "out_of_range"),
     ],
 )
 def test_rows_that_cannot_be_sent_say_why(changes: dict[str, Any], reason: str) -> None:
