@@ -40,6 +40,7 @@ from tests.support.services import ROOT, Services
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(1800)]
 
 STALL_S = 5.0
+SETTLE_S = 30.0  # longest wait for a retried step's effect to show
 CONSUMERS = ("consumer-1", "consumer-2")
 RELAYS = ("relay-1", "relay-2")
 SWEEPERS = ("sweeper-1", "sweeper-2")
@@ -211,8 +212,10 @@ def test_events_at_the_edges_stop_no_consumer(fuzz_pipeline: Pipeline, scale: Sc
     dead = accounting.letters(
         pipeline.services.kafka_bootstrap, pipeline.env["INORDER_DEAD_LETTER_TOPIC"]
     )
-    shown = _effects(pipeline)
+    wanted = {_entity(inputs[i][1]) for i, (_, expect) in enumerate(expected) if expect.applied}
+    shown = _effects(pipeline, wanted)
     accounting.account(boundary, expected, places, dead, lambda i: _entity(inputs[i][1]) in shown)
+    boundary.examples.extend(_step_states(pipeline, sorted(wanted - shown)))
     _judge(boundary)
     assert boundary.as_expected.get("applied"), "no valid input was applied: the oracle is off"
 
@@ -222,13 +225,40 @@ def _entity(raw: bytes) -> str:
     return str(json.loads(raw)["entity_id"])
 
 
-def _effects(pipeline: Pipeline) -> set[str]:
-    """Every entity a projection row or a step application shows."""
+def _effects(pipeline: Pipeline, wanted: set[str]) -> set[str]:
+    """Every entity a projection row or a step application shows, once ``wanted`` all do.
+
+    A step whose handler raised is tried again by the sweeper after its backoff, so the
+    effects are read again until every wanted one shows or ``SETTLE_S`` passes.
+    """
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        with pipeline.db.connect() as conn:
+            rows = conn.execute(
+                "SELECT subscription_id FROM billing_view UNION SELECT entity_id FROM fault_effects"
+            ).fetchall()
+        shown = {row[0] for row in rows}
+        if wanted <= shown or time.monotonic() > deadline:
+            return shown
+        time.sleep(1.0)
+
+
+def _step_states(pipeline: Pipeline, entities: list[str]) -> list[str]:
+    """What the step bookkeeping says of entities whose effect never showed (for the report)."""
+    if not entities:
+        return []
     with pipeline.db.connect() as conn:
-        rows = conn.execute(
-            "SELECT subscription_id FROM billing_view UNION SELECT entity_id FROM fault_effects"
+        progress = conn.execute(
+            "SELECT entity_id, generation, last_applied, held_at IS NOT NULL, stopped_at_seq,"
+            " stop_reason FROM inorder_step_progress WHERE entity_id = ANY(%s)",
+            (entities[:8],),
         ).fetchall()
-    return {row[0] for row in rows}
+        failures = conn.execute(
+            "SELECT entity_id, attempt, led_to, left(error, 160) FROM inorder_step_failures"
+            " WHERE entity_id = ANY(%s) ORDER BY id",
+            (entities[:8],),
+        ).fetchall()
+    return [f"progress {row}" for row in progress] + [f"failure {row}" for row in failures]
 
 
 def test_outbox_rows_at_the_edges_stop_no_relay(fuzz_pipeline: Pipeline, scale: Scale) -> None:

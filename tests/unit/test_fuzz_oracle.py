@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import orjson
 import pytest
 
@@ -91,3 +95,19 @@ def test_the_oracle_fails_a_valid_event_dead_lettered_and_a_bad_one_taken() -> N
     assert broken.judge([]) is not None
     assert broken.judge(["bad_length"]) is not None
     assert broken.judge(["out_of_range"]) is None
+
+
+def test_the_fuzzer_draws_the_same_inputs_whatever_the_process_has_loaded() -> None:
+    """Hypothesis draws constants from loaded modules: a drawing interpreter loads none of ours."""
+    streams = {"subscription": "", "seat_ledger": "", "batch": ""}
+    here = boundary_inputs.envelopes(60, streams, seed=5)
+    script = (
+        "import pickle, sys, consumer.service, outbox_relay.service\n"
+        "from tests.faults import boundary_inputs\n"
+        f"made = boundary_inputs.envelopes(60, {streams!r}, seed=5)\n"
+        "sys.stdout.buffer.write(pickle.dumps(made))\n"
+    )
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, check=True, cwd=boundary_inputs.ROOT
+    )
+    assert pickle.loads(elsewhere.stdout) == here  # noqa: S301 - written just above
