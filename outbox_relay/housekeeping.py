@@ -96,7 +96,9 @@ class Housekeeper:
                 with suppress(KeyError):
                     gauge.remove(str(slice_))
         self._measured = set(found)
-        metrics.FAILED_ROWS.set(store.failed_rows(self._db))
+        failed, awaiting = store.failed_rows(self._db)
+        metrics.FAILED_ROWS.set(failed)
+        metrics.AWAITING_TOPIC_ROWS.set(awaiting)
 
     def purge(self) -> None:
         """Delete sent rows past retention, oldest first, a few at a time."""

@@ -13,6 +13,10 @@ ROWS_FAILED = Counter(
 )
 BACKLOG = Gauge("outbox_backlog_rows", "Rows of a slice waiting to be published", ["slice"])
 FAILED_ROWS = Gauge("outbox_failed_rows", "Rows marked failed, waiting for a person")
+AWAITING_TOPIC_ROWS = Gauge(
+    "outbox_rows_awaiting_topic",
+    "Rows set aside until their topic exists (failed unknown_topic past the grace)",
+)
 OLDEST_AGE = Gauge(
     "outbox_oldest_unpublished_age_seconds",
     "Age of a slice's oldest row waiting to be published",

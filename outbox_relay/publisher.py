@@ -27,7 +27,7 @@ from outbox_relay.delivery import Delivery
 from outbox_relay.frontier import Cursor, advance
 from outbox_relay.kafka import Sender
 from outbox_relay.reading import Reader
-from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, SLICE, XID
+from outbox_relay.rows import ID, MESSAGE_ROW_ID, OCCURRED_AT, XID
 from outbox_relay.sending import prepare, settle
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn, Read
@@ -150,22 +150,10 @@ class Publisher:
         return delivery
 
     def _prepare(self, delivery: Delivery) -> None:
-        """The delivery's messages; rows that can never be sent are marked failed.
-
-        A slice with a row whose topic is not there yet is held back whole: none of its
-        rows is sent and its cursor stays, so the row is read again by the next delivery.
-        """
-        if not delivery.rows:
-            return
-        ready = prepare(self.conn, self.sender, delivery.rows, self.settings, self.schemas)
-        delivery.messages = ready.messages
-        if ready.waiting:
-            held = {row[SLICE] for row in ready.waiting}
-            kept = {row[ID] for row in delivery.rows if row[SLICE] not in held}
-            delivery.messages = [m for m in delivery.messages if m[MESSAGE_ROW_ID] in kept]
-            delivery.rows = [row for row in delivery.rows if row[SLICE] not in held]
-            for slice_ in held:
-                delivery.cursors.pop(slice_, None)
+        """The delivery's messages; rows that cannot be sent now are marked failed or set aside."""
+        if delivery.rows:
+            ready = prepare(self.conn, self.sender, delivery.rows, self.settings, self.schemas)
+            delivery.messages = ready.messages
 
     def _settle(self, delivery: Delivery, owned: dict[int, Cursor], outcome: Published) -> None:
         sent = self.sender.wait(self.settings.delivery_timeout_ms / 1000 + 5)

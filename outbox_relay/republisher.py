@@ -96,12 +96,14 @@ def answer(
         rows, failed = found.rows, found.failed
         by_id = {row.id: row for row in rows}
         if not repeat and rows:
-            sent, unsendable = deliver(conn, sender, rows, settings, schemas, request.request_id)
+            sent, ready = deliver(conn, sender, rows, settings, schemas, request.request_id)
             if sent.failed:  # rolls the marks back with the transaction; the request is retried
                 raise RepublishDeliveryError(f"{len(sent.failed)} re-sent rows not delivered")
-            failed += [by_id[row_id].seq for row_id in unsendable]
-            resent = sorted(row.seq for row in rows if row.id not in sent.missing())
-    present = {row.seq for row in rows} | set(failed)
+            failed += [by_id[row_id].seq for row_id in ready.failed]
+            unsent = sent.missing() | set(ready.failed) | set(ready.aside)
+            resent = sorted(row.seq for row in rows if row.id not in unsent)
+    # Rows set aside for their topic are neither lost nor sent: they come once it exists.
+    present = {row.seq for row in rows} | set(failed) | set(found.aside)
     result = RepublishResult(
         request.request_id,
         request.entity_type,

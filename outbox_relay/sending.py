@@ -1,4 +1,5 @@
-"""Rows to messages and back: what cannot be sent is marked failed, what Kafka refused too."""
+"""Rows to messages and back: what cannot be sent is marked failed (or set aside), what Kafka
+refused too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from outbox_relay.kafka import Sender, Sent
 from outbox_relay.rows import ID, TOPIC, Message, Row, named, to_messages
 from outbox_relay.settings import RelaySettings
 from outbox_relay.store import Conn
+from outbox_relay.topics import AWAITING_TOPIC
 from schemas import PayloadSchemas
 from schemas.limits import safe_text
 
@@ -22,11 +24,11 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """Rows made ready: messages to send, ids marked failed, rows whose topic is not there yet."""
+    """Rows made ready: messages to send, and the ids marked failed or set aside."""
 
     messages: list[Message]
     failed: list[int]
-    waiting: list[Row]
+    aside: list[int]
 
 
 def prepare(
@@ -37,15 +39,15 @@ def prepare(
     schemas: PayloadSchemas,
     republish_request: str | None = None,
 ) -> Prepared:
-    """Messages for the sendable rows; rows that can never be sent are marked failed.
+    """Messages for the sendable rows; rows that cannot be sent are marked failed.
 
-    Rows naming a topic the cluster does not have yet are neither: they wait.
+    Rows naming a topic the cluster does not have yet are marked too, as set aside
+    (``awaiting_topic``): ``missing_topics`` sends them once it has.
     """
     now = orjson.dumps(datetime.now(UTC).isoformat()).decode()
     topics = sender.topics.check(row[TOPIC] for row in rows)
-    waiting = [row for row in rows if row[TOPIC] in topics.waiting] if topics.waiting else []
     messages, problems = to_messages(
-        [row for row in rows if row[TOPIC] not in topics.waiting] if waiting else rows,
+        rows,
         now,
         schemas=schemas,
         max_bytes=settings.max_message_bytes,
@@ -53,18 +55,23 @@ def prepare(
         topic_problems=topics.refused,
         cloudevents=settings.envelope == "cloudevents",
     )
+    failed: list[int] = []
+    aside: list[int] = []
     for row, problem in problems:
         fail(conn, row, problem.reason, str(problem))
-    return Prepared(messages, [row[ID] for row, _ in problems], waiting)
+        (aside if problem.reason == AWAITING_TOPIC else failed).append(row[ID])
+    return Prepared(messages, failed, aside)
 
 
 def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
     """Mark one row failed, count it and say so in the log."""
     row = named(failed)
     store.mark_failed(conn, row.id, safe_text(detail))
-    metrics.ROWS_FAILED.labels(reason).inc()
-    log.error(
-        "outbox_row_failed",
+    aside = reason == AWAITING_TOPIC
+    if not aside:
+        metrics.ROWS_FAILED.labels(reason).inc()
+    (log.warning if aside else log.error)(
+        "outbox_row_set_aside" if aside else "outbox_row_failed",
         row_id=row.id,
         entity=f"{row.entity_type}:{row.entity_id}",
         generation=row.generation,
@@ -89,11 +96,11 @@ def deliver(
     settings: RelaySettings,
     schemas: PayloadSchemas,
     republish_request: str | None = None,
-) -> tuple[Sent, list[int]]:
-    """Send rows and wait for Kafka: what it reported, and every row id now marked failed."""
+) -> tuple[Sent, Prepared]:
+    """Send rows and wait for Kafka: what it reported, and the rows marked failed (with
+    those Kafka refused) or set aside."""
     ready = prepare(conn, sender, rows, settings, schemas, republish_request)
     sent = sender.send(ready.messages, settings.delivery_timeout_ms / 1000 + 5)
-    # Not sent, to be tried again: the topic is not there yet.
-    sent.failed.extend((row[ID], "topic_not_known_yet") for row in ready.waiting)
     settle(conn, {row[ID]: row for row in rows}, sent)
-    return sent, ready.failed + [row_id for row_id, _ in sent.rejected]
+    refused = [row_id for row_id, _ in sent.rejected]
+    return sent, Prepared(ready.messages, ready.failed + refused, ready.aside)

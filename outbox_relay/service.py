@@ -25,6 +25,7 @@ from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, answer
 from outbox_relay.settings import RelaySettings
+from outbox_relay.topics import UNKNOWN_TOPIC
 from schemas import PayloadSchemas, tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_request
@@ -120,10 +121,14 @@ class Relay:
         if now < self._next_share:
             return
         self._next_share = now + self.settings.lease_s / 3
-        revived = missing_topics.revive(self._db, self._kafka.topics.present)
-        if revived:
-            log.info("rows_revived", rows=revived, reason="their topic exists now")
-        self._resend = self._resend or revived > 0 or resend.pending(self._db)
+        grace_s = self.settings.unknown_topic_grace_s
+        tended = missing_topics.tend(self._db, self._kafka.topics.present, grace_s)
+        if tended.revived:
+            log.info("rows_revived", rows=tended.revived, reason="their topic exists now")
+        if tended.failed:
+            metrics.ROWS_FAILED.labels(UNKNOWN_TOPIC).inc(tended.failed)
+            log.error("outbox_rows_failed", rows=tended.failed, reason=UNKNOWN_TOPIC)
+        self._resend = self._resend or tended.revived > 0 or resend.pending(self._db)
         lease_s = self.settings.lease_s
         held, seen = leases.heartbeat(self._db, self.relay_id, list(self.owned), lease_s)
         for slice_ in set(self.owned) - held:

@@ -102,9 +102,9 @@ class RelaySettings(
         default=120.0,
         ge=0,
         le=86_400,
-        description="How long rows may name a topic the cluster does not have before they are "
-        "marked failed (their slice waits meanwhile); 0: failed at once, the rest of the "
-        "slice goes on; either way they are sent by themselves once the topic appears",
+        description="How long a row naming a topic the cluster does not have stays set aside "
+        "(its slice goes on) before it is marked failed unknown_topic; either way it is sent "
+        "by itself once the topic appears",
     )
     allowed_topics: list[str] | None = Field(
         default=None,

@@ -16,6 +16,7 @@ import psycopg
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
 from outbox_relay.rows import COLUMNS, FIELDS, ID, SLICE, TRANSACTION, XID, OutboxRow, Row
+from outbox_relay.topics import AWAITING_TOPIC
 from outbox_relay.weighing import CUT, Bounds, weighed
 from schemas.runtime import postgres
 
@@ -52,7 +53,8 @@ UNION ALL (
 """  # noqa: S608 - the columns are constants, values are parameters
 
 # One entity generation's rows in a seq range: the rows still to send, weighed against
-# the budget in seq order, then every row of the range marked failed (its seq only).
+# the budget in seq order, then every row of the range marked failed or set aside (its
+# seq, and whether it failed).
 _RANGE_WHERE = (
     "entity_type = %(type)s AND entity_id = %(id)s AND generation = %(generation)s"
     " AND seq BETWEEN %(from)s AND %(to)s"
@@ -66,7 +68,8 @@ SELECT r.*, false FROM ({
     )
 }) r
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, seq, {", ".join(["NULL"] * (CUT - 6))}, false, true
+SELECT NULL, NULL, NULL, NULL, NULL, seq, {", ".join(["NULL"] * (CUT - 6))}, false,
+       failure_reason NOT LIKE %(aside)s
   FROM outbox WHERE {_RANGE_WHERE} AND failed_at IS NOT NULL
 """  # noqa: S608 - the columns are constants, values are parameters
 
@@ -230,7 +233,7 @@ def mark_failed(conn: Conn, row_id: int, reason: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """What one range read found: rows to send and seqs marked failed, in seq order.
+    """What one range read found: rows to send, seqs marked failed or set aside, in seq order.
 
     ``through``: the last seq the read covers when the budget cut it short (the rest of
     the range is for another read), else None.
@@ -239,6 +242,7 @@ class Range:
     rows: list[OutboxRow]
     failed: list[int]
     through: int | None
+    aside: list[int] = field(default_factory=list)  # seqs set aside until their topic exists
 
 
 def rows_in_range(
@@ -254,21 +258,24 @@ def rows_in_range(
         "generation": generation,
         "from": from_seq,
         "to": to_seq,
+        "aside": f"{AWAITING_TOPIC}:%",
     } | bounds.params()
     rows: list[OutboxRow] = []
     failed: list[int] = []
+    aside: list[int] = []
     cut = False
     for record in conn.execute(_RANGE, params):
-        if record[-1]:
-            failed.append(record[5])
-        else:
+        if record[0] is not None:
             rows.append(OutboxRow._make(record[:CUT]))
             cut = cut or record[CUT]
+        else:
+            (failed if record[-1] else aside).append(record[5])
     rows.sort(key=lambda row: row.seq)
     through = rows[-1].seq if cut else None
     if through is not None:
         failed = [seq for seq in failed if seq <= through]
-    return Range(rows, sorted(failed), through)
+        aside = [seq for seq in aside if seq <= through]
+    return Range(rows, sorted(failed), through, sorted(aside))
 
 
 _BACKLOG = """
@@ -301,11 +308,16 @@ def backlog(conn: Conn, cursors: Mapping[int, Cursor]) -> dict[int, SliceBacklog
     }
 
 
-def failed_rows(conn: Conn) -> int:
-    """Rows marked failed, waiting for a person."""
-    row = conn.execute("SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL").fetchone()
+def failed_rows(conn: Conn) -> tuple[int, int]:
+    """Rows marked failed, waiting for a person; rows set aside, waiting for their topic."""
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE failure_reason NOT LIKE %(aside)s),"
+        " count(*) FILTER (WHERE failure_reason LIKE %(aside)s)"
+        " FROM outbox WHERE failed_at IS NOT NULL",
+        {"aside": f"{AWAITING_TOPIC}:%"},
+    ).fetchone()
     assert row is not None
-    return int(row[0])
+    return int(row[0]), int(row[1])
 
 
 def purge_batch(conn: Conn, after_id: int, retention_s: float, limit: int) -> tuple[int, int, bool]:

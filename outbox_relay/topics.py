@@ -4,10 +4,10 @@ A row naming a topic that does not exist would otherwise wait in the producer fo
 topic's metadata (``message.timeout.ms``) and fail as if Kafka were down, holding every
 slice of the batch back each time it is tried. Here the topics of a batch are checked
 before anything is produced. An illegal or disallowed name, or one of the republish
-protocol's topics, fails its rows at once. A
-legal name the cluster does not have holds back its rows' slice only, for a grace
-period (``INORDER_UNKNOWN_TOPIC_GRACE_S``; 0: none), then its rows are failed
-``unknown_topic``, and sent by themselves once it appears (``missing_topics``). The
+protocol's topics, fails its rows at once. A legal name the cluster does not have sets
+its rows aside at once (``awaiting_topic``): the cursors pass them, so no slice waits
+for a topic, and ``missing_topics`` sends them by themselves once it appears, or fails
+them ``unknown_topic`` when it has not within ``INORDER_UNKNOWN_TOPIC_GRACE_S``. The
 cluster's topic list is asked again whenever a batch names a topic not known yet, so a
 topic created meanwhile is found by the next batch that names it.
 """
@@ -15,8 +15,7 @@ topic created meanwhile is found by the next batch that names it.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -26,13 +25,14 @@ from outbox_relay.errors import RowProblem
 
 log = structlog.get_logger(__name__)
 
-# The reason of rows whose topic the cluster does not have (``missing_topics`` sends them
-# once it has).
+# Rows set aside for a topic the cluster does not have yet (``missing_topics`` sends them
+# once it has), and the reason they are failed with when it never came within the grace.
+AWAITING_TOPIC = "awaiting_topic"
 UNKNOWN_TOPIC = "unknown_topic"
 # Kafka's legal topic names (``Topic.validate`` in the broker).
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 METADATA_TIMEOUT_S = 5.0
-# Missing topics remembered at most (each with when it was first named).
+# Missing topics remembered at most (each said once in the log).
 MAX_REMEMBERED = 10_000
 
 
@@ -58,10 +58,9 @@ def name_problem(
 
 @dataclass(frozen=True, slots=True)
 class TopicVerdict:
-    """A batch's topics that can never be written (``refused``), and those not known yet."""
+    """A batch's topics no row can be sent to now: each with the problem its rows get."""
 
     refused: Mapping[str, RowProblem] = field(default_factory=dict)
-    waiting: frozenset[str] = frozenset()
 
 
 class TopicCheck:
@@ -72,16 +71,14 @@ class TopicCheck:
         producer: Producer,
         allowed: Iterable[str] | None,
         grace_s: float,
-        clock: Callable[[], float] = time.monotonic,
         reserved: Iterable[str] = (),
     ) -> None:
         self._producer = producer
         self._allowed = frozenset(allowed) if allowed is not None else None
         self._reserved = frozenset(reserved)
         self._grace_s = grace_s
-        self._clock = clock
         self._known: frozenset[str] = frozenset()
-        self._missing_since: dict[str, float] = {}
+        self._said: set[str] = set()
 
     def present(self, topics: Iterable[str]) -> set[str]:
         """Which of ``topics`` the cluster has now (one fresh topic list)."""
@@ -92,9 +89,8 @@ class TopicCheck:
         """Each of ``topics`` that cannot be written yet or ever (``KafkaException`` while down).
 
         A topic not seen before is looked up in a fresh topic list (one request for all
-        of them), so a topic created a moment ago is found. One still missing is waited
-        for ``grace_s`` from when a row first named it (a consumer or an operator may be
-        creating it), then refused.
+        of them), so a topic created a moment ago is found. One still missing sets its
+        rows aside (``awaiting_topic``) until it appears.
         """
         refused: dict[str, RowProblem] = {}
         unseen = []
@@ -108,15 +104,20 @@ class TopicCheck:
             return TopicVerdict(refused)
         # All topics, never the ones named: asking for a topic by name can create it.
         self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
-        now, waiting = self._clock(), set()
         for topic in unseen:
             if topic in self._known:
-                self._missing_since.pop(topic, None)
+                self._said.discard(topic)
                 continue
-            if len(self._missing_since) > MAX_REMEMBERED:
-                self._missing_since.clear()
-            since = self._missing_since.setdefault(topic, now)
-            if since == now:
+            refused[topic] = RowProblem(
+                AWAITING_TOPIC,
+                f"topic {topic!r} does not exist in the cluster, or the relay may not describe "
+                f"it; the row is sent once it does (failed {UNKNOWN_TOPIC} if it has not "
+                f"within {self._grace_s:g}s)",
+            )
+            if topic not in self._said:
+                if len(self._said) > MAX_REMEMBERED:
+                    self._said.clear()
+                self._said.add(topic)
                 log.warning(
                     "topic_missing",
                     topic=topic,
@@ -124,12 +125,4 @@ class TopicCheck:
                     hint="create it, or, with ACLs on, let this relay's principal write it "
                     "(a topic a principal may not describe is not listed to it)",
                 )
-            if now - since < self._grace_s:
-                waiting.add(topic)
-            else:
-                detail = (
-                    f"topic {topic!r} does not exist in the cluster, or the relay may not "
-                    f"describe it (waited {self._grace_s:g}s for it)"
-                )
-                refused[topic] = RowProblem(UNKNOWN_TOPIC, detail)
-        return TopicVerdict(refused, frozenset(waiting))
+        return TopicVerdict(refused)

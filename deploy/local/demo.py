@@ -263,7 +263,8 @@ def _settled(db: str, group: str) -> bool:
     # parked, no gap open and no batch waiting.
     with psycopg.connect(db) as conn:
         unsent = conn.execute(
-            "SELECT count(*) FROM outbox WHERE NOT outbox_published(outbox) AND failed_at IS NULL"
+            "SELECT count(*) FROM outbox WHERE NOT outbox_published(outbox)"
+            " AND (failed_at IS NULL OR failure_reason LIKE 'awaiting_topic:%')"
         ).fetchone()
     if unsent != (0,) or _lag(group) != 0:
         return False

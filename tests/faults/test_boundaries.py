@@ -239,8 +239,11 @@ def _peer(conn: psycopg.Connection[Any], entity: str, prefix: str, *, same: bool
 
 
 def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) -> None:
-    """Rows from before the table's checks, a missing topic, a far-future xid: none stalls."""
-    pipeline.env["INORDER_UNKNOWN_TOPIC_GRACE_S"] = "6"
+    """Rows from before the table's checks, a missing topic, a far-future xid: none stalls.
+
+    The row for a missing topic is set aside at once, and failed once its grace is over.
+    """
+    pipeline.env["INORDER_UNKNOWN_TOPIC_GRACE_S"] = "20"
     start(pipeline, "relay-1", "relay-2", *CONSUMERS)
     topic = pipeline.events_topic
     with pipeline.db.connect(autocommit=True) as conn:
@@ -270,8 +273,14 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
     pipeline.wait_for("the row of another slice applied", lambda: _in_view(pipeline, after))
     waited = time.monotonic() - started
     pipeline.wait_for("the far-future row applied", lambda: _in_view(pipeline, "future-xid"))
-    # The row behind the missing topic, in its slice, goes once that row is failed.
+    # The row behind the missing topic, in its slice, goes at once: that row is set aside.
     pipeline.wait_for("the row behind the missing topic", lambda: _in_view(pipeline, same))
+    behind = time.monotonic() - started
+    assert _reason(pipeline, "unknown-topic").startswith("awaiting_topic:")
+    pipeline.wait_for(
+        "the set-aside row failed past its grace",
+        lambda: _reason(pipeline, "unknown-topic").startswith("unknown_topic:"),
+    )
     with pipeline.db.connect() as conn:
         failed = dict(
             conn.execute(
@@ -281,8 +290,20 @@ def test_bad_outbox_rows_fail_alone_and_hold_no_other_slice(pipeline: Pipeline) 
     assert set(failed) == {"deep-headers", "nested-headers", "unknown-topic", "bad-topic"}
     assert "does not exist" in failed["unknown-topic"]
     assert "not a legal Kafka topic" in failed["bad-topic"]
-    print(f"boundaries: a row of another slice applied {waited:.1f} s after it was written")
+    print(
+        f"boundaries: a row of another slice applied {waited:.1f} s after it was written,"
+        f" one behind the missing topic in its slice {behind:.1f} s"
+    )
     all_up(pipeline)
+
+
+def _reason(pipeline: Pipeline, entity: str) -> str:
+    """The failure reason of ``entity``'s outbox row ('' when it has none)."""
+    with pipeline.db.connect() as conn:
+        row = conn.execute(
+            "SELECT coalesce(failure_reason, '') FROM outbox WHERE entity_id = %s", (entity,)
+        ).fetchone()
+    return str(row[0]) if row else ""
 
 
 def test_a_row_whose_payload_nests_too_deep_is_failed(pipeline: Pipeline) -> None:

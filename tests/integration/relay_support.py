@@ -74,8 +74,11 @@ def count_rows(schema: PgSchema, where: str = "true") -> int:
     return int(row[0])
 
 
-# A fixed SQL condition: rows the relay has not sent yet (rows marked failed excluded).
-UNSENT = "NOT outbox_published(outbox) AND failed_at IS NULL"
+# A fixed SQL condition: rows the relay has not sent yet (rows marked failed excluded; rows
+# set aside for their topic included: they are sent once it exists).
+UNSENT = (
+    "NOT outbox_published(outbox) AND (failed_at IS NULL OR failure_reason LIKE 'awaiting_topic:%')"
+)
 SENT = "outbox_published(outbox)"
 
 

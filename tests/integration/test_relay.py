@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 import schemas
+from outbox_relay import store
 from schemas import headers
 from schemas.outbox import OutboxEvent, emit_many
 from schemas.republish import RepublishRequest, decode_result, encode
@@ -359,7 +360,11 @@ def test_ensure_topics_creates_only_missing_topics(services: Services, kafka_adm
 def test_a_row_for_a_missing_topic_holds_nothing_and_goes_once_the_topic_exists(
     outbox: PgSchema, services: Services, topics: rs.RelayTopics, kafka_admin: AdminClient
 ) -> None:
-    """Seq 1 names a topic not there yet: failed at once, seq 2 (same slice) sent; then seq 1."""
+    """Seq 1 names a topic not there yet: set aside, seq 2 (same slice) sent; then seq 1.
+
+    Set aside is not failed: the failed-rows count stays 0, and a republish request for
+    both seqs calls seq 1 neither lost nor failed.
+    """
     later = f"{topics.events}.later"
     with outbox.connect() as conn, conn.transaction():
         emit_many(
@@ -372,13 +377,22 @@ def test_a_row_for_a_missing_topic_holds_nothing_and_goes_once_the_topic_exists(
             ],
         )  # fmt: skip
     settings = rs.settings_for(
-        outbox, services.kafka_bootstrap, topics, lease_s=3, unknown_topic_grace_s=0
+        outbox, services.kafka_bootstrap, topics, lease_s=3, republish_cooldown_s=0
     )
     with rs.running(settings):
         wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 1)
-        reason = rs.count_rows(outbox, "failure_reason LIKE 'unknown_topic:%'")
-        assert reason == 1
-        assert _event_ids(services, topics.events, 1) == Counter({"subscription:m1:1:2": 1})
+        assert rs.count_rows(outbox, "failure_reason LIKE 'awaiting_topic:%'") == 1
+        assert rs.unsent(outbox) == 1
+        with outbox.connect() as conn:
+            assert store.failed_rows(conn) == (0, 1)
+        request = RepublishRequest("req-aside", "subscription", "m1", 1, 1, 2, "gap")
+        _request(services, topics.requests, request)
+        [answer] = [
+            decode_result(m.value())
+            for m in drain(services.kafka_bootstrap, topics.results, expect=1)
+        ]
+        assert (answer.resent, answer.missing, answer.failed) == ((2,), (), ())
+        assert _event_ids(services, topics.events, 2) == Counter({"subscription:m1:1:2": 2})
         replicas, in_sync = replication(len(kafka_admin.list_topics(timeout=10).brokers))
         config = {"min.insync.replicas": str(in_sync)}
         made = kafka_admin.create_topics([NewTopic(later, 1, replicas, config=config)])
@@ -387,4 +401,33 @@ def test_a_row_for_a_missing_topic_holds_nothing_and_goes_once_the_topic_exists(
     assert rs.count_rows(outbox, "failed_at IS NOT NULL") == 0
     [message] = drain(services.kafka_bootstrap, later, expect=1)
     assert schemas.decode(message.value()).seq == 1
+    kafka_admin.delete_topics([later])[later].result(timeout=30)
+
+
+def test_a_row_whose_topic_never_comes_is_failed_past_its_grace_and_sent_if_it_comes(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, kafka_admin: AdminClient
+) -> None:
+    """Set aside, then failed unknown_topic once the grace is over; the topic made later: sent."""
+    later = f"{topics.events}.late"
+    with outbox.connect() as conn, conn.transaction():
+        emit_many(
+            conn,
+            [OutboxEvent("subscription", "m2", 1, "subscription.plan_changed", rs.PAYLOAD,
+                         topic=later)],
+        )  # fmt: skip
+    settings = rs.settings_for(
+        outbox, services.kafka_bootstrap, topics, lease_s=3, unknown_topic_grace_s=2
+    )
+    with rs.running(settings):
+        wait_until(lambda: rs.count_rows(outbox, "failure_reason LIKE 'unknown_topic:%'") == 1)
+        assert rs.unsent(outbox) == 0
+        with outbox.connect() as conn:
+            assert store.failed_rows(conn) == (1, 0)
+        replicas, in_sync = replication(len(kafka_admin.list_topics(timeout=10).brokers))
+        config = {"min.insync.replicas": str(in_sync)}
+        made = kafka_admin.create_topics([NewTopic(later, 1, replicas, config=config)])
+        made[later].result(timeout=30)
+        wait_until(lambda: rs.count_rows(outbox, rs.SENT) == 1, timeout_s=60)
+    [message] = drain(services.kafka_bootstrap, later, expect=1)
+    assert schemas.decode(message.value()).entity_id == "m2"
     kafka_admin.delete_topics([later])[later].result(timeout=30)
