@@ -35,19 +35,25 @@ STEP_FAILED = "step_failed"
 class Unsent:
     """What a dead letter needs of a message, for an event no message of the batch carries.
 
-    An event drained from parking arrived in an earlier poll batch, whose offset is
-    committed: its copy is made of the parked bytes, keyed as the relay keys it; where
-    it came from is unknown (topic empty, partition and offset -1).
+    An event drained from parking (or a batch result kept for a manifest that never
+    came) arrived in an earlier poll batch, whose offset is committed: its copy is made
+    of the kept bytes, keyed as the relay keys it; where it came from is unknown (topic
+    empty, partition and offset -1).
     """
 
     __slots__ = ("_key", "_value")
 
-    def __init__(self, event: Event, value: bytes) -> None:
-        self._key = kafka_key(event.entity_type, event.entity_id)
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self._key = key
         self._value = value
 
+    @classmethod
+    def of(cls, event: Event, value: bytes) -> Unsent:
+        """The kept bytes of ``event``, keyed as the relay keys it."""
+        return cls(kafka_key(event.entity_type, event.entity_id), value)
+
     def value(self) -> bytes:
-        """The parked bytes."""
+        """The kept bytes."""
         return self._value
 
     def key(self) -> bytes:
@@ -55,7 +61,7 @@ class Unsent:
         return self._key
 
     def headers(self) -> list[tuple[str, bytes]]:
-        """None: parking keeps the value only."""
+        """None: what keeps the bytes keeps the value only."""
         return []
 
     def topic(self) -> str:
@@ -105,7 +111,7 @@ class Refused(Protocol):
 def unsent(refusals: Sequence[Refused]) -> list[DeadLetter]:
     """Letters of the refusals that carry their event's bytes (events drained from parking)."""
     return [
-        DeadLetter(Unsent(r.event, r.copy), r.reason, r.detail, r.event)
+        DeadLetter(Unsent.of(r.event, r.copy), r.reason, r.detail, r.event)
         for r in refusals
         if r.copy is not None
     ]

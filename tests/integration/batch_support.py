@@ -59,8 +59,10 @@ def setup(
     *,
     max_retries: int = 0,
     on_incomplete: str = "assemble_incomplete",
+    extra: str = "",
 ) -> BatchSetup:
-    """Topics, the outbox table and a routes file with one batch route."""
+    """Topics, the outbox table and a routes file with one batch route (``extra``: its
+    further lines)."""
     with db.connect(autocommit=True) as conn:
         migrate.apply(conn)
         tables.migrate(conn)
@@ -69,6 +71,7 @@ def setup(
     routes.write_text(
         f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
         f'work_topic = "{work}"\nmax_retries = {max_retries}\non_incomplete = "{on_incomplete}"\n'
+        + extra
     )
     settings = cs.settings_for(db, services.kafka_bootstrap, routes, events, dlq)
     return BatchSetup(db, services, events, output, work, dlq, settings)

@@ -7,12 +7,14 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
+import schemas
 from consumer.kinds.batches.runner import BatchApplier
 from schemas import headers
 from tests.conftest import PgSchema, TopicFactory
@@ -393,6 +395,48 @@ def test_results_before_their_manifest_are_kept_until_it_arrives(batch: bs.Batch
         wait_until(lambda: _finished(batch.db, batch_id))
     assert _early(batch.db, batch_id) == 0
     assert bs.positions(bs.outputs(batch.db, batch_id)[0]) == LETTERS
+
+
+def test_results_waiting_for_a_manifest_are_bounded_and_expire_as_dead_letters(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """Past max_early_results a result is dead-lettered at once; kept ones past the TTL later."""
+    batch = bs.setup(
+        pg_schema, services, topic_factory, tmp_path,
+        extra="max_early_results = 3\nearly_results_ttl_s = 1\n",
+    )  # fmt: skip
+    never, good = bs.new_id(), bs.new_id()
+    with cs.running(batch.settings):
+        batch.send([bs.result(never, p) for p in (1, 2, 3, 4, 5)])
+        refused = drain(batch.services.kafka_bootstrap, batch.dlq, expect=2)
+        wait_until(lambda: _early(batch.db, never) == 3)
+        # The consumer goes on: a batch whose manifest comes first still assembles.
+        batch.send([bs.accepted(good)])
+        batch.send([bs.result(good, p) for p in (1, 2, 3, 4, 5)])
+        wait_until(lambda: _finished(batch.db, good))
+    assert bs.positions(bs.outputs(batch.db, good)[0]) == LETTERS
+    details = [dict(m.headers() or [])[headers.DLQ_DETAIL].decode() for m in refused]
+    assert all("max_early_results 3" in d for d in details), details
+    time.sleep(1.2)
+    assert bs.sweep_once(batch)["early_results_expired"] == 3
+    assert _early(batch.db, never) == 0
+    letters = drain(batch.services.kafka_bootstrap, batch.dlq, expect=5)
+    expired = [m for m in letters if b"early_results_ttl_s" in _detail(m)]
+    assert len(expired) == 3
+    assert {schemas.decode(m.value()).entity_id for m in expired} | {
+        schemas.decode(m.value()).entity_id for m in refused
+    } == {f"{never}#{p}" for p in (1, 2, 3, 4, 5)}
+    with batch.db.connect() as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM inorder_dead_letters WHERE reason = 'batch_rejected'"
+            " AND entity_id LIKE %s",
+            (f"{never}#%",),
+        ).fetchone()
+    assert rows == (5,)
+
+
+def _detail(message: Any) -> bytes:
+    return bytes(dict(message.headers() or [])[headers.DLQ_DETAIL])
 
 
 def _early(db: PgSchema, batch_id: str) -> int:

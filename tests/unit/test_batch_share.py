@@ -229,3 +229,33 @@ def test_the_reason_bound_is_the_assembly_schema_s() -> None:
         (Path(schemas.__file__).parent / "json/payloads/batch.assembled.schema.json").read_bytes()
     )
     assert schema["properties"]["reason"]["maxLength"] == MAX_REASON
+
+
+@settings(max_examples=200)
+@given(
+    sizes=st.lists(st.integers(1, 50), min_size=1, max_size=len(KEYS)),
+    held=st.tuples(st.integers(0, 6), st.integers(0, 200)),
+    most=st.tuples(st.integers(1, 8), st.integers(1, 300)),
+)
+def test_results_before_their_manifest_are_kept_only_within_the_routes_room(
+    sizes: list[int], held: tuple[int, int], most: tuple[int, int]
+) -> None:
+    """Kept or refused, never both, never past either bound; a refusal says which bound."""
+    route = BatchRoute("batch", max_early_results=most[0], max_early_bytes=most[1])
+    events = [_result("nomanifest", p, 1, True) for p in range(1, len(sizes) + 1)]
+    size = dict(zip((e.event_id for e in events), sizes, strict=True))
+    share = Share(route, Snapshot({}))
+    share.take(read(route, events, SCHEMAS), held, lambda e: size[e.event_id])
+    kept = [e.event_id for _, e in share.kept]
+    refused = [e.event_id for e, _ in share.refused]
+    assert sorted(kept + refused) == sorted(size)
+    assert held[0] + len(kept) <= max(held[0], most[0])
+    assert held[1] + sum(size[k] for k in kept) <= max(held[1], most[1])
+    assert all("max_early_results" in why for _, why in share.refused)
+    # First come, first kept: a refused result would not have fitted where it came.
+    count, used = held
+    for event in events:
+        fits = count + 1 <= most[0] and used + size[event.event_id] <= most[1]
+        assert (event.event_id in kept) == fits
+        if fits:
+            count, used = count + 1, used + size[event.event_id]

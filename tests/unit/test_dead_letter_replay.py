@@ -56,7 +56,7 @@ def test_a_letter_carries_the_names_kafka_connect_and_spring_read() -> None:
 
 def test_a_letter_of_a_drained_event_names_no_place_it_does_not_know() -> None:
     """A drained event's letter knows no topic or offset: tooling's names get the reason only."""
-    _, value, found = letter(DeadLetter(Unsent(EVENT, b"{parked}"), "step_failed", "x"), 1024)
+    _, value, found = letter(DeadLetter(Unsent.of(EVENT, b"{parked}"), "step_failed", "x"), 1024)
     names = {k for k, _ in found}
     assert value == b"{parked}"
     assert headers.CONNECT_EXCEPTION in names

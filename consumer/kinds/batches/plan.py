@@ -11,7 +11,7 @@ sweeper's expiry and ``inorder-admin``, and are tested without services.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from consumer.kinds.batches.decisions import (
 )
 from consumer.kinds.batches.incoming import Incoming
 from consumer.kinds.batches.route import BatchRoute
-from schemas import batches
+from schemas import Event, batches
 from schemas.batches import BatchStatus, ItemState, OnIncomplete, WorkItem, work_item_event
 from schemas.errors import InvalidEventError
 from schemas.limits import safe_text
@@ -86,6 +86,15 @@ def _positions(state: str, positions: Sequence[int]) -> str:
     return f"{state}: {shown}" + (f" and {more} more ({len(positions)} in all)" if more > 0 else "")
 
 
+def _no_room(route: BatchRoute, held: tuple[int, int]) -> str:
+    """Why a result of a batch with no manifest yet is not kept."""
+    return (
+        f"no manifest for its batch yet, and the route keeps {held[0]} such results "
+        f"({held[1]} bytes) already: max_early_results {route.max_early_results}, "
+        f"max_early_bytes {route.max_early_bytes}"
+    )
+
+
 class Share:
     """What one transaction decides for the batches of one route, and what it will write."""
 
@@ -100,6 +109,7 @@ class Share:
         self.created: list[tuple[Manifest, str, str | None]] = []
         self.items: dict[Key, Item] = {}
         self.kept: list[tuple[Result, Any]] = []  # results of unknown batches, kept early
+        self.refused: list[tuple[Event, str]] = []  # results of unknown batches with no room
         self.statuses: dict[str, Status] = {}
         self.outputs: list[OutboxEvent] = []
         self.notes: list[Note] = []
@@ -113,16 +123,33 @@ class Share:
 
     # ------------------------------------------------------------------ consumer
 
-    def take(self, incoming: Incoming) -> None:
-        """A poll batch's share: store manifests, judge results, settle every batch touched."""
+    def take(
+        self,
+        incoming: Incoming,
+        held: tuple[int, int] = (0, 0),
+        size: Callable[[Event], int] = lambda _: 0,
+    ) -> None:
+        """A poll batch's share: store manifests, judge results, settle every batch touched.
+
+        ``held``: the results the route keeps for manifests not come yet, and their bytes;
+        ``size``: an event's bytes. A result past the route's room for them is refused.
+        """
         self.results["own_output"] += len(incoming.ignored)
         touched: set[str] = set()
         for manifest in sorted(incoming.manifests, key=lambda m: m.batch_id):
             if self.accept(manifest):
                 touched.add(manifest.batch_id)
         unknown = [(r, e) for r, e in incoming.results if r.batch_id not in self.batches]
-        self.kept += unknown
-        self.results["early"] += len(unknown)
+        count, used = held
+        for result, event in unknown:
+            count, used = count + 1, used + size(event)
+            if count > self.route.max_early_results or used > self.route.max_early_bytes:
+                count, used = count - 1, used - size(event)
+                self.refused.append((event, _no_room(self.route, held)))
+                continue
+            self.kept.append((result, event))
+        self.results["early"] += len(self.kept)
+        self.results["early_refused"] += len(self.refused)
         known = [r for r, _ in incoming.results if r.batch_id in self.batches]
         flags = self.answer([*self.early, *known], touched)
         self.settle(sorted(touched), flags=flags)

@@ -11,6 +11,8 @@ entity_type is the stream's name plus ``_result``::
     max_retries = 2                  # automatic re-dispatches of a certain failure
     deadline_s = 3600                # unless the batch sets its own
     on_incomplete = "hold"           # or "assemble_incomplete" (the default)
+    max_early_results = 10000        # results kept before their batch's manifest comes
+    early_results_ttl_s = 86400      # then dead-lettered by the sweeper
 """
 
 from __future__ import annotations
@@ -43,6 +45,18 @@ class BatchRoute:
         "At the deadline with positions missing: `assemble_incomplete` (listing them) or "
         "`hold` for a person",
         OnIncomplete.ASSEMBLE_INCOMPLETE.value,
+    )
+    max_early_results: int = setting(
+        "Results of batches whose manifest has not come yet that the route keeps; past it "
+        "(or past `max_early_bytes`) a result is dead-lettered `batch_rejected`",
+        10_000,
+    )
+    max_early_bytes: int = setting(
+        "Bytes of such results the route keeps (their messages as they arrived)", 64 * 2**20
+    )
+    early_results_ttl_s: int = setting(
+        "How long such a result is kept; then the sweeper dead-letters it `batch_rejected`",
+        86_400,
     )
     kind: str = field(default="batch", init=False)
 
@@ -78,4 +92,7 @@ def parse(spec: Spec) -> BatchRoute:
         max_retries=retries,
         deadline_s=spec.positive("deadline_s", BatchRoute),
         on_incomplete=spec.choice("on_incomplete", tuple(OnIncomplete), BatchRoute),
+        max_early_results=spec.positive("max_early_results", BatchRoute),
+        max_early_bytes=spec.positive("max_early_bytes", BatchRoute),
+        early_results_ttl_s=spec.positive("early_results_ttl_s", BatchRoute),
     )

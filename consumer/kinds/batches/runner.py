@@ -23,6 +23,7 @@ from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.store import BatchStore
 from schemas import Event
 from schemas.batches import BatchStatus
+from schemas.codec import encode
 from schemas.limits import safe_text
 from schemas.outbox import emit_many
 from schemas.runtime.causes import Cause, cause
@@ -43,18 +44,24 @@ class BatchRunner:
     def process(
         self, conn: psycopg.Connection[Any], stream: str, events: Sequence[Event]
     ) -> tuple[Incoming, Share]:
-        """Apply a route's share of one poll batch, in one transaction."""
-        route = self.routes[stream]
+        """Apply a route's share of one poll batch, in one transaction.
+
+        A result that comes before its batch's manifest is kept as an inorder envelope
+        (whatever envelope it came in), which is what its dead letter carries if the
+        manifest never comes.
+        """
+        route, store = self.routes[stream], self.stores[stream]
         incoming = read(route, events, self._schemas)
         with conn.transaction():
-            snapshot = self.stores[stream].load(
+            snapshot = store.load(
                 conn,
                 incoming.batch_ids,
                 incoming.keys,
                 take_early=[m.batch_id for m in incoming.manifests],
             )
+            early = any(r.batch_id not in snapshot.batches for r, _ in incoming.results)
             share = Share(route, snapshot)
-            share.take(incoming)
+            share.take(incoming, store.early_held(conn) if early else (0, 0), _size)
             self.write(conn, share)
         return incoming, share
 
@@ -68,7 +75,7 @@ class BatchRunner:
             created=share.created,
             items=share.items,
             early=[
-                (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload))
+                (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload), encode(e))
                 for r, e in share.kept
             ],
             statuses=share.statuses,
@@ -137,9 +144,15 @@ class BatchApplier:
         # Every other event was taken into its batch's state (a repeated answer changes
         # nothing, which is the point): counted applied like any route's; the route's
         # own output read back is stale.
-        aside = {id(event) for event, _ in incoming.refused} | {id(e) for e in incoming.ignored}
+        refused = [*incoming.refused, *share.refused]
+        aside = {id(event) for event, _ in refused} | {id(e) for e in incoming.ignored}
         outcome = share.outcome()
         outcome.applied = [event for event in events if id(event) not in aside]
         outcome.stale = list(incoming.ignored)
-        outcome.refused = [Refusal(e, BATCH_REJECTED, why) for e, why in incoming.refused]
+        outcome.refused = [Refusal(e, BATCH_REJECTED, why) for e, why in refused]
         return outcome
+
+
+def _size(event: Event) -> int:
+    """The bytes a result kept early takes: its envelope as it is kept."""
+    return len(encode(event))

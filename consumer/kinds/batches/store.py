@@ -19,6 +19,9 @@ from schemas.batches import BatchStatus, ItemState
 
 Created = tuple[Manifest, str, str | None]  # manifest, digest, why it cannot be used
 Status = tuple[str, str | None, int | None]  # status, reason, revision after an assembly
+# A result kept for a manifest not come yet: batch, event id, attempt, type, payload and
+# its envelope (None for results kept before envelopes were).
+Early = tuple[str, str, int, str, Any, bytes | None]
 
 _LOCK = """
 SELECT pg_advisory_xact_lock(k)
@@ -189,7 +192,7 @@ class BatchStore:
         *,
         created: Sequence[Created] = (),
         items: Mapping[Key, Item] | None = None,
-        early: Sequence[tuple[str, str, int, str, Any]] = (),
+        early: Sequence[Early] = (),
         statuses: Mapping[str, Status] | None = None,
     ) -> None:
         """Write what a transaction decided: new manifests, then rows, kept results, statuses."""
@@ -249,19 +252,26 @@ class BatchStore:
             (self.route, batch_id),
         )
 
-    def keep_early(
-        self, conn: psycopg.Connection[Any], rows: Sequence[tuple[str, str, int, str, Any]]
-    ) -> None:
-        """Keep results of batches with no manifest yet: (batch, event, attempt, type, payload)."""
+    def keep_early(self, conn: psycopg.Connection[Any], rows: Sequence[Early]) -> None:
+        """Keep results of batches with no manifest yet, each with its envelope."""
         if not rows:
             return
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO inorder_batch_early_results "
-                "(route, batch_id, event_id, attempt, event_type, payload) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [(self.route, b, e, a, t, Jsonb(p)) for b, e, a, t, p in rows],
+                "(route, batch_id, event_id, attempt, event_type, payload, message) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(self.route, b, e, a, t, Jsonb(p), m) for b, e, a, t, p, m in rows],
             )
+
+    def early_held(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        """How many results the route keeps for manifests not come yet, and their bytes."""
+        row = conn.execute(
+            "SELECT count(*), coalesce(sum(coalesce(octet_length(message),"
+            " pg_column_size(payload))), 0) FROM inorder_batch_early_results WHERE route = %s",
+            (self.route,),
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def take_early(self, conn: psycopg.Connection[Any], batch_ids: Sequence[str]) -> list[Result]:
         """Remove and return the kept results of batches whose manifest just arrived."""
@@ -273,6 +283,22 @@ class BatchStore:
             (self.route, list(batch_ids)),
         ).fetchall()
         return [Result.from_payload(a, t.endswith("succeeded"), p) for a, t, p in rows]
+
+    def expire_early(self, conn: psycopg.Connection[Any], ttl_s: float, limit: int) -> list[Early]:
+        """Remove and return up to ``limit`` kept results older than ``ttl_s``, oldest first."""
+        return [
+            (b, e, a, t, p, None if m is None else bytes(m))
+            for b, e, a, t, p, m in conn.execute(
+                "DELETE FROM inorder_batch_early_results AS r USING ("
+                " SELECT batch_id, event_id FROM inorder_batch_early_results"
+                " WHERE route = %(r)s AND received_at < now() - make_interval(secs => %(ttl)s)"
+                " ORDER BY received_at LIMIT %(n)s FOR UPDATE SKIP LOCKED) AS old"
+                " WHERE r.route = %(r)s AND r.batch_id = old.batch_id"
+                " AND r.event_id = old.event_id"
+                " RETURNING r.batch_id, r.event_id, r.attempt, r.event_type, r.payload, r.message",
+                {"r": self.route, "ttl": ttl_s, "n": limit},
+            ).fetchall()
+        ]
 
     def overdue(self, conn: psycopg.Connection[Any], limit: int) -> list[str]:
         """Waiting batches past their deadline, oldest deadline first."""
