@@ -403,7 +403,8 @@ class Pipeline:
     def _pending_rows(self) -> int:
         return self.count(
             "SELECT count(*) FROM outbox WHERE NOT outbox_published(outbox)"
-            " AND (failed_at IS NULL OR failure_reason LIKE 'awaiting_topic:%')"
+            " AND (failed_at IS NULL OR failure_reason LIKE %s)",
+            ("awaiting_topic:%",),
         )
 
     def settle(self, timeout: float = 120) -> None:
