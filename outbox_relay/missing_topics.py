@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from outbox_relay.store import Conn
-from outbox_relay.topics import AWAITING_TOPIC, UNKNOWN_TOPIC
+from outbox_relay.topics import AWAITING_LIKE, UNKNOWN_TOPIC
 
 # Set-aside and failed rows are few and indexed (outbox_failed_idx): these read only them.
-_REASONS = (f"{AWAITING_TOPIC}:%", f"{UNKNOWN_TOPIC}:%")
+_REASONS = (AWAITING_LIKE, f"{UNKNOWN_TOPIC}:%")
 _TOPICS = """SELECT DISTINCT topic FROM outbox
  WHERE failed_at IS NOT NULL AND (failure_reason LIKE %s OR failure_reason LIKE %s)"""
 _REVIVE = """
@@ -56,6 +56,6 @@ def tend(conn: Conn, present: Callable[[Iterable[str]], set[str]], grace_s: floa
         revived = conn.execute(_REVIVE, (*_REASONS, found)).rowcount if found else 0
         failed = conn.execute(
             _GIVE_UP,
-            {"unknown": UNKNOWN_TOPIC, "grace": grace_s, "aside": _REASONS[0], "found": found},
+            {"unknown": UNKNOWN_TOPIC, "grace": grace_s, "aside": AWAITING_LIKE, "found": found},
         ).rowcount
     return Tended(revived, failed)

@@ -16,7 +16,7 @@ import psycopg
 from outbox_relay.errors import SchemaNotReadyError, UnsafeClusterError
 from outbox_relay.frontier import Cursor, Snapshot
 from outbox_relay.rows import COLUMNS, FIELDS, ID, SLICE, TRANSACTION, XID, OutboxRow, Row
-from outbox_relay.topics import AWAITING_TOPIC
+from outbox_relay.topics import AWAITING_LIKE
 from outbox_relay.weighing import CUT, Bounds, weighed
 from schemas.runtime import postgres
 
@@ -258,7 +258,7 @@ def rows_in_range(
         "generation": generation,
         "from": from_seq,
         "to": to_seq,
-        "aside": f"{AWAITING_TOPIC}:%",
+        "aside": AWAITING_LIKE,
     } | bounds.params()
     rows: list[OutboxRow] = []
     failed: list[int] = []
@@ -314,7 +314,7 @@ def failed_rows(conn: Conn) -> tuple[int, int]:
         "SELECT count(*) FILTER (WHERE failure_reason NOT LIKE %(aside)s),"
         " count(*) FILTER (WHERE failure_reason LIKE %(aside)s)"
         " FROM outbox WHERE failed_at IS NOT NULL",
-        {"aside": f"{AWAITING_TOPIC}:%"},
+        {"aside": AWAITING_LIKE},
     ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])

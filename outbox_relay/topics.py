@@ -28,6 +28,7 @@ log = structlog.get_logger(__name__)
 # Rows set aside for a topic the cluster does not have yet (``missing_topics`` sends them
 # once it has), and the reason they are failed with when it never came within the grace.
 AWAITING_TOPIC = "awaiting_topic"
+AWAITING_LIKE = f"{AWAITING_TOPIC}:%"  # their failure_reason, as a LIKE pattern
 UNKNOWN_TOPIC = "unknown_topic"
 # Kafka's legal topic names (``Topic.validate`` in the broker).
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")

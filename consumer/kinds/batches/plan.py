@@ -142,11 +142,11 @@ class Share:
         unknown = [(r, e) for r, e in incoming.results if r.batch_id not in self.batches]
         count, used = held
         for result, event in unknown:
-            count, used = count + 1, used + size(event)
-            if count > self.route.max_early_results or used > self.route.max_early_bytes:
-                count, used = count - 1, used - size(event)
+            grown = used + size(event)
+            if count + 1 > self.route.max_early_results or grown > self.route.max_early_bytes:
                 self.refused.append((event, _no_room(self.route, held)))
                 continue
+            count, used = count + 1, grown
             self.kept.append((result, event))
         self.results["early"] += len(self.kept)
         self.results["early_refused"] += len(self.refused)

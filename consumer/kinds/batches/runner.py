@@ -9,7 +9,7 @@ consumer's own outbox), so a decision and its output commit together or not at a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -52,6 +52,14 @@ class BatchRunner:
         """
         route, store = self.routes[stream], self.stores[stream]
         incoming = read(route, events, self._schemas)
+        envelopes: dict[int, bytes] = {}
+
+        def envelope(event: Event) -> bytes:
+            """The event's envelope, encoded once however often it is asked for."""
+            if id(event) not in envelopes:
+                envelopes[id(event)] = encode(event)
+            return envelopes[id(event)]
+
         with conn.transaction():
             snapshot = store.load(
                 conn,
@@ -61,12 +69,21 @@ class BatchRunner:
             )
             early = any(r.batch_id not in snapshot.batches for r, _ in incoming.results)
             share = Share(route, snapshot)
-            share.take(incoming, store.early_held(conn) if early else (0, 0), _size)
-            self.write(conn, share)
+            held = store.early_held(conn) if early else (0, 0)
+            share.take(incoming, held, lambda event: len(envelope(event)))
+            self.write(conn, share, envelope)
         return incoming, share
 
-    def write(self, conn: psycopg.Connection[Any], share: Share) -> None:
-        """Finish what the share decided and write it all; the batches' locks must be held."""
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        share: Share,
+        envelope: Callable[[Event], bytes] = encode,
+    ) -> None:
+        """Finish what the share decided and write it all; the batches' locks must be held.
+
+        ``envelope``: what a result kept early is stored as (its encoded event).
+        """
         store = self.stores[share.route.stream]
         unread = share.unread
         share.finish(store.rows_of(conn, unread) if unread else {})
@@ -75,7 +92,7 @@ class BatchRunner:
             created=share.created,
             items=share.items,
             early=[
-                (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload), encode(e))
+                (r.batch_id, e.event_id, r.attempt, e.event_type, dict(e.payload), envelope(e))
                 for r, e in share.kept
             ],
             statuses=share.statuses,
@@ -151,8 +168,3 @@ class BatchApplier:
         outcome.stale = list(incoming.ignored)
         outcome.refused = [Refusal(e, BATCH_REJECTED, why) for e, why in refused]
         return outcome
-
-
-def _size(event: Event) -> int:
-    """The bytes a result kept early takes: its envelope as it is kept."""
-    return len(encode(event))
