@@ -40,9 +40,9 @@ def apply_guarded(
     except Exception as exc:
         if cause(exc) is not Cause.INPUT:
             raise
-        _reset(conn)
+        reset(conn)
         if len(events) == 1:
-            return _refuse(applier, events[0], exc)
+            return Outcome(refused=[refusal(applier.route.stream, events[0], exc)])
         half = len(events) // 2
         first = apply_guarded(applier, conn, events[:half], raw)
         return merge(first, apply_guarded(applier, conn, events[half:], raw))
@@ -55,20 +55,21 @@ def merge(first: Outcome, second: Outcome) -> Outcome:
     )
 
 
-def _refuse(applier: Applier, event: Event, exc: Exception) -> Outcome:
+def refusal(route: str, event: Event, exc: Exception, copy: bytes | None = None) -> Refusal:
+    """The event refused for what it raised alone, logged; ``copy``: its parked bytes."""
     state = getattr(exc, "sqlstate", None)
     detail = safe_text(f"{type(exc).__name__}{f' {state}' if state else ''}: {first_line(exc)}")
     log.error(
         "event_refused_by_route",
-        route=applier.route.stream,
+        route=route,
         entity=event.entity_id,
         seq=event.seq,
         error=detail[:300],
     )
-    return Outcome(refused=[Refusal(event, APPLY_FAILED, detail[:1000])])
+    return Refusal(event, APPLY_FAILED, detail[:1000], copy)
 
 
-def _reset(conn: Conn) -> None:
+def reset(conn: Conn) -> None:
     """Leave no failed transaction behind for the next try (the kinds normally close theirs)."""
     if conn.closed:
         raise psycopg.OperationalError("the connection closed while a route applied a batch")

@@ -15,10 +15,11 @@ import structlog
 from consumer import metrics
 from consumer.deadletter import PARK_CAP_REACHED, STEP_FAILED
 from consumer.errors import RoutesError
-from consumer.kinds._barrier import apply_guarded
+from consumer.kinds._barrier import apply_guarded, refusal
 from consumer.kinds._base import Carried, Conn, Links, Outcome, Refusal
 from consumer.kinds.steps import traced
 from consumer.kinds.steps.apply import apply_alone, apply_steps
+from consumer.kinds.steps.guarded import Drained, apply_parked
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
@@ -317,14 +318,23 @@ class StepApplier:
             if not fetched:
                 return
             events, members, broken = _decode(fetched, self._parked_cap)
-            plans, alone = (
-                apply_steps(conn, self.store, self.handlers, events, self.lanes, defer=defer)
+            drained = (
+                apply_parked(
+                    lambda window: apply_steps(
+                        conn, self.store, self.handlers, window, self.lanes, defer=defer
+                    ),
+                    conn,
+                    events,
+                )
                 if events
-                else ({}, [])
+                else Drained()
             )
-            for entity in alone:
+            plans = drained.plans
+            for entity in drained.alone:
                 self._carry(entity, [], {}, outcome)
             _add(outcome, plans, members)
+            for event, exc in drained.refused:
+                outcome.refused.append(refusal(route, event, exc, members[id(event)]))
             traced.drained(route, ((e, members[id(e)]) for p in plans.values() for e in p.apply))
             done = {
                 entity: [
@@ -335,6 +345,8 @@ class StepApplier:
             }
             for entity, bad in broken.items():
                 done.setdefault(entity, []).extend(bad)
+            for event, _ in drained.refused:
+                done.setdefault(event.entity_id, []).append(members[id(event)])
             self.lot.remove(route, done)
             # Again: a full window may hold more that is due, and an entity that moved on
             # past a failed step has its successors due now.
