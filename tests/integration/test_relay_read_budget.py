@@ -7,6 +7,7 @@ of a chosen size (a type made up for the tests, whose schema takes any object).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -224,10 +225,9 @@ def test_a_claim_of_listed_rows_loads_at_most_the_budget_and_the_rest_follow(
 def test_a_row_whose_headers_are_longer_than_any_message_loads_neither(outbox: PgSchema) -> None:
     """Rows written before the size check with 2 MB of headers: read without payload or headers."""
     with outbox.connect(autocommit=True) as conn:
-        conn.execute("ALTER TABLE outbox DROP CONSTRAINT outbox_headers_size")  # an older row
         for seq in range(1, 6):
             _insert(conn, "t", "wide", range(seq, seq + 1), 10)
-        conn.execute(
+        conn.execute(  # as rows written before the size rule hold them
             "UPDATE outbox SET headers = jsonb_build_object('big', repeat(id::text, 1000000)) "
             "WHERE seq < 5"
         )
@@ -238,3 +238,39 @@ def test_a_row_whose_headers_are_longer_than_any_message_loads_neither(outbox: P
         (seq, None, None) for seq in range(1, 5)
     ]
     assert named(rows[4]).payload is not None
+
+
+def test_rows_of_ten_megabytes_stay_within_the_relays_shipped_memory_limit(
+    outbox: PgSchema, topics: rs.RelayTopics, services: Services, tmp_path: Path
+) -> None:
+    """40 rows of 10 MB headers (written before their check) and 40 of 10 MB payloads, then a
+    valid row: each failed too_large, the valid one sent, the relay's VmHWM under 512 MiB."""
+    with outbox.connect() as conn:  # one transaction: no row is sent before it is changed
+        for n in range(40):
+            _insert(conn, topics.events, f"wide-{n}", range(1, 2), 10)
+        conn.execute(  # as rows written before the size rule hold them
+            "UPDATE outbox SET headers = jsonb_build_object('h', repeat('y', 10000000))"
+        )
+        for n in range(40):
+            _insert(conn, topics.events, f"big-{n}", range(1, 2), 10_000_000)
+        _insert(conn, topics.events, "light", range(1, 2), 10)
+        conn.commit()
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics)
+    process = rs.spawn(rs.relay_env(settings), tmp_path / "relay.log")
+    try:
+        light = "entity_id = 'light' AND " + rs.SENT
+        wait_until(lambda: rs.count_rows(outbox, light) == 1, timeout_s=180)
+        wait_until(lambda: rs.count_rows(outbox, "failed_at IS NOT NULL") == 80, timeout_s=60)
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    finally:
+        process.terminate()
+        process.wait(30)
+    sent = drain(services.kafka_bootstrap, topics.events, expect=1)
+    assert [schemas.decode(m.value()).entity_id for m in sent] == ["light"]
+    reasons = rs.count_rows(outbox, "failure_reason LIKE 'too_large:%'")
+    peak_kib = next(
+        int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+    )
+    print(f"relay peak RSS {peak_kib // 1024} MiB")
+    assert reasons == 80
+    assert peak_kib < 512 * 1024, f"peak RSS {peak_kib // 1024} MiB"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import orjson
 import pytest
 
 import schemas
@@ -51,7 +52,7 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
             conn.execute(statement.encode())
         applied = migrate.apply(conn)
         legacy = conn.execute("SELECT count(*) FROM outbox_resend").fetchone()
-    assert [m.version for m in applied] == [2, 3, 4, 5]
+    assert [m.version for m in applied] == [2, 3, 4, 5, 6]
     assert legacy == (17,)
     with pg_schema.connect() as conn, conn.transaction():
         emit_many(
@@ -84,3 +85,42 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
         assert seqs == sorted(seqs)
     assert rs.count_rows(pg_schema, "id IN (SELECT id FROM outbox_resend)") == 0
     assert rs.count_rows(pg_schema, rs.SENT) == 35  # all 36 but the failed row
+
+
+def test_unsent_rows_that_break_the_later_rules_are_failed_one_by_one_after_the_upgrade(
+    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory
+) -> None:
+    """Rows of 0.1.0 that the rules added since refuse (an illegal topic, nested or 2 MB
+    headers): after the upgrade each is failed with its reason, and the rows behind go."""
+    topics = rs.RelayTopics(topic_factory("events"), topic_factory("req"), topic_factory("res"))
+    [first, *_] = runner.available(migrate.OUTBOX)
+    broken = {
+        "illegal": ("bad topic", "{}", "bad_topic"),
+        "nested": (topics.events, '{"a": {"b": "c"}}', "bad_headers"),
+        "wide": (topics.events, orjson.dumps({"h": "x" * 2_000_000}).decode(), "too_large"),
+    }
+    with pg_schema.connect(autocommit=True) as conn:
+        runner.apply(conn, [])
+        conn.execute(first.sql.encode())
+        conn.execute("INSERT INTO inorder_migrations VALUES ('outbox', 1, 'outbox')")
+        for entity, (topic, headers, _) in [*broken.items(), ("after", (topics.events, "{}", ""))]:
+            conn.execute(
+                "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id,"
+                " payload, headers) VALUES (%s, 'subscription', %s, 1,"
+                " 'subscription.plan_changed', %s, %s, %s)",
+                (topic, entity, f"old-{entity}", orjson.dumps(rs.PAYLOAD).decode(), headers),
+            )
+        migrate.apply(conn)
+    with rs.running(rs.settings_for(pg_schema, services.kafka_bootstrap, topics)):
+        wait_until(lambda: rs.count_rows(pg_schema, rs.SENT) == 1)
+        wait_until(lambda: rs.count_rows(pg_schema, "failed_at IS NOT NULL") == 3)
+    with pg_schema.connect() as conn:
+        failed = dict(
+            conn.execute(
+                "SELECT entity_id, split_part(failure_reason, ':', 1) FROM outbox "
+                "WHERE failed_at IS NOT NULL"
+            ).fetchall()
+        )
+    assert failed == {entity: reason for entity, (_, _, reason) in broken.items()}
+    [sent] = drain(services.kafka_bootstrap, topics.events, expect=1)
+    assert schemas.decode(sent.value()).entity_id == "after"
