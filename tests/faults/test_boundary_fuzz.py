@@ -331,7 +331,27 @@ def _protocol(pipeline: Pipeline, scale: Scale, schema: str, seed: int, title: s
 
     boundary = _under_load(pipeline, title, feed)
     boundary.tried = len(inputs)
+    invalid = sum(not oracle.protocol_valid(schema, raw) for _, raw in inputs)
+    boundary.expected = {"invalid": invalid, "valid": len(inputs) - invalid}
     return boundary
+
+
+def _invalid_as_expected(boundary: Boundary, invalid: int) -> None:
+    """Every input the oracle calls invalid was counted invalid, and no valid one was.
+
+    Counters cannot name inputs, so counts are compared: at least the oracle's invalid
+    ones, at most those and what a rewind read again.
+    """
+    wanted = boundary.expected["invalid"]
+    again = max(boundary.taken + sum(boundary.refused.values()) - boundary.tried, 0)
+    missing, extra = max(wanted - invalid, 0), max(invalid - wanted - again, 0)
+    boundary.as_expected = {
+        "invalid": wanted - missing,
+        "valid": boundary.expected["valid"] - extra,
+    }
+    if missing or extra:
+        boundary.unaccounted += missing + extra
+        boundary.examples.append(f"{wanted} invalid by the schema, {invalid} counted invalid")
 
 
 def test_republish_requests_at_the_edges_stop_no_relay(
@@ -344,6 +364,7 @@ def test_republish_requests_at_the_edges_stop_no_relay(
     asked = by_label(pipeline, SWEEPERS, "republish_requests_sent_total", "").total()
     boundary.refused = {"invalid": outcomes["invalid"]}
     boundary.taken = outcomes["answered"] + outcomes["cooldown"] - asked
+    _invalid_as_expected(boundary, outcomes["invalid"])
     _judge(boundary)
 
 
@@ -359,6 +380,7 @@ def test_republish_results_at_the_edges_stop_no_sweeper(
     boundary.refused = {"invalid": outcomes["invalid"], "unmatched": outcomes["unmatched"]}
     # Every answer a relay sent for a sweeper's own request is a result too.
     boundary.taken = outcomes["used"] - answers["answered"] - answers["cooldown"]
+    _invalid_as_expected(boundary, outcomes["invalid"])
     _judge(boundary)
 
 

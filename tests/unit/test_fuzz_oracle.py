@@ -9,7 +9,7 @@ import sys
 import orjson
 import pytest
 
-from schemas import DecodeError, codec, decode
+from schemas import DecodeError, codec, decode, republish
 from tests.faults import boundary_inputs, oracle
 from tests.faults.mutations import valid_event
 
@@ -111,3 +111,21 @@ def test_the_fuzzer_draws_the_same_inputs_whatever_the_process_has_loaded() -> N
         [sys.executable, "-c", script], capture_output=True, check=True, cwd=boundary_inputs.ROOT
     )
     assert pickle.loads(elsewhere.stdout) == here  # noqa: S301 - written just above
+
+
+@pytest.mark.parametrize("name", ["republish_request", "republish_result"])
+def test_the_republish_decoders_refuse_exactly_what_the_oracle_calls_invalid(name: str) -> None:
+    """2,000 requests or results pushed to the edges: decoded exactly when the oracle says valid."""
+    read = republish.decode_request if name == "republish_request" else republish.decode_result
+    inputs = boundary_inputs.protocol(name, 2_000, ["sub-000001"], seed=38)
+    wrong = []
+    for what, raw in inputs:
+        try:
+            read(raw)
+            decoded = True
+        except DecodeError:
+            decoded = False
+        if decoded != oracle.protocol_valid(name, raw):
+            wrong.append((what, decoded))
+    assert not wrong, f"{len(wrong)} disagree, e.g. {wrong[:5]}"
+    assert 0 < sum(oracle.protocol_valid(name, raw) for _, raw in inputs) < len(inputs)
