@@ -13,7 +13,9 @@ from psycopg import sql
 
 from consumer.admin.audit import Audit
 from consumer.kinds._plugin import Conn, Findings, Tools
-from consumer.kinds.projection.table import ProjectionRoute, field_value, stored_row
+from consumer.kinds.projection.route import ProjectionRoute
+from consumer.kinds.projection.table import stored_row
+from consumer.kinds.projection.upsert import field_value
 from schemas.snapshot import snapshot_type
 
 
