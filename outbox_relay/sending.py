@@ -58,13 +58,14 @@ def prepare(
     failed: list[int] = []
     aside: list[int] = []
     for row, problem in problems:
-        fail(conn, row, problem.reason, str(problem))
+        mark_unsent(conn, row, problem.reason, str(problem))
         (aside if problem.reason == AWAITING_TOPIC else failed).append(row[ID])
     return Prepared(messages, failed, aside)
 
 
-def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
-    """Mark one row failed, count it and say so in the log."""
+def mark_unsent(conn: Conn, failed: Row, reason: str, detail: str) -> None:
+    """Mark one row with the reason it is not sent (failed, or awaiting its topic), count
+    a failure and say so in the log."""
     row = named(failed)
     store.mark_failed(conn, row.id, safe_text(detail))
     aside = reason == AWAITING_TOPIC
@@ -84,7 +85,7 @@ def fail(conn: Conn, failed: Row, reason: str, detail: str) -> None:
 def settle(conn: Conn, rows: dict[int, Row], sent: Sent) -> None:
     """Mark the rows Kafka refused for good as failed, and count the rest of the outcome."""
     for row_id, reason in sent.rejected:
-        fail(conn, rows[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
+        mark_unsent(conn, rows[row_id], "kafka_rejected", f"Kafka refused the message: {reason}")
     for _, reason in sent.failed:
         metrics.PUBLISH_FAILURES.labels(reason).inc()
 

@@ -82,7 +82,11 @@ class TopicCheck:
         self._said: set[str] = set()
 
     def present(self, topics: Iterable[str]) -> set[str]:
-        """Which of ``topics`` the cluster has now (one fresh topic list)."""
+        """Which of ``topics`` the cluster has now (one fresh topic list).
+
+        All topics are listed, never the ones named: asking for a topic by name can
+        create it.
+        """
         self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
         return {topic for topic in topics if topic in self._known}
 
@@ -103,10 +107,9 @@ class TopicCheck:
                 unseen.append(topic)
         if not unseen:
             return TopicVerdict(refused)
-        # All topics, never the ones named: asking for a topic by name can create it.
-        self._known = frozenset(self._producer.list_topics(timeout=METADATA_TIMEOUT_S).topics)
+        found = self.present(unseen)
         for topic in unseen:
-            if topic in self._known:
+            if topic in found:
                 self._said.discard(topic)
                 continue
             refused[topic] = RowProblem(

@@ -31,8 +31,8 @@ from schemas.codec import (
     NOT_JSON,
     NOT_OBJECT,
     OUT_OF_RANGE,
-    TOO_LARGE,
     WRONG_TYPE,
+    check_size,
     decode,
 )
 from schemas.errors import DecodeError
@@ -121,10 +121,8 @@ def envelope(
 
 
 def _translated(headers: Headers | None, value: bytes | None, max_bytes: int) -> bytes | None:
-    if value is not None and len(value) > max_bytes:
-        raise DecodeError(
-            TOO_LARGE, f"value is {len(value)} bytes, over the {max_bytes} cap", value
-        )
+    if value is not None:  # a value the codec refuses as too large is not translated either
+        check_size(value, max_bytes)
     found = _headers(headers, value)
     content_type = found.get(CONTENT_TYPE, "").split(";")[0].strip().lower()
     if content_type == STRUCTURED_TYPE:

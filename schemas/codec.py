@@ -283,12 +283,17 @@ def field_problem(name: str, value: Any) -> tuple[str, str] | None:
     return string_problem(value, name) if type(value) is str else None
 
 
+def check_size(raw: bytes, max_bytes: int) -> None:
+    """``DecodeError`` (``too_large``) when a message's value is over the cap."""
+    if len(raw) > max_bytes:
+        raise DecodeError(TOO_LARGE, f"value is {len(raw)} bytes, over the {max_bytes} cap", raw)
+
+
 def decode(raw: bytes | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Event:
     """Decode a Kafka value into an ``Event``; raise ``DecodeError`` saying exactly why not."""
     if not raw:
         raise DecodeError(EMPTY, "message has no value", raw)
-    if len(raw) > max_bytes:
-        raise DecodeError(TOO_LARGE, f"value is {len(raw)} bytes, over the {max_bytes} cap", raw)
+    check_size(raw, max_bytes)
     doc = _parse(raw)
     if type(doc) is not dict:
         raise DecodeError(NOT_OBJECT, f"value is a JSON {_json_type(doc)}, not an object", raw)
