@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -292,3 +293,70 @@ def protocol_valid(name: str, raw: bytes) -> bool:
         return False
     # A request names the range from_seq..to_seq (its schema's description): never empty.
     return name != "republish_request" or doc["from_seq"] <= doc["to_seq"]
+
+
+# ------------------------------------------------------------------ routes files
+
+# The fuzz routes files' valid values: the fuzz pipeline's table and its key column.
+TABLE, KEY = "billing_view", "subscription_id"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_STREAM = re.compile(r"^[a-z][a-z0-9_]{0,62}\Z")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}\Z")
+
+
+def routes_file(text: str) -> frozenset[str]:
+    """The right outcomes of starting a consumer on one fuzzed routes file: ``started``
+    and/or ``refused`` (exit 2, one line). What the routes file's documentation does not
+    bound (other streams, numbers past the defaults, topics yet to be made) may go either
+    way; what it does bound may not."""
+    try:
+        route = tomllib.loads(text)["route"][0]
+    except (tomllib.TOMLDecodeError, KeyError, IndexError, TypeError):
+        return frozenset({"refused"})
+    problems, unsure = _route_problems(route)
+    if problems:
+        return frozenset({"refused"})
+    return frozenset({"started", "refused"}) if unsure else frozenset({"started"})
+
+
+def _route_problems(route: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the route breaks a stated rule, and whether it leaves what is stated."""
+    stream = route.get("stream")
+    rules = _KINDS.get(route.get("kind"))
+    if not isinstance(stream, str) or not _STREAM.match(stream) or rules is None:
+        return True, False  # a stream is an entity_type; the kinds are three
+    broken, unsure = rules(route)
+    return broken, unsure or stream != "subscription"
+
+
+def _projection(route: dict[str, Any]) -> tuple[bool, bool]:
+    """The table must exist and the key be its unique column: only the pipeline's are."""
+    columns = route.get("columns")
+    paths = isinstance(columns, dict) and all(
+        isinstance(c, str) and _IDENTIFIER.match(c) and _field_path(p) for c, p in columns.items()
+    )
+    return route.get("table") != TABLE or route.get("key") != KEY or not paths, False
+
+
+def _batch(route: dict[str, Any]) -> tuple[bool, bool]:
+    """Topics must be legal names (made or not yet), a retry count a whole number."""
+    topics = (route.get("output_topic"), route.get("work_topic"))
+    legal = all(isinstance(t, str) and _TOPIC.match(t) and t not in (".", "..") for t in topics)
+    return not legal or not _whole(route.get("max_retries")), True
+
+
+def _step(route: dict[str, Any]) -> tuple[bool, bool]:
+    """A parking cap is a whole number; handler keys and bounds are left open."""
+    return not _whole(route.get("max_parked")), True
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_KINDS = {"projection": _projection, "batch": _batch, "step": _step}
+
+
+def _field_path(path: Any) -> bool:
+    """A payload field: a dotted path of non-empty names."""
+    return isinstance(path, str) and bool(path) and "" not in path.split(".")

@@ -418,7 +418,8 @@ def test_routes_files_at_the_edges_start_or_stop_with_one_line(
     boundary = Boundary("routes files (consumer start-up)")
     started = time.monotonic()
     refused = Counter[str]()
-    for i, (_, text) in enumerate(files):
+    wanted, so = Counter[str](), Counter[str]()
+    for i, (what, text) in enumerate(files):
         path = tmp_path / f"routes-{i}.toml"
         path.write_text(text)
         outcome = _start_with(pipeline, path)
@@ -428,7 +429,16 @@ def test_routes_files_at_the_edges_start_or_stop_with_one_line(
             refused[outcome] += 1
         else:
             boundary.exits += 1
+        allowed = oracle.routes_file(text)
+        label = " or ".join(sorted(allowed))
+        wanted[label] += 1
+        if outcome.split(":")[0] in allowed:
+            so[label] += 1
+        else:
+            boundary.unaccounted += 1
+            boundary.examples.append(f"#{i} {what}: expected {label}, {outcome[:200]}")
     boundary.tried, boundary.refused = len(files), dict(refused)
+    boundary.expected, boundary.as_expected = dict(wanted), dict(so)
     boundary.seconds = round(time.monotonic() - started, 1)
     BOUNDARIES.append(boundary)
     _judge(boundary)
