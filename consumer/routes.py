@@ -70,6 +70,9 @@ def parse_routes(
                 )
             seen[stream] = index
         routes.append(route)
+    for kind in kinds.values():
+        if kind.together is not None:
+            problems += kind.together([r for r in routes if r.kind == kind.name])
     if problems:
         raise RoutesError(problems)
     return routes

@@ -223,3 +223,6 @@ class Kind:
     commands: Commands | None = None
     # Gauges the consumer keeps current from the kind's tables, every few seconds.
     gauges: Callable[[Conn], None] | None = None
+    # Problems among the kind's routes taken together (two routes that would write one
+    # table's columns, say), each naming the routes and what to fix.
+    together: Callable[[Sequence[Any]], list[str]] | None = None

@@ -9,7 +9,7 @@ no commands of its own.
 from consumer.kinds._base import Kind
 from consumer.kinds.projection.catalog import check_table
 from consumer.kinds.projection.inspect import ProjectionInspector
-from consumer.kinds.projection.route import ProjectionRoute, parse
+from consumer.kinds.projection.route import ProjectionRoute, parse, together
 from consumer.kinds.projection.table import ProjectionApplier, apply, stored_row
 from consumer.kinds.projection.upsert import field_value, newest_per_entity, record
 
@@ -19,6 +19,7 @@ KIND = Kind(
     ProjectionApplier,
     settings=(ProjectionRoute,),
     inspector=ProjectionInspector(),
+    together=together,
 )
 
 __all__ = [

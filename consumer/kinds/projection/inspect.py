@@ -14,8 +14,8 @@ from psycopg import sql
 from consumer.admin.audit import Audit
 from consumer.kinds._plugin import Conn, Findings, Tools
 from consumer.kinds.projection.route import ProjectionRoute
-from consumer.kinds.projection.table import stored_row
-from consumer.kinds.projection.upsert import field_value
+from consumer.kinds.projection.table import stored_row, whole_row
+from consumer.kinds.projection.upsert import field_value, target_columns
 from schemas.snapshot import snapshot_type
 
 
@@ -28,8 +28,13 @@ class ProjectionInspector:
         return None if row is None else int(row["generation"])
 
     def story(self, tools: Tools, route: ProjectionRoute, entity_id: str) -> Findings:
-        """The entity's row as the projection holds it."""
-        return Findings(applied=stored_row(tools.conn, route, entity_id))
+        """What the stream wrote into the entity's row; the whole row too when it holds more
+        (other streams' columns and versions, in a table several streams feed)."""
+        found = Findings(applied=stored_row(tools.conn, route, entity_id))
+        row = whole_row(tools.conn, route, entity_id)
+        if row is not None and set(row) - set(target_columns(route)):
+            found.sections["row"] = (f"The whole row in {route.table}, every source", [row])
+        return found
 
     def audit(self, audit: Audit, route: ProjectionRoute) -> None:
         """Each entity's row against its newest outbox event (or that version's snapshot)."""
@@ -54,10 +59,25 @@ class ProjectionInspector:
         stored = audit.stream(
             audit.consumer,
             sql.SQL(
+                # Only the rows this stream wrote: in a table several streams feed, a row
+                # another stream created holds none of its versions.
                 "SELECT {key}::text, {gen}, {seq}, {columns} FROM {table} "
-                "WHERE %s::text IS NULL OR {key}::text = %s "
+                "WHERE {gen} IS NOT NULL AND {own} AND (%s::text IS NULL OR {key}::text = %s) "
                 'ORDER BY {key}::text COLLATE "C"'
-            ).format(key=key, gen=gen, seq=seq, columns=columns, table=route.table_sql),
+            ).format(
+                key=key,
+                gen=gen,
+                seq=seq,
+                columns=columns,
+                table=route.table_sql,
+                own=(
+                    sql.SQL("{} = {}").format(
+                        sql.Identifier(route.entity_type_column), sql.Literal(route.stream)
+                    )
+                    if route.entity_type_column
+                    else sql.SQL("true")
+                ),
+            ),
             (audit.only, audit.only),
         )
         for entity, events, rows in audit.entity_pairs(newest, stored):

@@ -10,11 +10,16 @@ Its route::
     [route.columns]                  # column = payload field (dotted for nested fields)
     plan = "plan"
     price_cents = "price_cents"
+
+Several streams may feed one table (two services, one read model): each route names the
+same table and key, its own ``generation_column`` and ``seq_column``, and columns no other
+route writes. Each stream's update is then guarded by its own versions, and merges into the
+row by field. A field two services change must be routed through one owner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +40,12 @@ class ProjectionRoute(OneStream):
         "`[route.columns]`: table column = payload field; dotted paths reach nested fields, "
         "an absent field writes NULL"
     )
-    generation_column: str = setting("The column keeping the stored generation", "generation")
-    seq_column: str = setting("The column keeping the stored seq", "seq")
+    generation_column: str = setting(
+        "The column keeping the stored generation (streams merged into one table's rows each "
+        "have their own)",
+        "generation",
+    )
+    seq_column: str = setting("The column keeping the stored seq (one per stream, likewise)", "seq")
     entity_type_column: str | None = setting(
         "For a table shared by several streams: the column holding `entity_type` (the key "
         "is then both)",
@@ -94,7 +103,7 @@ def parse(spec: Spec) -> ProjectionRoute:
     def column(name: str) -> str:
         return spec.identifier(name, values.get(name, default(ProjectionRoute, name)))
 
-    return ProjectionRoute(
+    route = ProjectionRoute(
         stream=spec.stream,
         table=_table(spec, values["table"]) if "table" in values else "",
         key=spec.identifier("key", values["key"]) if "key" in values else "",
@@ -107,3 +116,78 @@ def parse(spec: Spec) -> ProjectionRoute:
             else None
         ),
     )
+    _own_columns(spec, route)
+    return route
+
+
+def _own_columns(spec: Spec, route: ProjectionRoute) -> None:
+    """Each column of the row has one role: the key, the stream's versions, or one field."""
+    roles = {
+        "key": route.key,
+        "entity_type_column": route.entity_type_column,
+        "generation_column": route.generation_column,
+        "seq_column": route.seq_column,
+    }
+    seen: dict[str, str] = {}
+    for role, column in roles.items():
+        if column and column in seen:
+            spec.problem(f"{role} and {seen[column]} are both {column!r}; give each its own column")
+        elif column:
+            seen[column] = role
+    for column in route.columns:
+        if column in seen:
+            spec.problem(
+                f"[route.columns] maps {column!r}, which is the route's {seen[column]}; "
+                "map the field to a column of its own"
+            )
+
+
+def together(routes: Sequence[ProjectionRoute]) -> list[str]:
+    """Problems among projection routes that write one table (several sources, one row).
+
+    Streams that share a table's rows (no ``entity_type_column``) merge by field: they
+    must name the same key, and each column, version columns included, must have exactly
+    one owner. Streams that keep their own rows in one table (``entity_type_column``)
+    must all say so, with the same column and key. A table written ``name`` in one route
+    and ``schema.name`` in another is taken to be the same one.
+    """
+    problems: list[str] = []
+    by_table: dict[str, list[ProjectionRoute]] = {}
+    for route in routes:
+        by_table.setdefault(route.schema_and_table[1], []).append(route)
+    for group in by_table.values():
+        for i, one in enumerate(group):
+            for other in group[i + 1 :]:
+                if _same_table(one, other):
+                    problems += _shared(one, other)
+    return problems
+
+
+def _same_table(one: ProjectionRoute, other: ProjectionRoute) -> bool:
+    schemas = {one.schema_and_table[0], other.schema_and_table[0]}
+    return len(schemas) == 1 or None in schemas
+
+
+def _shared(one: ProjectionRoute, other: ProjectionRoute) -> list[str]:
+    where = f"routes {one.stream} and {other.stream} (table {one.table})"
+    if (one.key, one.entity_type_column) != (other.key, other.entity_type_column):
+        return [
+            f"{where}: streams writing one table must name the same key and "
+            f"entity_type_column (got {one.key}/{one.entity_type_column} and "
+            f"{other.key}/{other.entity_type_column})"
+        ]
+    if one.entity_type_column:
+        return []  # each stream has rows of its own
+    both = sorted(_owned(one) & _owned(other))
+    if not both:
+        return []
+    return [
+        f"{where}: both write {', '.join(both)}; streams merged into one row must each own "
+        "their columns and their own generation_column and seq_column (route a field "
+        "two services change through one owner)"
+    ]
+
+
+def _owned(route: ProjectionRoute) -> set[str]:
+    """The columns a route's upsert writes besides the key it shares."""
+    return {route.generation_column, route.seq_column, *route.columns}

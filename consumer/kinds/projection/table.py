@@ -26,13 +26,10 @@ from schemas.runtime.logs import first_line
 
 
 def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
-    """One entity's row as the projection holds it (generation, seq, then the mapped columns)."""
+    """What the stream wrote into the entity's row (generation, seq, then its mapped columns);
+    None when it wrote nothing (no row, or a row only other streams wrote)."""
     names = [route.generation_column, route.seq_column, *route.columns]
-    where = sql.SQL("{}::text = %s").format(sql.Identifier(route.key))
-    params: list[Any] = [entity_id]
-    if route.entity_type_column:
-        where = sql.SQL("{} AND {} = %s").format(where, sql.Identifier(route.entity_type_column))
-        params.append(route.stream)
+    where, params = _entity(route, entity_id)
     cur = conn.execute(
         sql.SQL("SELECT {} FROM {} WHERE {}").format(
             sql.SQL(", ").join(map(sql.Identifier, names)), route.table_sql, where
@@ -40,9 +37,29 @@ def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, 
         params,
     )
     row = cur.fetchone()
-    if row is None:
+    if row is None or row[0] is None:
         return None
     return dict(zip(["generation", "seq", *route.columns], row, strict=True))
+
+
+def whole_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
+    """Every column of the entity's row, whichever stream wrote it (None: no row)."""
+    where, params = _entity(route, entity_id)
+    row = conn.execute(
+        sql.SQL("SELECT to_jsonb(t) FROM {} AS t WHERE {}").format(route.table_sql, where),
+        params,
+    ).fetchone()
+    return None if row is None else dict(row[0])
+
+
+def _entity(route: ProjectionRoute, entity_id: str) -> tuple[sql.Composable, list[Any]]:
+    """The WHERE clause, and its parameters, that finds the entity's row."""
+    where: sql.Composable = sql.SQL("{}::text = %s").format(sql.Identifier(route.key))
+    params: list[Any] = [entity_id]
+    if route.entity_type_column:
+        where = sql.SQL("{} AND {} = %s").format(where, sql.Identifier(route.entity_type_column))
+        params.append(route.stream)
+    return where, params
 
 
 # ---------------------------------------------------------------- I/O

@@ -2,6 +2,10 @@
 
 The upsert writes a row only when its ``(generation, seq)`` is newer than the stored
 one, so stale and duplicate events change nothing, whatever order they arrive in.
+Several streams may feed one table, each owning its own columns and its own version
+columns (the seed's vector of per-source versions, merged by field): each stream's
+update is guarded by its own versions alone, and a version it has never written (NULL,
+in a row another stream created) is older than anything.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from schemas import Event
 
 
 def newest_per_entity(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
-    """The newest event of each entity by (generation, seq), and the events it supersedes."""
+    """The newest event of each entity by (generation, seq), and the events it supersedes.
+
+    The newest are in entity order, so every writer of a table locks its rows in one order
+    (streams that share a table's rows cannot deadlock each other).
+    """
     newest: dict[str, Event] = {}
     superseded: list[Event] = []
     for event in events:
@@ -28,7 +36,7 @@ def newest_per_entity(events: Sequence[Event]) -> tuple[list[Event], list[Event]
             newest[event.entity_id] = event
         else:
             superseded.append(event)
-    return list(newest.values()), superseded
+    return [newest[e] for e in sorted(newest)], superseded
 
 
 def field_value(payload: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -81,7 +89,8 @@ def upsert_statement(route: ProjectionRoute, types: Mapping[str, str]) -> sql.Co
         "INSERT INTO {table} AS t ({columns}) SELECT {fields} "
         "FROM jsonb_to_recordset(%s::jsonb) AS r({typed}) "
         "ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
-        "WHERE (t.{gen}, t.{seq}) < (EXCLUDED.{gen}, EXCLUDED.{seq}) "
+        # NULL-safe: a version this stream never wrote is older than any it sends.
+        "WHERE ((t.{gen}, t.{seq}) < (EXCLUDED.{gen}, EXCLUDED.{seq})) IS NOT FALSE "
         "RETURNING t.{key}"
     ).format(
         table=table,
