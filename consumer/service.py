@@ -67,6 +67,7 @@ class ConsumerService:
         self.health = health
         # Started once: an unimportable handler is a start-up error.
         self.routing = Routing.start(routes, kinds)
+        self.reading = settings.reading()
         self._needs = frozenset(n for k in self.routing.kinds for n in k.needs)
         self._migrations = tables.migration_sets(self.routing.kinds)
         self._stopping = False
@@ -142,7 +143,7 @@ class ConsumerService:
             topics = [self.settings.dead_letter_topic, self.settings.held_topic, *route_topics]
             ensure_topics(
                 config,
-                [*self.settings.topics, *topics],
+                [*self.settings.topics, *self.settings.debezium_topics, *topics],
                 self.settings.topic_partitions,
                 factor=self.settings.topic_replication_factor,
                 min_insync=self.settings.topic_min_insync_replicas,
@@ -180,13 +181,18 @@ class ConsumerService:
         )
         self._pausing.consumer = self._consumer
         self._consumer.subscribe(
-            self.settings.topics,
+            [*self.settings.topics, *self.reading.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
         self.health.cleared("starting")
-        log.info("consumer_started", topics=self.settings.topics, group=self.settings.group_id)
+        log.info(
+            "consumer_started",
+            topics=self.settings.topics,
+            debezium_topics=self.reading.topics,
+            group=self.settings.group_id,
+        )
 
     def _close(self) -> None:
         if self._consumer is not None and self._conn is not None and self._producer is not None:
@@ -333,7 +339,7 @@ class ConsumerService:
             self._connect_postgres()
         if self._conn is None or self._producer is None:
             raise DependencyDownError("not connected")
-        prepared = prepare(messages, self.routing, self.settings.max_message_bytes)
+        prepared = prepare(messages, self.routing, self.reading)
         outcomes = []
         raw = tracing.values(prepared.raw, prepared.by_event)
         for applier, events in prepared.shares:

@@ -13,12 +13,16 @@ from schemas.runtime.config import (
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.debezium import DebeziumSettings
 from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
+from schemas.runtime.reading import Reading
 from schemas.runtime.urls import PostgresUrl, RedisUrl
 
 
-class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettings):
+class ConsumerSettings(
+    KafkaClientSettings, PayloadSchemaSettings, DebeziumSettings, ServiceSettings
+):
     """Everything the consumer needs; the addresses and the routes file are required."""
 
     renamed: ClassVar[Mapping[str, str]] = {
@@ -34,6 +38,12 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
         default_factory=lambda: [DEFAULT_TOPICS.events],
         min_length=1,
         description="Topics to consume, as a JSON list",
+    )
+    debezium_topics: list[str] = Field(
+        default_factory=list,
+        description="Topics Debezium's outbox event router writes, as a JSON list: consumed "
+        "beside INORDER_TOPICS, each message read as the router writes it (the "
+        "INORDER_DEBEZIUM_* settings say where inorder's fields are)",
     )
     group_id: str = Field(
         default="inorder-consumer",
@@ -130,6 +140,10 @@ class ConsumerSettings(KafkaClientSettings, PayloadSchemaSettings, ServiceSettin
     http_port: int = Field(
         default=9401, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
     )
+
+    def reading(self) -> Reading:
+        """How messages are read into events: the largest, and Debezium's topics and shape."""
+        return Reading(self.max_message_bytes, self.debezium_topics, self.debezium_shape())
 
 
 class SweeperSettings(ConsumerSettings, RepairTimingSettings):

@@ -222,7 +222,7 @@ def _document(attributes: Mapping[str, Any], data: Any, raw: bytes | None) -> di
 def _version(attributes: Mapping[str, Any], raw: bytes | None) -> tuple[Any, Any]:
     """(generation, seq) from the two extensions, else from a ``sequence`` of inorder's shape."""
     if SEQ in attributes:
-        return _number(attributes.get(GENERATION, 1), GENERATION, raw), _number(
+        return whole_number(attributes.get(GENERATION, 1), GENERATION, raw), whole_number(
             attributes[SEQ], SEQ, raw
         )
     matched = _SEQUENCE.match(str(attributes.get("sequence", "")))
@@ -233,10 +233,12 @@ def _version(attributes: Mapping[str, Any], raw: bytes | None) -> tuple[Any, Any
             raw,
             SEQ,
         )
-    return _number(int(matched[1]), "sequence", raw), _number(int(matched[2]), "sequence", raw)
+    return whole_number(int(matched[1]), "sequence", raw), whole_number(
+        int(matched[2]), "sequence", raw
+    )
 
 
-def _number(value: Any, name: str, raw: bytes | None) -> Any:
+def whole_number(value: Any, name: str, raw: bytes | None) -> Any:
     """A whole number as the codec will check it (a header's text, or JSON's number)."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         value = int(value)

@@ -14,8 +14,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
 from consumer.kinds import KINDS, Applier, Arrivals, Kind, Links, Route
-from schemas import DecodeError, Event, cloudevents
+from schemas import DecodeError, Event
 from schemas.runtime.causes import Cause, cause
+from schemas.runtime.reading import Reading
 
 
 class Routing:
@@ -126,7 +127,7 @@ def parts(messages: Sequence[Message], budget: int) -> list[list[Message]]:
     return found
 
 
-def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Prepared:
+def prepare(messages: Sequence[Message], routing: Routing, reading: Reading) -> Prepared:
     """Decode every message; undecodable ones and those of unrouted streams become dead letters."""
     events: list[Event] = []
     dead: list[DeadLetter] = []
@@ -134,9 +135,7 @@ def prepare(messages: Sequence[Message], routing: Routing, max_bytes: int) -> Pr
     raw: Arrivals[bytes] = Arrivals()
     for message in messages:
         try:
-            event, envelope = cloudevents.decode_message(
-                message.value(), message.headers(), max_bytes=max_bytes
-            )
+            event, envelope = reading.read(message)
         except DecodeError as exc:
             dead.append(DeadLetter(message, exc.reason, exc.detail))
             continue

@@ -13,6 +13,7 @@ from consumer.kinds.steps import Handler, StepRoute
 from consumer.loop.poll import Routing, prepare
 from consumer.routes import parse_routes
 from schemas import Event, encode
+from schemas.runtime.reading import Reading
 
 VALID = """
 [[route]]
@@ -174,7 +175,7 @@ def test_a_poll_batch_is_shared_by_route_and_the_rest_named() -> None:
         _message("invoice", 3),
         _message("subscription", 4),
     ]
-    prepared = prepare(messages, routing, 1_000_000)
+    prepared = prepare(messages, routing, Reading(1_000_000))
     [(applier, events)] = prepared.shares
     assert applier.route is route
     assert [e.seq for e in events] == [1, 4]

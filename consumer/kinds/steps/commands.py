@@ -27,8 +27,9 @@ from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING
-from schemas import DecodeError, cloudevents, headers, kafka_key, tracing
+from schemas import DecodeError, headers, tracing
 from schemas.runtime import kafka_clients, kafka_watch
+from schemas.runtime.reading import Reading
 
 ENTITY = "STREAM:ENTITY_ID, e.g. seat_ledger:sub-1"
 
@@ -217,14 +218,18 @@ class StepCommands:
                 f"{ref} has no held event recorded to replay (none held, all replayed, or held "
                 f"before release 0.5.0); ask the outbox instead: inorder-admin republish {ref}"
             )
-        key = kafka_key(applier.route.stream, entity_id)
-        found = self._read_held(claimed, key)
+        reading = settings.reading()
+        found = self._read_held(claimed, applier.route.stream, entity_id, reading)
         for held in claimed:
             message = found.get(held.id)
             if message is not None:
                 pairs: Any = message.headers() or []
                 kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
-                producer.produce(settings.topics[0], message.value(), key, headers=kept)
+                # Back where it came from (a Debezium topic is read in Debezium's form).
+                topic = _came_from(message, [*settings.topics, *reading.topics])
+                producer.produce(
+                    topic or settings.topics[0], message.value(), message.key(), headers=kept
+                )
         why = kafka_watch.unsent(producer, 30)
         if why:
             raise AdminError(f"the replayed events were not sent: {why}; the entity stays held")
@@ -240,7 +245,9 @@ class StepCommands:
                 f"(retention?); the entity stays held: inorder-admin republish {ref}"
             )
 
-    def _read_held(self, claimed: Sequence[holding.Held], key: bytes) -> dict[int, Message]:
+    def _read_held(
+        self, claimed: Sequence[holding.Held], stream: str, entity_id: str, reading: Reading
+    ) -> dict[int, Message]:
         """The held topic's message at each claimed offset that is the event recorded there."""
         reader = kafka_clients.consumer(
             self.tools.settings, "inorder-admin", f"inorder-admin-{uuid.uuid4().hex[:8]}"
@@ -265,9 +272,7 @@ class StepCommands:
                             continue
                         position = max(position, offset)
                         held = wanted.get(offset)
-                        if held is not None and _is(
-                            message, held, key, self.tools.settings.max_message_bytes
-                        ):
+                        if held is not None and _is(message, held, stream, entity_id, reading):
                             found[held.id] = message
         finally:
             reader.close()
@@ -305,17 +310,30 @@ class StepCommands:
         drain(self.tools, applier, [entity_id])
 
 
-def _is(message: Message, held: holding.Held, key: bytes, max_bytes: int) -> bool:
-    """Whether ``message`` is the held event recorded: its key and event id."""
-    if message.key() != key:
-        return False
+def _came_from(message: Message, consumed: Sequence[str]) -> str | None:
+    """The topic a held copy's event first came in, if it is one the consumers read."""
+    pairs: Any = message.headers() or []
+    for name, value in pairs:
+        if name == headers.DLQ_TOPIC and isinstance(value, bytes):
+            topic = value.decode(errors="replace")
+            return topic if topic in consumed else None
+    return None
+
+
+def _is(
+    message: Message, held: holding.Held, stream: str, entity_id: str, reading: Reading
+) -> bool:
+    """Whether ``message`` is the held event recorded: its stream, entity, event id and seq."""
     try:
-        event, _ = cloudevents.decode_message(
-            message.value(), message.headers(), max_bytes=max_bytes
-        )
+        event, _ = reading.read(message, _came_from(message, reading.topics) or "")
     except DecodeError:
         return False
-    return event.event_id == held.event_id and event.seq == held.seq
+    return (event.entity_type, event.entity_id, event.event_id, event.seq) == (
+        stream,
+        entity_id,
+        held.event_id,
+        held.seq,
+    )
 
 
 def _gap_row(gap: gaps.Gap) -> dict[str, Any]:
