@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from outbox_relay.errors import UnsafeClusterError
+from outbox_relay.foreign_table import ForeignTableError
+from outbox_relay.republish_only import RepublishOnly
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
 from schemas.errors import TopicSettingsError
@@ -16,7 +18,9 @@ PROGRAM = "inorder-relay"
 SUMMARY = (
     "Publishes the outbox table to Kafka in each entity's seq order, re-sends a range of "
     "an entity's rows when a republish request asks, and deletes sent rows past their "
-    "retention. Run two or more: they share the outbox's slices."
+    "retention. Run two or more: they share the outbox's slices. With "
+    "INORDER_RELAY_ROLE=republish_only it only answers republish requests, from a Debezium "
+    "outbox table."
 )
 
 
@@ -27,12 +31,16 @@ def main(argv: list[str] | None = None) -> None:
     schemas = registry_or_exit(settings, PROGRAM)
     logs.configure(settings.log_level, settings.cautions())
     health = Health()
-    relay = Relay(settings, health, schemas=schemas)
+    relay: Relay | RepublishOnly
+    if settings.relay_role == "republish_only":
+        relay = RepublishOnly(settings, health)
+    else:
+        relay = Relay(settings, health, schemas=schemas)
 
     def run() -> None:
         try:
             relay.run()
-        except (UnsafeClusterError, TopicSettingsError) as exc:
+        except (UnsafeClusterError, TopicSettingsError, ForeignTableError) as exc:
             fail(PROGRAM, [str(exc)])
 
     serve(PROGRAM, health, settings.http_host, settings.http_port, relay, run)

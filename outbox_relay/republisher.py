@@ -116,7 +116,7 @@ def answer(
         tuple(sorted(failed)),
         repeat,
     )
-    _publish(sender.producer, settings.republish_results_topic, result, settings)
+    publish_result(sender.producer, settings.republish_results_topic, result, settings)
     if not repeat:
         cooldown.note(key)
     metrics.REPUBLISHED.inc(len(resent))
@@ -146,9 +146,10 @@ def _key(request: RepublishRequest) -> RangeKey:
     )
 
 
-def _publish(
+def publish_result(
     producer: Producer, topic: str, result: RepublishResult, settings: RelaySettings
 ) -> None:
+    """Publish one answer and wait for it; ``RepublishDeliveryError`` when Kafka did not take it."""
     errors: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:

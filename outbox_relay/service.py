@@ -14,26 +14,25 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import KafkaException
 
 from outbox_relay import leases, metrics, missing_topics, resend, sharing, store
 from outbox_relay.errors import SchemaNotReadyError
 from outbox_relay.frontier import Cursor
 from outbox_relay.housekeeping import Housekeeper
-from outbox_relay.kafka import Sender, make_request_consumer
+from outbox_relay.kafka import Sender
 from outbox_relay.publisher import Publisher
 from outbox_relay.reading import Reader
 from outbox_relay.republisher import Cooldown, answer
+from outbox_relay.requests import Requests
 from outbox_relay.settings import RelaySettings
 from outbox_relay.topics import UNKNOWN_TOPIC
-from schemas import PayloadSchemas, tracing
-from schemas.limits import safe_text
-from schemas.republish import decode_request
-from schemas.runtime import kafka_watch, postgres
+from schemas import PayloadSchemas
+from schemas.republish import RepublishRequest
+from schemas.runtime import postgres
 from schemas.runtime.health import Health
 from schemas.runtime.outages import Outages, dependency, waited_out
 from schemas.runtime.payloads import registry_of
-from schemas.runtime.redelivery import handle_each
 from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
@@ -69,7 +68,7 @@ class Relay:
         self._listener: psycopg.Connection[Any] | None = None
         self._reader: Reader | None = None
         self._sender: Sender | None = None
-        self._requests: Consumer | None = None
+        self._requests: Requests | None = None
         self._resend = True  # rows listed to send ahead of the cursors, looked for each share
         self._next_share = 0.0
         self._housekeeper = Housekeeper(settings, lambda: dict(self.owned))
@@ -179,43 +178,12 @@ class Relay:
         self.health.cleared("kafka")
 
     def _answer_requests(self) -> None:
-        if self._requests is None:
-            return
-        # Errors are logged once a minute, and a refusal shows on /readyz.
-        answerable = kafka_watch.usable(self._requests.consume(num_messages=50, timeout=0))
-        if answerable:
-            handle_each(
-                self._requests, answerable, self._answer, self._invalid_request, "unanswerable"
-            )
+        if self._requests is not None:
+            self._requests.serve()
 
-    def _answer(self, message: Message) -> None:
-        """Re-send the rows one request asks for and publish the answer.
-
-        Traced, the answer is a span linked to the request's context, and the result
-        carries the answer's context back to the sweeper.
-        """
-        request = decode_request(message.value())
-        origin = tracing.creation_context(message.headers())
-        about = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
-            "inorder.entity": f"{request.entity_type}:{request.entity_id}",
-            "inorder.request_id": request.request_id,
-        }
-        links = tracing.links_to([origin] if origin is not None else [], {})
-        with tracing.span("republish answer", "consumer", about, links):
-            answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
-
-    @staticmethod
-    def _invalid_request(message: Message, reason: str, detail: str) -> None:
-        """Count and log a request that cannot be answered; it is never retried."""
-        metrics.REPUBLISH_REQUESTS.labels("invalid").inc()
-        log.error(
-            "republish_request_invalid",
-            reason=reason,
-            detail=safe_text(detail)[:300],
-            offset=message.offset(),
-        )
+    def _answer(self, request: RepublishRequest) -> None:
+        """Re-send the rows one request asks for and publish the answer."""
+        answer(self._db, self._kafka, request, self.settings, self.schemas, self.cooldown)
 
     def _wait_for_work(self) -> None:
         """Until the poll interval passes or a NOTIFY arrives; requests are served meanwhile."""
@@ -278,7 +246,7 @@ class Relay:
                     min_insync=self.settings.topic_min_insync_replicas,
                 )
             self._sender = Sender(self.settings, self.health)
-            self._requests = make_request_consumer(self.settings)
+            self._requests = Requests(self.settings, self._answer)
             self.health.cleared("starting")
             log.info("relay_started", read_rows=self.settings.read_rows)
 

@@ -12,19 +12,49 @@ from schemas.runtime.config import (
     RepairTimingSettings,
     ServiceSettings,
 )
+from schemas.runtime.debezium import DebeziumSettings
 from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
 from schemas.runtime.urls import PostgresUrl
 
+_COLUMN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+
 
 class RelaySettings(
-    KafkaClientSettings, RepairTimingSettings, PayloadSchemaSettings, ServiceSettings
+    KafkaClientSettings,
+    RepairTimingSettings,
+    PayloadSchemaSettings,
+    DebeziumSettings,
+    ServiceSettings,
 ):
     """Everything the relay needs; every field has a default but the two addresses."""
 
     renamed: ClassVar[Mapping[str, str]] = {"INORDER_BATCH_SIZE": "INORDER_READ_ROWS"}
 
     database_url: PostgresUrl
+    relay_role: Literal["publish", "republish_only"] = Field(
+        default="publish",
+        description="`publish`: publish inorder's outbox and answer republish requests from "
+        "it. `republish_only`: answer republish requests from a Debezium outbox table "
+        "(INORDER_DEBEZIUM_TABLE) with messages as Debezium's outbox event router writes them, "
+        "and publish nothing (Debezium does)",
+    )
+    debezium_table: str = Field(
+        default="outbox",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="With `republish_only`: the Debezium outbox table (`name` or `schema.name`)",
+    )
+    debezium_id_field: str = Field(
+        default="id", pattern=_COLUMN, description="Its `table.field.event.id` column"
+    )
+    debezium_key_field: str = Field(
+        default="aggregateid",
+        pattern=_COLUMN,
+        description="Its `table.field.event.key` column (the entity id)",
+    )
+    debezium_payload_field: str = Field(
+        default="payload", pattern=_COLUMN, description="Its `table.field.event.payload` column"
+    )
     read_rows: int = Field(
         default=500,
         ge=1,
