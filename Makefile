@@ -9,7 +9,7 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test bench-short test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed image lock bench demo
+.PHONY: help venv up down status lint rules reference test bench-short test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed test-debezium image lock bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
 	@echo "make test-cluster  three Kafka nodes and a Redis Cluster: broker and Redis failover under load"
 	@echo "make test-installed  build the wheel, install it in an empty folder, run it there"
+	@echo "make test-debezium  Debezium's outbox event router feeding the consumer, gaps repaired"
 	@echo "make lint   ruff and mypy on the four packages"
 	@echo "make rules  promtool check and unit-test the alert rules"
 	@echo "make lock   pin the image's dependencies with their hashes (deploy/requirements.lock)"
@@ -107,6 +108,14 @@ test-secure: venv
 test-secure-cluster: venv
 	$(STACK) up --cluster --secure
 	INORDER_SECURE_CLUSTER=1 $(BIN)/pytest -m secure tests/secure/test_secured_pipeline.py
+
+# Debezium beside the stack (a Kafka Connect worker with Debezium's PostgreSQL connector,
+# jars from Maven Central): a Debezium outbox feeding the consumer, the republish-only
+# relay answering the sweeper's requests from that outbox.
+test-debezium: venv up
+	$(STACK) up debezium
+	$(WITH_STACK_ENV) $(BIN)/pytest -m debezium tests/debezium
+	$(STACK) down debezium
 
 # As a user installs it: the wheel built, installed into a fresh virtualenv in an empty
 # folder, and run there against the local stack (tests/installed/check.py says each step).

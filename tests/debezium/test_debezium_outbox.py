@@ -1,0 +1,188 @@
+"""A Debezium outbox feeding inorder: Debezium's PostgreSQL connector and outbox event router
+publish the rows, the consumer projects and parks, a lost event is republished from the
+outbox by the republish-only relay at the sweeper's request, and the audit finds it clean."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from outbox_relay.republish_only import RepublishOnly
+from schemas import headers
+from schemas.runtime.health import Health
+from tests.conftest import PgSchema, TopicFactory
+from tests.integration import consumer_support as cs
+from tests.integration import relay_support as rs
+from tests.integration import step_support as ss
+from tests.integration import sweeper_support as sw
+from tests.support.debezium import Connect, outbox_config, outbox_connector
+from tests.support.kafka import drain, wait_until
+from tests.support.services import Services
+from tests.support.threads import serving
+
+pytestmark = pytest.mark.debezium
+
+# A service's outbox as Debezium's outbox event router reads it, with the entity's version.
+DEBEZIUM_OUTBOX = """
+CREATE TABLE dbz_outbox (
+    id            uuid PRIMARY KEY,
+    aggregatetype text NOT NULL,
+    aggregateid   text NOT NULL,
+    type          text NOT NULL,
+    payload       jsonb NOT NULL,
+    seq           bigint NOT NULL
+)
+"""
+
+
+def write(db: PgSchema, rows: list[tuple[str, str, str, int, dict]]) -> None:
+    """Commit (aggregatetype, aggregateid, type, seq, payload) rows, one transaction each."""
+    with db.connect() as conn:
+        for stream, entity, event_type, seq, payload in rows:
+            conn.execute(
+                "INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload, seq) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (uuid.uuid4(), stream, entity, event_type, orjson.dumps(payload).decode(), seq),
+            )
+            conn.commit()
+
+
+def ledger(seqs: range | list[int], entity: str = "a") -> list[tuple[str, str, str, int, dict]]:
+    """Ledger rows of one entity."""
+    return [("ledger", entity, "ledger.added", s, {"amount": s}) for s in seqs]
+
+
+def plans(entity: str, seqs: range) -> list[tuple[str, str, str, int, dict]]:
+    """Subscription rows of one entity, full state each."""
+    return [
+        (
+            "subscription",
+            entity,
+            "subscription.plan_changed",
+            s,
+            {"plan": cs.PLANS[s % 4], "price_cents": s * 100, "status": "active"},
+        )
+        for s in seqs
+    ]
+
+
+@pytest.fixture
+def fed(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+    connect: Connect,
+    kafka_admin: AdminClient,
+) -> Iterator[sw.Pipeline]:
+    """The consumer's tables, a Debezium outbox, and a connector routing it to two topics."""
+    ledger_topic = topic_factory("ledger")
+    prefix = ledger_topic.removesuffix(".ledger")
+    subscription_topic = f"{prefix}.subscription"  # the router's topic for that stream
+    create_topic(kafka_admin, subscription_topic)
+    p = sw.pipeline(
+        pg_schema,
+        services,
+        topic_factory,
+        tmp_path,
+        redis_prefix,
+        routes_text=ss.routes_text() + cs.ROUTES,
+        debezium_topics=[ledger_topic, subscription_topic],
+        debezium_topic_replacement=prefix + ".${routedByValue}",
+    )
+    cs.create_view(pg_schema)
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(DEBEZIUM_OUTBOX)
+    # Written before the connector starts: Debezium never sends it (a lost event).
+    write(pg_schema, ledger([3]))
+    name = f"inorder_{uuid.uuid4().hex[:12]}"
+    config = outbox_config(
+        services.database_url,
+        pg_schema.name,
+        "dbz_outbox",
+        name,
+        p.settings.debezium_topic_replacement,
+    )
+    try:
+        with outbox_connector(connect, services.database_url, config):
+            yield p
+    finally:
+        kafka_admin.delete_topics([subscription_topic])[subscription_topic].result(timeout=30)
+
+
+def create_topic(admin: AdminClient, name: str) -> None:
+    """A topic of three partitions, as the router's other topics are."""
+    admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])[name].result(
+        timeout=30
+    )
+
+
+@contextmanager
+def republish_only(p: sw.Pipeline) -> Iterator[RepublishOnly]:
+    """The relay's republish-only role on the pipeline's Debezium outbox, in a thread."""
+    settings = rs.settings_for(
+        p.db,
+        p.services.kafka_bootstrap,
+        p.topics,
+        relay_role="republish_only",
+        debezium_table="dbz_outbox",
+        debezium_topic_replacement=p.settings.debezium_topic_replacement,
+    )
+    relay = RepublishOnly(settings, Health())
+    with serving("republish-only relay", relay.run, relay.stop):
+        yield relay
+
+
+@contextmanager
+def consuming(p: sw.Pipeline) -> Iterator[None]:
+    """Consumer, sweeper and the republish-only relay, until the block ends."""
+    with ExitStack() as stack:
+        stack.enter_context(cs.running(p.settings))
+        stack.enter_context(republish_only(p))
+        sw.start_sweeper(p, stack)
+        yield
+
+
+def test_debezium_rows_are_projected_and_stepped_and_a_lost_one_is_republished(
+    fed: sw.Pipeline,
+) -> None:
+    """Steps 1, 2, 4, 5, 6 and two subscriptions through Debezium; 4..6 park behind the lost 3,
+    the sweeper asks, the republish-only relay re-sends 3 from the outbox, every step
+    applies once in order, the projection holds the newest plan; the audit is clean."""
+    db = fed.db
+    with consuming(fed):
+        write(db, ledger([1, 2, 4, 5, 6]) + plans("s1", range(1, 4)) + plans("s2", range(1, 3)))
+        wait_until(lambda: ss.applied(db) == [(1, s) for s in range(1, 7)], timeout_s=90)
+        wait_until(lambda: cs.view(db).get("s1", (0, 0))[:2] == (1, 3) and "s2" in cs.view(db))
+        wait_until(lambda: [g[0] for g in sw.gap_rows(fed)] == ["healed"], timeout_s=30)
+    assert ss.applied(db) == [(1, s) for s in range(1, 7)]
+    assert cs.view(db)["s1"] == (1, 3, cs.PLANS[3], 300, "active")
+    gaps = sw.gap_rows(fed)
+    assert [(g[0], g[1], g[2], g[4]) for g in gaps] == [("healed", 3, 3, "sweeper")]
+
+
+def test_a_debezium_message_that_is_no_event_is_dead_lettered_with_its_reason(
+    fed: sw.Pipeline,
+) -> None:
+    """A row whose seq is no number (the table's column made text) is dead-lettered with the
+    reason and where it came from, and the next events apply."""
+    db = fed.db
+    with db.connect(autocommit=True) as conn:
+        conn.execute("ALTER TABLE dbz_outbox ALTER COLUMN seq TYPE text")
+    with consuming(fed):
+        write(db, [("ledger", "b", "ledger.added", "x1", {"amount": 1})])  # type: ignore[list-item]
+        write(db, ledger([1, 2], entity="c"))
+        wait_until(lambda: ss.applied(db, "c") == [(1, 1), (1, 2)], timeout_s=60)
+        [letter] = drain(fed.services.kafka_bootstrap, fed.settings.dead_letter_topic, expect=1)
+    said = {k: v.decode() for k, v in letter.headers() or [] if v is not None}
+    assert said[headers.DLQ_REASON] == "wrong_type"
+    assert said[headers.DLQ_DETAIL] == "seq must be a whole number, got 'x1'"
+    assert said[headers.DLQ_TOPIC] == fed.settings.debezium_topics[0]
+    assert letter.key() == b"b"
