@@ -17,7 +17,6 @@ from psycopg import sql
 
 from outbox_relay.errors import RelayError
 from outbox_relay.settings import RelaySettings
-from schemas import debezium
 from schemas.errors import OperatorError
 
 Conn = psycopg.Connection[Any]
@@ -42,9 +41,7 @@ class ForeignTable:
 
     def __init__(self, settings: RelaySettings) -> None:
         self.shape = settings.debezium_shape()
-        self.fields = debezium.Fields(
-            settings.debezium_id_field, settings.debezium_key_field, settings.debezium_payload_field
-        )
+        self.fields = settings.debezium_fields()
         self.name = settings.debezium_table
         self.columns = self.fields.columns(self.shape)
         self.seq = self.shape.seq_field

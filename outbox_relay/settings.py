@@ -17,8 +17,6 @@ from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
 from schemas.runtime.urls import PostgresUrl
 
-_COLUMN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-
 
 class RelaySettings(
     KafkaClientSettings,
@@ -38,22 +36,6 @@ class RelaySettings(
         "it. `republish_only`: answer republish requests from a Debezium outbox table "
         "(INORDER_DEBEZIUM_TABLE) with messages as Debezium's outbox event router writes them, "
         "and publish nothing (Debezium does)",
-    )
-    debezium_table: str = Field(
-        default="outbox",
-        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$",
-        description="With `republish_only`: the Debezium outbox table (`name` or `schema.name`)",
-    )
-    debezium_id_field: str = Field(
-        default="id", pattern=_COLUMN, description="Its `table.field.event.id` column"
-    )
-    debezium_key_field: str = Field(
-        default="aggregateid",
-        pattern=_COLUMN,
-        description="Its `table.field.event.key` column (the entity id)",
-    )
-    debezium_payload_field: str = Field(
-        default="payload", pattern=_COLUMN, description="Its `table.field.event.payload` column"
     )
     read_rows: int = Field(
         default=500,

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from consumer.admin.sources import INORDER_OUTBOX
+
 if TYPE_CHECKING:
     from consumer.kinds import Kind, Route
 
@@ -85,8 +87,11 @@ class Audit:
         kinds: Mapping[str, Kind],
         tick: Callable[[], None] = lambda: None,
         only: str | None = None,
+        source: sql.Composable = INORDER_OUTBOX,
     ) -> None:
         self.outbox = outbox
+        # The outbox's rows as a relation named ``outbox`` (``consumer.admin.sources``).
+        self.source = source
         self.consumer = consumer
         self.tick = tick
         # One entity id to audit (inorder-admin explain), or None for every entity.
@@ -132,8 +137,10 @@ class Audit:
         """How many entities the audit will go through (for a progress bar)."""
         streams = [r.stream for r in routes]
         row = self.outbox.execute(
-            "SELECT count(DISTINCT (entity_type, entity_id)) FROM outbox "
-            "WHERE entity_type = ANY(%s)",
+            sql.SQL(
+                "SELECT count(DISTINCT (entity_type, entity_id)) FROM {} "
+                "WHERE entity_type = ANY(%s)"
+            ).format(self.source),
             (streams,),
         ).fetchone()
         return int(row[0]) if row else 0

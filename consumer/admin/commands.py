@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from consumer.admin import explain, output
 from consumer.admin.audit import Audit
+from consumer.admin.sources import outbox_rows
 from consumer.errors import AdminError
 from consumer.kinds import KINDS, Kind, Route
 from consumer.settings import SweeperSettings
@@ -127,7 +128,8 @@ class Admin:
         source = self.settings.outbox_database_url or self.settings.database_url
         with postgres.connect(source, "inorder-admin") as outbox:
             try:
-                story = explain.gather(route, entity_id, outbox, self, self.kinds)
+                relation = outbox_rows(outbox, self.settings)
+                story = explain.gather(route, entity_id, outbox, self, self.kinds, relation)
             except psycopg.errors.UndefinedTable as exc:
                 raise AdminError(
                     f"{exc.diag.message_primary}: the outbox and the consumer's tables are "
@@ -164,7 +166,10 @@ class Admin:
             postgres.connect(source, "inorder-admin", autocommit=False) as outbox,
             Progress(*columns, console=self.console, disable=self.as_json) as progress,
         ):
-            audit = Audit(outbox, self.conn, self.kinds, lambda: progress.advance(task))
+            rows = outbox_rows(outbox, self.settings)
+            audit = Audit(
+                outbox, self.conn, self.kinds, lambda: progress.advance(task), source=rows
+            )
             task = progress.add_task("auditing entities", total=audit.entities(self.routes))
             report = audit.run(self.routes)
         if report.divergences:

@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from consumer.admin.audit import Audit, Divergence
+from consumer.admin.sources import INORDER_OUTBOX
 from consumer.kinds import Findings, Kind, Route, Tools
 from schemas.snapshot import snapshot_type
 
@@ -84,15 +86,17 @@ def _healed(story: Story) -> str:
     return f" (healed by snapshot at {newest[0]}/{newest[1]})"
 
 
-def _outbox(outbox: Conn, story: Story) -> None:
+def _outbox(outbox: Conn, story: Story, source: sql.Composable) -> None:
     with outbox.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            "SELECT count(*) OVER () AS total, o.id, o.generation, o.seq, o.event_type, "
-            "o.created_at, outbox_published(o) AS sent, o.failure_reason AS failed, "
-            # The trace the row was written in (emit's traceparent), to look it up by.
-            "nullif(split_part(o.headers->>'traceparent', '-', 2), '') AS trace_id "
-            "FROM outbox o WHERE o.entity_type = %s AND o.entity_id = %s "
-            "ORDER BY o.generation DESC, o.seq DESC, o.id DESC LIMIT %s",
+            sql.SQL(
+                "SELECT count(*) OVER () AS total, id, generation, seq, event_type, created_at, "
+                "NOT unsent AS sent, failure_reason AS failed, "
+                # The trace the row was written in (emit's traceparent), to look it up by.
+                "nullif(split_part(headers->>'traceparent', '-', 2), '') AS trace_id "
+                "FROM {} WHERE entity_type = %s AND entity_id = %s "
+                "ORDER BY generation DESC, seq DESC, id DESC LIMIT %s"
+            ).format(source),
             (story.stream, story.entity_id, MAX_OUTBOX_ROWS),
         ).fetchall()
     story.outbox_rows = int(rows[0]["total"]) if rows else 0
@@ -102,11 +106,19 @@ def _outbox(outbox: Conn, story: Story) -> None:
 
 
 def gather(
-    route: Route, entity_id: str, outbox: Conn, tools: Tools, kinds: Mapping[str, Kind]
+    route: Route,
+    entity_id: str,
+    outbox: Conn,
+    tools: Tools,
+    kinds: Mapping[str, Kind],
+    source: sql.Composable = INORDER_OUTBOX,
 ) -> Story:
-    """Read every section of one entity's story (read-only, one statement per section)."""
+    """Read every section of one entity's story (read-only, one statement per section).
+
+    ``source``: the outbox's rows as a relation named ``outbox`` (``sources``).
+    """
     story = Story(route.stream, entity_id, route.kind)
-    _outbox(outbox, story)
+    _outbox(outbox, story, source)
     inspector = kinds[route.kind].inspector
     if inspector is not None:
         story.held = inspector.story(tools, route, entity_id)
@@ -121,6 +133,6 @@ def gather(
             "ORDER BY d.recorded_at",
             (route.stream, entity_id),
         ).fetchall()
-    audit = Audit(outbox, tools.conn, kinds, only=entity_id)
+    audit = Audit(outbox, tools.conn, kinds, only=entity_id, source=source)
     story.divergences = audit.run([route]).divergences
     return story

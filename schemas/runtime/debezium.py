@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from schemas.debezium import ROUTED, Shape
+from schemas.debezium import ROUTED, Fields, Shape
 from schemas.runtime.config import InorderSettings
 
 _COLUMN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
@@ -45,6 +45,28 @@ class DebeziumSettings(InorderSettings):
         pattern=_COLUMN,
         description="The outbox column holding the generation (unset: every event is generation 1)",
     )
+
+    debezium_table: str = Field(
+        default="outbox",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="The Debezium outbox table (`name` or `schema.name`): the relay's "
+        "republish-only role answers from it, inorder-admin audits and explains against it",
+    )
+    debezium_id_field: str = Field(
+        default="id", pattern=_COLUMN, description="Its `table.field.event.id` column"
+    )
+    debezium_key_field: str = Field(
+        default="aggregateid",
+        pattern=_COLUMN,
+        description="Its `table.field.event.key` column (the entity id)",
+    )
+    debezium_payload_field: str = Field(
+        default="payload", pattern=_COLUMN, description="Its `table.field.event.payload` column"
+    )
+
+    def debezium_fields(self) -> Fields:
+        """The table's columns the router reads besides the placed ones."""
+        return Fields(self.debezium_id_field, self.debezium_key_field, self.debezium_payload_field)
 
     def debezium_shape(self) -> Shape:
         """The router configuration as inorder reads and writes it."""

@@ -4,6 +4,7 @@ outbox by the republish-only relay at the sweeper's request, and the audit finds
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -166,6 +167,24 @@ def test_debezium_rows_are_projected_and_stepped_and_a_lost_one_is_republished(
     assert cs.view(db)["s1"] == (1, 3, cs.PLANS[3], 300, "active")
     gaps = sw.gap_rows(fed)
     assert [(g[0], g[1], g[2], g[4]) for g in gaps] == [("healed", 3, 3, "sweeper")]
+
+    done = admin(fed, "--json", "audit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"divergences":0' in done.stdout
+    assert '"entities":3' in done.stdout  # ledger:a, subscription:s1 and s2
+    story = orjson.loads(admin(fed, "--json", "explain", "ledger:a").stdout)
+    assert [(r["seq"], r["sent"]) for r in story["outbox"]] == [(s, True) for s in range(1, 7)]
+    assert story["verdict"] == "consistent with the outbox"
+
+
+def admin(p: sw.Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    """inorder-admin with the pipeline's settings and its Debezium outbox."""
+    env = sw.env(p) | {
+        "INORDER_DEBEZIUM_TOPICS": orjson.dumps(p.settings.debezium_topics).decode(),
+        "INORDER_DEBEZIUM_TOPIC_REPLACEMENT": p.settings.debezium_topic_replacement,
+        "INORDER_DEBEZIUM_TABLE": "dbz_outbox",
+    }
+    return sw.run_tool("inorder-admin", env, *args)
 
 
 def test_a_debezium_message_that_is_no_event_is_dead_lettered_with_its_reason(

@@ -43,11 +43,11 @@ class ProjectionInspector:
             audit.outbox,
             sql.SQL(
                 'SELECT DISTINCT ON (entity_id COLLATE "C") entity_id, generation, seq, payload, '
-                "NOT outbox_published(outbox), failure_reason, event_type = %s "
-                "FROM outbox WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
+                "unsent, failure_reason, event_type = %s "
+                "FROM {} WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
                 # The change event of the newest version first; its snapshot when it is gone.
                 'ORDER BY entity_id COLLATE "C", generation DESC, seq DESC, event_type = %s'
-            ),
+            ).format(audit.source),
             (snapshot, route.stream, audit.only, audit.only, snapshot),
         )
         columns = sql.SQL(", ").join(

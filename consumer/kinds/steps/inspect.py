@@ -87,11 +87,11 @@ class StepInspector:
         sent = audit.stream(
             audit.outbox,
             sql.SQL(
-                "SELECT entity_id, generation, seq, NOT outbox_published(outbox), failure_reason "
-                "FROM outbox WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
+                "SELECT entity_id, generation, seq, unsent, failure_reason "
+                "FROM {} WHERE entity_type = %s AND (%s::text IS NULL OR entity_id = %s) "
                 "AND (%s OR event_type <> %s) "
                 'ORDER BY entity_id COLLATE "C", generation, seq'
-            ),
+            ).format(audit.source),
             (route.stream, audit.only, audit.only, route.baseline, snapshot),
         )
         applied = audit.stream(
