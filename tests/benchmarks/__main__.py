@@ -43,6 +43,7 @@ SUITES = (
     "latency",
     "scaleout",
     "tracing",
+    "debezium",
 )
 
 

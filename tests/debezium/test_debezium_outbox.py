@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg import sql
 
 from outbox_relay.republish_only import RepublishOnly
 from schemas import headers
@@ -22,24 +23,23 @@ from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
 from tests.integration import step_support as ss
 from tests.integration import sweeper_support as sw
-from tests.support.debezium import Connect, outbox_config, outbox_connector
+from tests.support.debezium import (
+    Connect,
+    documented_settings,
+    outbox_config,
+    outbox_connector,
+)
+from tests.support.docs import DEBEZIUM, example
 from tests.support.kafka import drain, wait_until
 from tests.support.services import Services
 from tests.support.threads import serving
 
 pytestmark = pytest.mark.debezium
 
-# A service's outbox as Debezium's outbox event router reads it, with the entity's version.
-DEBEZIUM_OUTBOX = """
-CREATE TABLE dbz_outbox (
-    id            uuid PRIMARY KEY,
-    aggregatetype text NOT NULL,
-    aggregateid   text NOT NULL,
-    type          text NOT NULL,
-    payload       jsonb NOT NULL,
-    seq           bigint NOT NULL
-)
-"""
+# The Debezium page's outbox table and settings, as a user copies them.
+DEBEZIUM_OUTBOX = example("debezium-outbox-table", DEBEZIUM)
+SETTINGS = documented_settings()
+TABLE = SETTINGS["INORDER_DEBEZIUM_TABLE"]
 
 
 def write(db: PgSchema, rows: list[tuple[str, str, str, int, dict]]) -> None:
@@ -47,8 +47,10 @@ def write(db: PgSchema, rows: list[tuple[str, str, str, int, dict]]) -> None:
     with db.connect() as conn:
         for stream, entity, event_type, seq, payload in rows:
             conn.execute(
-                "INSERT INTO dbz_outbox (id, aggregatetype, aggregateid, type, payload, seq) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
+                sql.SQL(
+                    "INSERT INTO {} (id, aggregatetype, aggregateid, type, payload, seq) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)"
+                ).format(sql.Identifier(TABLE)),
                 (uuid.uuid4(), stream, entity, event_type, orjson.dumps(payload).decode(), seq),
             )
             conn.commit()
@@ -97,6 +99,8 @@ def fed(
         routes_text=ss.routes_text() + cs.ROUTES,
         debezium_topics=[ledger_topic, subscription_topic],
         debezium_topic_replacement=prefix + ".${routedByValue}",
+        debezium_placement=SETTINGS["INORDER_DEBEZIUM_PLACEMENT"],
+        debezium_table=TABLE,
     )
     cs.create_view(pg_schema)
     with pg_schema.connect(autocommit=True) as conn:
@@ -105,11 +109,7 @@ def fed(
     write(pg_schema, ledger([3]))
     name = f"inorder_{uuid.uuid4().hex[:12]}"
     config = outbox_config(
-        services.database_url,
-        pg_schema.name,
-        "dbz_outbox",
-        name,
-        p.settings.debezium_topic_replacement,
+        services.database_url, pg_schema.name, name, p.settings.debezium_topic_replacement
     )
     try:
         with outbox_connector(connect, services.database_url, config):
@@ -132,8 +132,9 @@ def republish_only(p: sw.Pipeline) -> Iterator[RepublishOnly]:
         p.db,
         p.services.kafka_bootstrap,
         p.topics,
-        relay_role="republish_only",
-        debezium_table="dbz_outbox",
+        relay_role=SETTINGS["INORDER_RELAY_ROLE"],
+        debezium_table=TABLE,
+        debezium_placement=SETTINGS["INORDER_DEBEZIUM_PLACEMENT"],
         debezium_topic_replacement=p.settings.debezium_topic_replacement,
     )
     relay = RepublishOnly(settings, Health())
@@ -182,7 +183,8 @@ def admin(p: sw.Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
     env = sw.env(p) | {
         "INORDER_DEBEZIUM_TOPICS": orjson.dumps(p.settings.debezium_topics).decode(),
         "INORDER_DEBEZIUM_TOPIC_REPLACEMENT": p.settings.debezium_topic_replacement,
-        "INORDER_DEBEZIUM_TABLE": "dbz_outbox",
+        "INORDER_DEBEZIUM_TABLE": TABLE,
+        "INORDER_DEBEZIUM_PLACEMENT": SETTINGS["INORDER_DEBEZIUM_PLACEMENT"],
     }
     return sw.run_tool("inorder-admin", env, *args)
 
@@ -194,7 +196,9 @@ def test_a_debezium_message_that_is_no_event_is_dead_lettered_with_its_reason(
     reason and where it came from, and the next events apply."""
     db = fed.db
     with db.connect(autocommit=True) as conn:
-        conn.execute("ALTER TABLE dbz_outbox ALTER COLUMN seq TYPE text")
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ALTER COLUMN seq TYPE text").format(sql.Identifier(TABLE))
+        )
     with consuming(fed):
         write(db, [("ledger", "b", "ledger.added", "x1", {"amount": 1})])  # type: ignore[list-item]
         write(db, ledger([1, 2], entity="c"))

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from tests.support.docs import DEBEZIUM, example
+
 WAIT_S = 60
-# Where the EventRouter puts the event type and the version: headers inorder reads.
-PLACEMENT = "type:header:eventType,seq:header:seq"
 
 
 class Connect:
@@ -62,18 +62,34 @@ class Connect:
         raise AssertionError(f"connector {name} is not running: {state}")
 
 
+def documented_config() -> dict[str, str]:
+    """The connector as the Debezium page shows it (its table, converters and router)."""
+    return dict(json.loads(example("debezium-connector", DEBEZIUM)))
+
+
+def documented_settings() -> dict[str, str]:
+    """The INORDER_* settings the Debezium page shows, by name."""
+    found = {}
+    for line in example("debezium-settings", DEBEZIUM).splitlines():
+        name, _, value = line.split("#")[0].strip().partition("=")
+        if name:
+            found[name] = value.strip().strip("'")
+    return found
+
+
 def outbox_config(
-    database_url: str, schema: str, table: str, name: str, replacement: str, **extra: str
+    database_url: str, schema: str, name: str, replacement: str, **extra: str
 ) -> dict[str, str]:
-    """Debezium's PostgreSQL source on one outbox table, routed by its EventRouter.
+    """The documented connector on this database's schema, under names of its own.
 
     Only changes from the connector's start are sent (``snapshot.mode`` ``no_data``):
     rows written before it are, to Kafka, never written.
     """
     db = conninfo_to_dict(database_url)
+    config = documented_config()
+    table = config["table.include.list"].rpartition(".")[2]
     return {
-        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-        "plugin.name": "pgoutput",
+        **config,
         "database.hostname": str(db.get("host", "127.0.0.1")),
         "database.port": str(db.get("port", 5432)),
         "database.user": str(db.get("user", "")),
@@ -85,12 +101,8 @@ def outbox_config(
         "publication.name": name,
         "publication.autocreate.mode": "filtered",
         "snapshot.mode": "no_data",
-        "tombstones.on.delete": "false",
         "topic.creation.default.replication.factor": "1",
         "topic.creation.default.partitions": "3",
-        "transforms": "outbox",
-        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-        "transforms.outbox.table.fields.additional.placement": PLACEMENT,
         "transforms.outbox.route.topic.replacement": replacement,
         **extra,
     }

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FRONT = ROOT / "README.md"
 PRODUCER = ROOT / "producer" / "README.md"
 CONSUMER = ROOT / "consumer" / "README.md"
+DEBEZIUM = ROOT / "consumer" / "debezium.md"
 RELAY = ROOT / "outbox_relay" / "README.md"
 DEPLOY = ROOT / "deploy" / "README.md"
 # Every document a user reads, each checked for unmarked or untested code blocks.
@@ -23,6 +24,7 @@ DOCS = (
     FRONT,
     PRODUCER,
     CONSUMER,
+    DEBEZIUM,
     RELAY,
     DEPLOY,
     ROOT / "tests" / "README.md",
