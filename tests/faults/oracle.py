@@ -330,12 +330,21 @@ def _route_problems(route: dict[str, Any]) -> tuple[bool, bool]:
 
 
 def _projection(route: dict[str, Any]) -> tuple[bool, bool]:
-    """The table must exist and the key be its unique column: only the pipeline's are."""
+    """The table must exist and the key be its unique column: only the pipeline's are; each
+    column has one part (the key, the entity type, a version, or one field)."""
     columns = route.get("columns")
     paths = isinstance(columns, dict) and all(
         isinstance(c, str) and _IDENTIFIER.match(c) and _field_path(p) for c, p in columns.items()
     )
-    return route.get("table") != TABLE or route.get("key") != KEY or not paths, False
+    parts = [
+        route.get("key"),
+        route.get("entity_type_column"),
+        route.get("generation_column", "generation"),
+        route.get("seq_column", "seq"),
+    ]
+    named = [p for p in parts if p is not None]
+    twice = len(set(named)) < len(named) or (paths and bool(set(named) & set(columns)))
+    return route.get("table") != TABLE or route.get("key") != KEY or not paths or twice, False
 
 
 def _batch(route: dict[str, Any]) -> tuple[bool, bool]:
