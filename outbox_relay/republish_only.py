@@ -20,14 +20,14 @@ import psycopg
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from outbox_relay import metrics
 from outbox_relay.foreign_table import ForeignTable
 from outbox_relay.republisher import (
     MAX_RANGE,
     Cooldown,
     RepublishDeliveryError,
     bounded,
-    publish_result,
+    conclude,
+    range_key,
 )
 from outbox_relay.requests import Requests
 from outbox_relay.settings import RelaySettings
@@ -90,14 +90,7 @@ class RepublishOnly:
                 conn, request.entity_type, request.entity_id, request.generation, request.seqs
             )
         request = bounded(request, found.through)
-        key = (
-            request.entity_type,
-            request.entity_id,
-            request.generation,
-            request.from_seq,
-            request.to_seq,
-        )
-        repeat = self.cooldown.recent(key)
+        repeat = self.cooldown.recent(range_key(request))
         rows = [r for r in found.rows if int(r["seq"]) <= request.to_seq]
         failed = {s for s in found.too_large if s <= request.to_seq}
         if not repeat:
@@ -116,24 +109,7 @@ class RepublishOnly:
             tuple(sorted(failed)),
             repeat,
         )
-        publish_result(producer, self.settings.republish_results_topic, result, self.settings)
-        if not repeat:
-            self.cooldown.note(key)
-        metrics.REPUBLISHED.inc(len(resent))
-        metrics.REPUBLISH_REQUESTS.labels("cooldown" if repeat else "answered").inc()
-        log.info(
-            "republish_answered",
-            request_id=request.request_id,
-            entity=f"{request.entity_type}:{request.entity_id}",
-            generation=request.generation,
-            from_seq=request.from_seq,
-            to_seq=request.to_seq,
-            resent=len(resent),
-            missing=len(result.missing),
-            failed=len(result.failed),
-            cooldown=repeat,
-            table=self.table.name,
-        )
+        conclude(producer, result, self.settings, self.cooldown, table=self.table.name)
         return result
 
     def _send(self, producer: Producer, rows: list[dict[str, Any]]) -> set[int]:

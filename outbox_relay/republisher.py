@@ -89,9 +89,9 @@ def answer(
     bounds = Bounds.of(settings, MAX_RANGE)
     resent: list[int] = []
     with conn.transaction():
-        found = store.rows_in_range(conn, _key(request), bounds)
+        found = store.rows_in_range(conn, range_key(request), bounds)
         request = bounded(request, found.through)
-        key = _key(request)
+        key = range_key(request)
         repeat = cooldown.recent(key)
         rows, failed = found.rows, found.failed
         by_id = {row.id: row for row in rows}
@@ -116,27 +116,48 @@ def answer(
         tuple(sorted(failed)),
         repeat,
     )
-    publish_result(sender.producer, settings.republish_results_topic, result, settings)
-    if not repeat:
-        cooldown.note(key)
-    metrics.REPUBLISHED.inc(len(resent))
-    metrics.REPUBLISH_REQUESTS.labels("cooldown" if repeat else "answered").inc()
-    log.info(
-        "republish_answered",
-        request_id=request.request_id,
-        entity=f"{request.entity_type}:{request.entity_id}",
-        generation=request.generation,
-        from_seq=request.from_seq,
-        to_seq=request.to_seq,
-        resent=len(resent),
-        missing=len(result.missing),
-        failed=len(result.failed),
-        cooldown=repeat,
-    )
+    conclude(sender.producer, result, settings, cooldown)
     return result
 
 
-def _key(request: RepublishRequest) -> RangeKey:
+def conclude(
+    producer: Producer,
+    result: RepublishResult,
+    settings: RelaySettings,
+    cooldown: Cooldown,
+    **about: object,
+) -> None:
+    """Publish the answer, remember its range (unless it was a repeat), count and log it."""
+    publish_result(producer, settings.republish_results_topic, result, settings)
+    if not result.cooldown:
+        cooldown.note(
+            (
+                result.entity_type,
+                result.entity_id,
+                result.generation,
+                result.from_seq,
+                result.to_seq,
+            )
+        )
+    metrics.REPUBLISHED.inc(len(result.resent))
+    metrics.REPUBLISH_REQUESTS.labels("cooldown" if result.cooldown else "answered").inc()
+    log.info(
+        "republish_answered",
+        request_id=result.request_id,
+        entity=f"{result.entity_type}:{result.entity_id}",
+        generation=result.generation,
+        from_seq=result.from_seq,
+        to_seq=result.to_seq,
+        resent=len(result.resent),
+        missing=len(result.missing),
+        failed=len(result.failed),
+        cooldown=result.cooldown,
+        **about,
+    )
+
+
+def range_key(request: RepublishRequest | RepublishResult) -> RangeKey:
+    """The range an answer covers, as the cooldown remembers it."""
     return (
         request.entity_type,
         request.entity_id,
