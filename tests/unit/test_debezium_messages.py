@@ -3,9 +3,11 @@ with a reason; and the message the republish-only relay writes reads back as the
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import DecodeError, decode
@@ -107,42 +109,65 @@ def test_each_missing_or_bad_part_is_refused_with_its_reason(
     assert says in refused.detail
 
 
-@given(
-    headers=st.lists(
-        st.tuples(
-            st.sampled_from(["id", "eventType", "seq", "gen", "x"]),
-            st.one_of(
-                st.none(),
-                st.binary(max_size=30),
-                st.from_regex(r"-?\d{1,22}", fullmatch=True).map(str.encode),
-            ),
-        ),
-        max_size=6,
-    ),
-    value=st.one_of(
+_EDGE_TEXT = st.one_of(
+    st.none(),
+    st.binary(max_size=30),
+    st.from_regex(r"-?\d{1,22}", fullmatch=True).map(str.encode),
+    st.sampled_from([b"", b"0", b"-1", b"9223372036854775807", b"9223372036854775808", b"\xff"]),
+)
+_JSON = st.recursive(
+    st.none() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=5),
+    lambda c: st.lists(c) | st.dictionaries(st.text(max_size=3), c),
+    max_leaves=8,
+).map(orjson.dumps)
+_PARTS = {
+    "id": _EDGE_TEXT,
+    "eventType": _EDGE_TEXT,
+    "seq": _EDGE_TEXT,
+    "gen": _EDGE_TEXT,
+    "twice": st.sampled_from(["id", "eventType", "seq", "gen"]),
+    "value": st.one_of(
         st.none(),
         st.binary(max_size=60),
-        st.recursive(
-            st.none() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=5),
-            lambda c: st.lists(c) | st.dictionaries(st.text(max_size=3), c),
-            max_leaves=8,
-        ).map(orjson.dumps),
+        _JSON,
+        _JSON.map(lambda j: orjson.dumps(j.decode())),
+        st.integers(1, 1100).map(lambda n: b"[" * n + b"]" * n),
     ),
-    key=st.one_of(st.none(), st.binary(max_size=12)),
-    topic=st.sampled_from([TOPIC, "outbox.event.", "x", "outbox.event.Ledger", "outbox.event.a b"]),
-    at=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
-)
+    "key": st.one_of(st.none(), st.binary(max_size=12), st.just(b'"q"'), st.just(b'"')),
+    "topic": st.sampled_from(["outbox.event.", "x", "outbox.event.Ledger", "outbox.event.a b"]),
+    "at": st.one_of(
+        st.none(),
+        st.integers(-(2**63), 2**63 - 1),
+        # the last millisecond of year 9999, and past it
+        st.integers(253_402_300_799_000, 253_402_300_800_999),
+        st.sampled_from([-1, 0, 2**63 - 1, 10**15]),
+    ),
+}
+
+
+@settings(max_examples=400)
+@given(data=st.data(), changed=st.sets(st.sampled_from(sorted(_PARTS)), min_size=1, max_size=3))
 def test_whatever_a_message_holds_it_is_read_or_refused_with_a_reason(
-    headers: list[tuple[str, bytes | None]],
-    value: bytes | None,
-    key: bytes | None,
-    topic: str,
-    at: int | None,
+    data: st.DataObject, changed: set[str]
 ) -> None:
-    """Any headers, key, value, topic and timestamp: an event or a DecodeError, nothing else."""
+    """A valid message with up to three of its parts pushed to an edge (a header's text, one
+    said twice, the value, key, topic or timestamp): an event or a DecodeError, nothing else."""
+    headers: dict[str, bytes | None] = {"id": b"e-1", "eventType": b"ledger.added", "seq": b"3"}
+    headers["gen"] = b"2"
+    message: dict[str, Any] = {"value": b'{"amount": 5}', "key": b"a1", "topic": TOPIC, "at": AT_MS}
+    pairs: list[tuple[str, bytes | None]] = []
+    for part in sorted(changed):
+        drawn = data.draw(_PARTS[part], label=part)
+        if part in headers:
+            headers[part] = drawn
+        elif part == "twice":
+            pairs.append((drawn, b"other"))
+        else:
+            message[part] = drawn
+    pairs = [*headers.items(), *pairs]
     reason = "read"
     try:
-        _read(value=value, headers=headers, key=key, topic=topic, shape=SHAPE_GEN, at=at)
+        _read(headers=pairs, shape=SHAPE_GEN, **message)
     except DecodeError as exc:
         reason = exc.reason
     assert reason
