@@ -209,3 +209,22 @@ def test_a_debezium_message_that_is_no_event_is_dead_lettered_with_its_reason(
     assert said[headers.DLQ_DETAIL] == "seq must be a whole number, got 'x1'"
     assert said[headers.DLQ_TOPIC] == fed.settings.debezium_topics[0]
     assert letter.key() == b"b"
+
+
+def test_held_debezium_events_are_replayed_to_their_own_topic_in_their_own_form(
+    fed: sw.Pipeline,
+) -> None:
+    """Past the park cap, Debezium's messages are held as they came; `held replay` sends them
+    back to the router's topic, read there in Debezium's form, and every step applies once."""
+    db = fed.db
+    fed.settings.routes_file.write_text(ss.routes_text(max_parked=1) + cs.ROUTES)
+    with consuming(fed):
+        write(db, ledger([1, 2, 4, 5, 6]))  # 3 is the row Debezium never sent
+        wait_until(lambda: (ss.progress(db) or (0, 0, False))[2] is True, timeout_s=60)  # held
+        wait_until(lambda: ss.progress(db)[1] == 4, timeout_s=90)  # 3 republished, 4 drained
+        done = admin(fed, "--json", "held", "replay", "ledger:a", "--by", "ana")
+        assert done.returncode == 0, done.stdout + done.stderr
+        told = orjson.loads(done.stdout.splitlines()[0])
+        assert (told["events"], told["to"]) == (2, fed.settings.debezium_topics[0])
+        wait_until(lambda: ss.progress(db)[1] == 6, timeout_s=60)
+    assert ss.applied(db) == [(1, s) for s in range(1, 7)]

@@ -65,8 +65,8 @@ def add(sub: Any) -> None:
     held.add_parser("list", help="held entities")
     replay = held.add_parser(
         "replay",
-        help="send back to the events topic the entity's held events, as the consumer "
-        "recorded them (each once), and release it",
+        help="send the entity's held events back, each to the topic it came in, as the "
+        "consumer recorded them (each once), and release it",
     )
     replay.add_argument("entity", metavar="STREAM:ENTITY", help=ENTITY)
     replay.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
@@ -204,11 +204,13 @@ class StepCommands:
         self.tools.show("skipped", [skipped])
 
     def held_replay(self, ref: str, by: str) -> None:
-        """Send the entity's recorded held events back to the events topic and release it.
+        """Send the entity's recorded held events back to the topic each came in (a
+        consumed topic, else the first events topic) and release it.
 
         Each copy is read at the offset the consumer recorded and checked against its
-        event id, so nothing another client wrote to the held topic goes back; each is
-        replayed once (a replay cut short is taken up again by the next).
+        stream, entity, event id and seq, so nothing another client wrote to the held
+        topic goes back; each is replayed once (a replay cut short is taken up again by
+        the next).
         """
         applier, entity_id = self.entity(ref)
         conn, settings, producer = self.tools.conn, self.tools.settings, self.tools.producer
@@ -220,6 +222,7 @@ class StepCommands:
             )
         reading = settings.reading()
         found = self._read_held(claimed, applier.route.stream, entity_id, reading)
+        sent_to: set[str] = set()
         for held in claimed:
             message = found.get(held.id)
             if message is not None:
@@ -227,9 +230,9 @@ class StepCommands:
                 kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
                 # Back where it came from (a Debezium topic is read in Debezium's form).
                 topic = _came_from(message, [*settings.topics, *reading.topics])
-                producer.produce(
-                    topic or settings.topics[0], message.value(), message.key(), headers=kept
-                )
+                topic = topic or settings.topics[0]
+                producer.produce(topic, message.value(), message.key(), headers=kept)
+                sent_to.add(topic)
         why = kafka_watch.unsent(producer, 30)
         if why:
             raise AdminError(f"the replayed events were not sent: {why}; the entity stays held")
@@ -237,7 +240,8 @@ class StepCommands:
         missing = [held.seq for held in claimed if held.id not in found]
         if not missing:
             applier.store.release(conn, entity_id)
-        row = {"entity": ref, "events": len(found), "to": settings.topics[0], "by": by}
+        to = ", ".join(sorted(sent_to)) or settings.topics[0]
+        row = {"entity": ref, "events": len(found), "to": to, "by": by}
         self.tools.show("replayed", [row | ({"not_found": missing} if missing else {})])
         if missing:
             raise AdminError(
