@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.admin.audit import Audit
+from consumer.errors import RoutesError
 from consumer.kinds import KINDS
 from consumer.kinds.projection import ProjectionRoute, apply, check_table
 from consumer.routes import parse_routes
@@ -333,4 +334,20 @@ def test_rows_kept_apart_by_entity_type_are_each_audited_against_their_own_strea
     assert (clean.entities, clean.divergences) == (4, [])
     assert [(d.route, d.entity_id, d.detail) for d in changed.divergences] == [
         ("bill", "c2", "column name is 'changed', event says 'bill-c2-2'")
+    ]
+
+
+def test_another_stream_s_not_null_column_stops_start_up_in_one_line(pg_schema: PgSchema) -> None:
+    """The recipe's table with plan NOT NULL: bill could never create a row, so its route is
+    refused at start-up, one line naming the column; plan's route, which writes it, is not."""
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(TABLE.replace("plan          text,", "plan          text NOT NULL,"))
+        plan, bill = _routes()
+        check_table(conn, plan)
+        with pytest.raises(RoutesError) as refused:
+            check_table(conn, bill)
+    assert refused.value.problems == [
+        "route bill: table customer_view column 'plan' is NOT NULL without a default and the "
+        "route does not write it, so no new row could be stored; give it a default, allow "
+        "NULL (another stream's column, in a table several streams feed) or map it"
     ]

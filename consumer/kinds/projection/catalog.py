@@ -35,6 +35,17 @@ def _columns_of(conn: Conn, regclass: int) -> dict[str, str]:
     return dict(rows)
 
 
+def _required(conn: Conn, regclass: int) -> set[str]:
+    """Columns a new row must be given: NOT NULL, no default, neither identity nor generated."""
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+        "AND NOT attisdropped AND attnotnull AND NOT atthasdef AND attidentity = '' "
+        "AND attgenerated = ''",
+        (regclass,),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
 def _unique_keys(conn: Conn, regclass: int) -> list[set[str]]:
     rows = conn.execute(
         "SELECT array_agg(a.attname) FROM pg_index i "
@@ -58,6 +69,14 @@ def check_table(conn: Conn, route: ProjectionRoute) -> ProjectionTable:
         f"{where}: table {route.table} has no column {column!r}"
         for column in target_columns(route)
         if column not in types
+    ]
+    # A column the upsert leaves out gets its default: without one, no row could be made
+    # (in a table several streams feed, another stream's columns must allow NULL).
+    problems += [
+        f"{where}: table {route.table} column {column!r} is NOT NULL without a default and "
+        "the route does not write it, so no new row could be stored; give it a default, "
+        "allow NULL (another stream's column, in a table several streams feed) or map it"
+        for column in sorted(_required(conn, found[0]) - set(target_columns(route)))
     ]
     conflict = {route.key} | ({route.entity_type_column} if route.entity_type_column else set())
     if conflict not in _unique_keys(conn, found[0]):
