@@ -46,6 +46,8 @@ from schemas.limits import MAX_PAYLOAD_DEPTH, TOO_DEEP, text_problem
 ROUTED = "${routedByValue}"
 # The header the router always writes: the row's id, inorder's event_id.
 ID_HEADER = "id"
+# What Kafka Connect's JSON converter wraps a value in when it writes schemas.
+_SCHEMA_ENVELOPE = frozenset({"schema", "payload"})
 _PLACED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(header|envelope)(?::([A-Za-z0-9_.-]+))?\Z")
 
 
@@ -188,6 +190,14 @@ def _payload(value: bytes | None, raw: bytes | None) -> Any:
         raise DecodeError(*deep, raw)
     try:
         payload = orjson.loads(value)
+        if isinstance(payload, dict) and set(payload) == _SCHEMA_ENVELOPE:
+            raise DecodeError(
+                BAD_FORMAT,
+                "the value is a Kafka Connect schema envelope (schema, payload): set the "
+                "connector's value.converter.schemas.enable=false or use the string converter",
+                raw,
+                "payload",
+            )
         if isinstance(payload, str):  # a jsonb or text column through the JSON converter
             deep = text_problem(payload, "the payload", MAX_PAYLOAD_DEPTH)
             if deep is not None:

@@ -92,6 +92,7 @@ def test_the_stream_comes_from_a_header_when_the_route_by_field_is_placed() -> N
         ({"value": None}, "missing_field", "no value"),
         ({"value": b"{"}, "not_json", "not JSON"),
         ({"value": b"[1]"}, "wrong_type", "payload"),
+        ({"value": b'{"schema": {"type": "string"}, "payload": "{}"}'}, "bad_format", "envelope"),
         ({"value": b"[" * 300 + b"]" * 300}, "too_deep", "deeper"),
         ({"topic": "outbox.event."}, "bad_format", "no stream"),
         ({"topic": "other.ledger"}, "bad_format", "no stream"),
