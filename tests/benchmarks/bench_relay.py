@@ -263,7 +263,14 @@ def _read_all(
 
 
 def _span(stamps: list[int]) -> tuple[int, float]:
-    """Of sorted append stamps (ms): the messages after the first, and the seconds to the last."""
+    """Of sorted append stamps (ms): the messages after the first, and the seconds to the last.
+
+    Stamps are whole milliseconds: messages that all land within one (a short run) count
+    as the messages after the first taking that millisecond, a lower bound on their rate,
+    never as no time at all.
+    """
+    if stamps[-1] == stamps[0]:
+        return max(len(stamps) - 1, 1), 0.001
     return sum(1 for at in stamps if at > stamps[0]), (stamps[-1] - stamps[0]) / 1000
 
 
