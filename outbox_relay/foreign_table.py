@@ -43,17 +43,13 @@ class ForeignTable:
         self.shape = settings.debezium_shape()
         self.fields = settings.debezium_fields()
         self.name = settings.debezium_table
+        self.table = settings.debezium_table_sql()
         self.columns = self.fields.columns(self.shape)
         self.seq = self.shape.seq_field
         self.generation = self.shape.generation_field
         self.budget = settings.read_bytes
         self.max_row = settings.max_message_bytes
         self._read = self._statement()
-
-    @property
-    def table(self) -> sql.Identifier:
-        """The table's quoted name."""
-        return sql.Identifier(*self.name.split("."))
 
     def check(self, conn: Conn) -> None:
         """``ForeignTableError`` naming what is missing, read from the catalog."""

@@ -80,20 +80,22 @@ class Shape:
     seq_field: str = "seq"
     generation_field: str | None = None
     _placed: dict[str, tuple[str, str]] = field(init=False, repr=False, compare=False)
+    # Why the placement cannot be read (None: it can); it then places nothing.
+    _unreadable: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        placed, unreadable = {}, None
         try:
             placed = placements(self.placement)
-        except ValueError:
-            placed = {}
+        except ValueError as exc:
+            unreadable = f"the placement {exc}"
         object.__setattr__(self, "_placed", placed)
+        object.__setattr__(self, "_unreadable", unreadable)
 
     def problems(self) -> list[str]:
         """What keeps this configuration from naming every field inorder needs (start-up)."""
-        try:
-            placements(self.placement)
-        except ValueError as exc:
-            return [f"the placement {exc}"]
+        if self._unreadable is not None:
+            return [self._unreadable]
         problems = [
             f"field {column!r} is placed in the envelope: inorder reads the value as the "
             "payload, so place it in a header instead"
@@ -226,36 +228,33 @@ def _document(
     value: bytes | None,
     timestamp_ms: int | None,
 ) -> dict[str, Any]:
-    names = {
-        "event_type": shape.header(shape.type_field),
-        "seq": shape.header(shape.seq_field),
-        "generation": shape.header(shape.generation_field) if shape.generation_field else None,
-        "entity_type": shape.header(shape.route_by_field),
+    # The headers each field must come in (a field placed in none is never found).
+    required = {
+        "event_id": ID_HEADER,
+        "event_type": shape.header(shape.type_field) or "",
+        "seq": shape.header(shape.seq_field) or "",
     }
-    wanted = {ID_HEADER} | {n for n in names.values() if n is not None}
+    if shape.generation_field:
+        required["generation"] = shape.header(shape.generation_field) or ""
+    stream_header = shape.header(shape.route_by_field)
+    wanted = {*required.values(), *([stream_header] if stream_header else [])}
     found = _headers(headers, wanted, value)
-    for what, name in (("event_id", ID_HEADER), ("event_type", names["event_type"])):
-        if name is not None and name not in found:
+    for what, name in required.items():
+        if name not in found:
             raise DecodeError(MISSING_FIELD, f"the message has no header {name} ({what})", value)
-    seq_header = names["seq"] or ""
-    if seq_header not in found:
-        raise DecodeError(MISSING_FIELD, f"the message has no header {seq_header} (seq)", value)
-    gen_header = names["generation"]
-    if gen_header is not None and gen_header not in found:
-        detail = f"the message has no header {gen_header} (generation)"
-        raise DecodeError(MISSING_FIELD, detail, value)
     stream = shape.stream_of(topic, found)
     if stream is None:
         detail = f"no stream: topic {topic[:100]!r} is not {shape.topic_replacement!r}"
         raise DecodeError(BAD_FORMAT, detail, value, "entity_type")
     at = _time(timestamp_ms, value)
+    generation = found.get(required.get("generation", ""), 1)
     return {
         "event_id": found[ID_HEADER],
-        "event_type": found[names["event_type"] or ""],
+        "event_type": found[required["event_type"]],
         "entity_type": stream,
         "entity_id": _entity_id(key, value),
-        "generation": whole_number(found[gen_header], "generation", value) if gen_header else 1,
-        "seq": whole_number(found[seq_header], "seq", value),
+        "generation": whole_number(generation, "generation", value),
+        "seq": whole_number(found[required["seq"]], "seq", value),
         "occurred_at": at,
         "published_at": at,
         "payload": _payload(value, value),

@@ -47,14 +47,12 @@ def _debezium(settings: ConsumerSettings) -> sql.Composed:
         seq=sql.Identifier(shape.seq_field),
         type=sql.Identifier(shape.type_field),
         payload=sql.Identifier(fields.payload),
-        table=sql.Identifier(*settings.debezium_table.split(".")),
+        table=settings.debezium_table_sql(),
     )
 
 
 def _found(conn: Conn, name: sql.Composable) -> int | None:
-    row = conn.execute(
-        sql.SQL("SELECT to_regclass({})::oid").format(sql.Literal(name.as_string(conn)))
-    ).fetchone()
+    row = conn.execute("SELECT to_regclass(%s)::oid", (name.as_string(conn),)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
@@ -64,7 +62,7 @@ def outbox_rows(conn: Conn, settings: ConsumerSettings) -> sql.Composed:
     mine = _found(conn, sql.Identifier("outbox"))
     parts: list[sql.Composable] = [_INORDER] if mine is not None else []
     if settings.debezium_topics:
-        theirs = _found(conn, sql.Identifier(*settings.debezium_table.split(".")))
+        theirs = _found(conn, settings.debezium_table_sql())
         if theirs is not None and theirs != mine:
             parts.append(_debezium(settings))
         elif theirs is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Self
 
+from psycopg import sql
 from pydantic import Field, model_validator
 
 from schemas.debezium import ROUTED, Fields, Shape
@@ -63,6 +64,10 @@ class DebeziumSettings(InorderSettings):
     debezium_payload_field: str = Field(
         default="payload", pattern=_COLUMN, description="Its `table.field.event.payload` column"
     )
+
+    def debezium_table_sql(self) -> sql.Identifier:
+        """The Debezium outbox table as a quoted SQL name, schema-qualified when given so."""
+        return sql.Identifier(*self.debezium_table.split("."))
 
     def debezium_fields(self) -> Fields:
         """The table's columns the router reads besides the placed ones."""

@@ -228,9 +228,11 @@ class StepCommands:
             if message is not None:
                 pairs: Any = message.headers() or []
                 kept = [(k, v) for k, v in pairs if not headers.about_a_letter(k)]
-                # Back where it came from (a Debezium topic is read in Debezium's form).
-                topic = _came_from(message, [*settings.topics, *reading.topics])
-                topic = topic or settings.topics[0]
+                # Back where it came from, if the consumers read it (a Debezium topic is
+                # read in Debezium's form), else to the first events topic.
+                topic = _came_from(message)
+                consumed = [*settings.topics, *reading.topics]
+                topic = topic if topic in consumed else settings.topics[0]
                 producer.produce(topic, message.value(), message.key(), headers=kept)
                 sent_to.add(topic)
         why = kafka_watch.unsent(producer, 30)
@@ -314,13 +316,12 @@ class StepCommands:
         drain(self.tools, applier, [entity_id])
 
 
-def _came_from(message: Message, consumed: Sequence[str]) -> str | None:
-    """The topic a held copy's event first came in, if it is one the consumers read."""
+def _came_from(message: Message) -> str | None:
+    """The topic a held copy's event first came in, as its letter header says."""
     pairs: Any = message.headers() or []
     for name, value in pairs:
         if name == headers.DLQ_TOPIC and isinstance(value, bytes):
-            topic = value.decode(errors="replace")
-            return topic if topic in consumed else None
+            return value.decode(errors="replace")
     return None
 
 
@@ -329,7 +330,8 @@ def _is(
 ) -> bool:
     """Whether ``message`` is the held event recorded: its stream, entity, event id and seq."""
     try:
-        event, _ = reading.read(message, _came_from(message, reading.topics) or "")
+        # Read in the form of the topic it came in (Debezium's only on Debezium's topics).
+        event, _ = reading.read(message, _came_from(message) or "")
     except DecodeError:
         return False
     return (event.entity_type, event.entity_id, event.event_id, event.seq) == (
