@@ -16,7 +16,13 @@ from rich.console import Console
 
 from consumer import tables
 from consumer.admin import cli
-from consumer.errors import AdminError, RoutesError, SchemaNotReadyError, StoreNotDurableError
+from consumer.errors import (
+    AdminError,
+    NotConfiguredError,
+    RoutesError,
+    SchemaNotReadyError,
+    StartupError,
+)
 from consumer.kinds import KINDS
 from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
@@ -48,7 +54,7 @@ SWEEPER_SUMMARY = (
     "takes over within the lease."
 )
 # Start-up problems that say what to fix: one line each, no traceback.
-_NAMED = (RoutesError, StoreNotDurableError, TopicSettingsError)
+_NAMED = (RoutesError, StartupError, TopicSettingsError)
 
 
 def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
@@ -58,7 +64,7 @@ def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
         fail(program, exc.problems)
 
 
-def _problems(exc: RoutesError | StoreNotDurableError | TopicSettingsError) -> list[str]:
+def _problems(exc: RoutesError | StartupError | TopicSettingsError) -> list[str]:
     return exc.problems if isinstance(exc, RoutesError) else [str(exc)]
 
 
@@ -159,7 +165,7 @@ def admin_main(argv: list[str] | None = None) -> None:
     exporting = traces.configure(ADMIN)  # a review's span, when OTLP export is asked for
     try:
         cli.run(args, settings, routes, Console())
-    except AdminError as exc:
+    except (AdminError, NotConfiguredError) as exc:
         fail(ADMIN, [str(exc)], code=1)
     except RoutesError as exc:
         fail(ADMIN, exc.problems)

@@ -26,10 +26,6 @@ log = structlog.get_logger(__name__)
 UNKNOWN_STREAM = "unknown_stream"
 # A message that raised while it was read (the codec names every problem it knows).
 UNDECODABLE = "undecodable"
-PROJECTION_REJECTED = "projection_rejected"
-PARK_CAP_REACHED = "park_cap_reached"
-BATCH_REJECTED = "batch_rejected"
-STEP_FAILED = "step_failed"
 
 
 class Unsent:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas import Event
 from schemas.errors import InorderError, OperatorError, OutageError
 
 
@@ -20,12 +19,13 @@ class RoutesError(ConsumerError):
         self.problems = list(problems)
 
 
+class StartupError(ConsumerError):
+    """Raised at start-up when a kind's check of its dependencies fails; the message says what
+    to fix (one line, no traceback)."""
+
+
 class TableChangedError(ConsumerError, OperatorError):
     """Raised when a table a route writes no longer is what the route was checked against."""
-
-
-class StoreNotDurableError(ConsumerError):
-    """Raised at start-up when step routes would park events in a Redis that can lose them."""
 
 
 class DependencyDownError(ConsumerError, OutageError):
@@ -42,31 +42,9 @@ class SchemaNotReadyError(ConsumerError, OutageError):
     dependency = "postgres"
 
 
-class StepFailedError(ConsumerError):
-    """Raised inside a batch when a step function raised; the batch is rolled back."""
-
-    def __init__(self, entity_id: str, event: Event, error: BaseException) -> None:
-        super().__init__(f"{entity_id} seq {event.seq}: {error!r}")
-        self.entity_id = entity_id
-        self.event = event
-        self.error = error
-
-
-class StepsUnsettledError(ConsumerError):
-    """Raised when a batch of steps still fails after every failing step was cut."""
-
-
-class ManyFailedError(ConsumerError):
-    """Raised when a ``many`` call of several steps failed: which step it was is not known."""
-
-
-class PipelinedError(ConsumerError):
-    """Raised when a pipelined statement failed and cannot be traced to one entity."""
+class NotConfiguredError(ConsumerError):
+    """Raised when a kind asks its program for a dependency the settings do not name."""
 
 
 class AdminError(ConsumerError):
     """Raised when an operator command cannot be done as asked; the message says why."""
-
-
-class BatchAdminError(AdminError):
-    """Raised when a batch command cannot be done as asked; the message says why."""

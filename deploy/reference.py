@@ -182,7 +182,20 @@ def _arguments_of_root(parser: argparse.ArgumentParser) -> str:
 
 def metrics_table(module: ModuleType) -> str:
     """metric | type | labels | meaning, for every metric a module registers."""
-    rows = []
+    return _table(("metric", "type", "labels", "meaning"), _metric_rows(module))
+
+
+def consumer_metrics_table() -> str:
+    """routes | metric | type | labels | meaning: the core's metrics, then each kind's own."""
+    rows = [("every kind", *row) for row in _metric_rows(consumer_metrics)]
+    for kind in KINDS.values():
+        if kind.metrics is not None:
+            rows += [(f"{kind.name} routes", *row) for row in _metric_rows(kind.metrics)]
+    return _table(("routes", "metric", "type", "labels", "meaning"), rows)
+
+
+def _metric_rows(module: ModuleType) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for value in vars(module).values():
         if not isinstance(value, Counter | Gauge | Histogram):
             continue
@@ -190,7 +203,7 @@ def metrics_table(module: ModuleType) -> str:
         name = described.name + ("_total" if isinstance(value, Counter) else "")
         labels = ", ".join(f"`{label}`" for label in value._labelnames)
         rows.append((f"`{name}`", described.type, labels, described.documentation))
-    return _table(("metric", "type", "labels", "meaning"), rows)
+    return rows
 
 
 # ---------------------------------------------------------------- the event a handler gets
@@ -366,7 +379,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "admin-cli": lambda _: cli_table(admin_cli.parser()),
     "producer-cli": lambda _: cli_table(producer_parser()),
     "relay-metrics": lambda _: metrics_table(relay_metrics),
-    "consumer-metrics": lambda _: metrics_table(consumer_metrics),
+    "consumer-metrics": lambda _: consumer_metrics_table(),
     "event-fields": lambda _: event_table(),
     "route-settings": lambda _: route_settings_table(),
     "processes": lambda _: processes_table(),

@@ -20,7 +20,7 @@ import structlog
 from confluent_kafka import Message
 from pydantic import Field
 
-from schemas import DEFAULT_TOPICS, DecodeError, PayloadError, decode, default_payload_schemas
+from schemas import DEFAULT_TOPICS, DecodeError, PayloadError, decode
 from schemas.batches import STREAM, WORK_ITEM, WorkItem, result_event
 from schemas.errors import DuplicateEventError
 from schemas.outbox import emit
@@ -29,6 +29,7 @@ from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import LoggingSettings
 from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.logs import first_line
+from schemas.runtime.payloads import default_payload_schemas
 from schemas.runtime.urls import PostgresUrl
 
 log = structlog.get_logger(__name__)

@@ -22,7 +22,7 @@ from schemas.errors import (
 from schemas.event import Event, default_event_id
 from schemas.keys import kafka_key, parse_key
 from schemas.topics import DEFAULT_TOPICS, Topics
-from schemas.validation import PayloadSchemas, default_payload_schemas
+from schemas.validation import PayloadSchemas
 
 # inorder's four top-level packages; the other three check that ``schemas`` is this one.
 PACKAGES = ("schemas", "producer", "outbox_relay", "consumer")
@@ -41,7 +41,6 @@ __all__ = [
     "UnknownEventTypeError",
     "decode",
     "default_event_id",
-    "default_payload_schemas",
     "encode",
     "encode_rendered",
     "kafka_key",

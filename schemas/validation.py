@@ -7,7 +7,6 @@ and its regexes follow ECMA-262 as JSON Schema requires.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -108,15 +107,3 @@ class PayloadSchemas:
         problem = first_error(validator, payload)
         if problem is not None:
             raise PayloadError(event_type, problem)
-
-
-@cache
-def default_payload_schemas() -> PayloadSchemas:
-    """The registry the settings name, built once: shipped schemas, the folder, the policy.
-
-    Read from ``INORDER_PAYLOAD_SCHEMAS`` and ``INORDER_UNKNOWN_EVENT_TYPES`` on first
-    use; a bad value raises ``SchemaDefinitionError`` naming the variable.
-    """
-    from schemas.runtime.payloads import PayloadSchemaSettings, registry_of  # noqa: PLC0415
-
-    return registry_of(PayloadSchemaSettings.from_environment())

@@ -13,28 +13,25 @@ import getpass
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from functools import cached_property
 from typing import Any
 
 import psycopg
-from confluent_kafka import Producer
 from psycopg.rows import dict_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from consumer.admin import explain, output
-from consumer.admin.audit import Audit
 from consumer.admin.sources import outbox_rows
 from consumer.errors import AdminError
-from consumer.kinds import KINDS, Kind, Route
+from consumer.kinds import KINDS, AdminTools, Kind, Route
+from consumer.kinds._audit import Audit
+from consumer.kinds._plugin import ranges
 from consumer.settings import SweeperSettings
 from schemas.republish import RepublishRequest, encode
-from schemas.runtime import kafka_clients, kafka_watch, postgres
-from schemas.runtime.redis_client import RedisClient
-from schemas.runtime.redis_client import connect as connect_redis
+from schemas.runtime import kafka_watch, postgres
 
 
-class Admin:
+class Admin(AdminTools):
     """The commands; each connection is opened the first time a command needs it."""
 
     def __init__(
@@ -45,42 +42,11 @@ class Admin:
         as_json: bool,
         kinds: Mapping[str, Kind] = KINDS,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings, "inorder-admin")
         self.routes = list(routes)
         self.kinds = kinds
         self.console = console
         self.as_json = as_json
-        self._opened: list[Any] = []
-
-    # ------------------------------------------------------------------ connections
-
-    @cached_property
-    def conn(self) -> psycopg.Connection[Any]:
-        """The consumer's database (autocommit; commands open their own transactions)."""
-        conn = postgres.connect(self.settings.database_url, "inorder-admin")
-        self._opened.append(conn)
-        return conn
-
-    @cached_property
-    def redis(self) -> RedisClient:
-        """Redis, where step routes park."""
-        if self.settings.redis_url is None:
-            raise AdminError("this command reads parked events: set REDIS_URL")
-        client = connect_redis(
-            self.settings.redis_url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
-        )
-        self._opened.append(client)
-        return client
-
-    @cached_property
-    def producer(self) -> Producer:
-        """A producer for republish requests and replayed events (flushed by each command)."""
-        return kafka_clients.producer(self.settings, "inorder-admin")
-
-    def close(self) -> None:
-        """Close whatever the command opened."""
-        for opened in self._opened:
-            opened.close()
 
     # ------------------------------------------------------------------ output
 
@@ -150,7 +116,7 @@ class Admin:
         self.show("applied", [held.applied] if held.applied else [])
         sections = (
             *held.sections.values(),
-            ("parked", [{"seqs": output.ranges(held.parked)}] if held.parked else []),
+            ("parked", [{"seqs": ranges(held.parked)}] if held.parked else []),
             ("dead letters", story.dead_letters),
             ("audit", [asdict(d) for d in story.divergences]),
         )

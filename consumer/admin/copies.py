@@ -6,18 +6,22 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from consumer.admin.replay import Letter
-from consumer.kinds._plugin import Tools
+from consumer.kinds._resources import Resources
 from schemas.runtime import kafka_clients
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 # How long a replay reads the dead-letter topic for the copies it needs.
 COPY_READ_S = 30.0
 
 
-def read(tools: Tools, letters: Sequence[Letter]) -> dict[int, Message]:
+def read(tools: Resources[SweeperSettings], letters: Sequence[Letter]) -> dict[int, Message]:
     """Each letter's copy (by letter id), read from the dead-letter topic where it was placed."""
     wanted: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
     for letter in letters:

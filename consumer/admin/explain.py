@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from consumer.admin.audit import Audit, Divergence
-from consumer.admin.sources import INORDER_OUTBOX
-from consumer.kinds import Findings, Kind, Route, Tools
+from consumer.kinds import Findings, Kind, Resources, Route
+from consumer.kinds._audit import INORDER_OUTBOX, Audit, Divergence
 from schemas.snapshot import snapshot_type
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 Conn = psycopg.Connection[Any]
 # More outbox rows than this are summarised by their count (the newest are shown).
@@ -109,7 +111,7 @@ def gather(
     route: Route,
     entity_id: str,
     outbox: Conn,
-    tools: Tools,
+    tools: Resources[SweeperSettings],
     kinds: Mapping[str, Kind],
     source: sql.Composable = INORDER_OUTBOX,
 ) -> Story:

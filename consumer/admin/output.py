@@ -6,9 +6,8 @@ columns, so there every value is printed in full, tab-separated under a header l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import groupby
 from typing import Any
 
 import orjson
@@ -58,12 +57,3 @@ def _shown(value: Any) -> str:
         utc = value.astimezone(UTC) if value.tzinfo else value
         return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
     return str(value)
-
-
-def ranges(seqs: Iterable[int]) -> str:
-    """``1..5, 7, 9..10`` for sorted seqs."""
-    parts = []
-    for _, run in groupby(enumerate(seqs), key=lambda pair: pair[1] - pair[0]):
-        found = [seq for _, seq in run]
-        parts.append(str(found[0]) if len(found) == 1 else f"{found[0]}..{found[-1]}")
-    return ", ".join(parts)

@@ -15,15 +15,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from consumer.kinds._audit import INORDER_ROWS
 from consumer.settings import ConsumerSettings
 
 Conn = psycopg.Connection[Any]
-
-_INORDER = sql.SQL(
-    "SELECT o.id::text AS id, o.entity_type, o.entity_id, o.generation, o.seq, o.event_type, "
-    "o.event_id, o.payload, o.headers, o.created_at, o.failure_reason, "
-    "NOT outbox_published(o) AS unsent FROM outbox o"
-)
 
 
 def _debezium(settings: ConsumerSettings) -> sql.Composed:
@@ -60,7 +55,7 @@ def outbox_rows(conn: Conn, settings: ConsumerSettings) -> sql.Composed:
     """The outbox as a relation named ``outbox``: inorder's table where it exists, and the
     Debezium table where Debezium topics are consumed (both, each row once)."""
     mine = _found(conn, sql.Identifier("outbox"))
-    parts: list[sql.Composable] = [_INORDER] if mine is not None else []
+    parts: list[sql.Composable] = [INORDER_ROWS] if mine is not None else []
     if settings.debezium_topics:
         theirs = _found(conn, settings.debezium_table_sql())
         if theirs is not None and theirs != mine:
@@ -72,7 +67,3 @@ def outbox_rows(conn: Conn, settings: ConsumerSettings) -> sql.Composed:
     if not parts:
         raise psycopg.errors.UndefinedTable('relation "outbox" does not exist')
     return sql.SQL("({}) AS outbox").format(sql.SQL(" UNION ALL ").join(parts))
-
-
-# inorder's own outbox alone (what a program without settings reads, and the tests' Audit).
-INORDER_OUTBOX = sql.SQL("({}) AS outbox").format(_INORDER)

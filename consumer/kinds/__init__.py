@@ -13,7 +13,8 @@ change either.
 from consumer.kinds import batches, projection, steps
 from consumer.kinds._arrivals import Arrivals
 from consumer.kinds._barrier import apply_guarded
-from consumer.kinds._base import Applier, Carried, Kind, Links, Need, Outcome, Refusal, Route
+from consumer.kinds._base import Applier, Kind
+from consumer.kinds._outcome import Carried, Outcome, Refusal, Tally
 from consumer.kinds._plugin import (
     AdminTools,
     Answered,
@@ -22,8 +23,9 @@ from consumer.kinds._plugin import (
     Findings,
     Inspector,
     SweepReport,
-    Tools,
 )
+from consumer.kinds._resources import Resources
+from consumer.kinds._route import Route
 from consumer.kinds._spec import Spec
 
 KINDS: dict[str, Kind] = {k.name: k for k in (projection.KIND, batches.KIND, steps.KIND)}
@@ -40,13 +42,12 @@ __all__ = [
     "Findings",
     "Inspector",
     "Kind",
-    "Links",
-    "Need",
     "Outcome",
     "Refusal",
+    "Resources",
     "Route",
     "Spec",
     "SweepReport",
-    "Tools",
+    "Tally",
     "apply_guarded",
 ]

@@ -13,13 +13,14 @@ makes a half applied again after its sibling failed harmless.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from typing import Any
 
 import psycopg
 import structlog
 from psycopg.pq import TransactionStatus
 
-from consumer.kinds._base import Applier, Conn, Outcome, Refusal
+from consumer.kinds._base import Applier, Conn
+from consumer.kinds._outcome import Outcome, Refusal, merge
 from schemas import Event
 from schemas.limits import safe_text
 from schemas.runtime.causes import Cause, cause
@@ -32,7 +33,7 @@ APPLY_FAILED = "apply_failed"
 
 
 def apply_guarded(
-    applier: Applier, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]
+    applier: Applier[Any], conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]
 ) -> Outcome:
     """``applier.apply``, with the events that fail it on their own refused instead."""
     try:
@@ -46,13 +47,6 @@ def apply_guarded(
         half = len(events) // 2
         first = apply_guarded(applier, conn, events[:half], raw)
         return merge(first, apply_guarded(applier, conn, events[half:], raw))
-
-
-def merge(first: Outcome, second: Outcome) -> Outcome:
-    """One outcome holding both (lists joined, counts added)."""
-    return Outcome(
-        **{f.name: getattr(first, f.name) + getattr(second, f.name) for f in fields(Outcome)}
-    )
 
 
 def refusal(route: str, event: Event, exc: Exception, copy: bytes | None = None) -> Refusal:

@@ -3,63 +3,47 @@
 The sweeper keeps the lease and the tick loop and runs each kind's ``Duties``;
 ``inorder-admin`` keeps the generic commands (``republish``, ``audit``, ``explain``) and
 asks each kind's ``Inspector`` for its part of them, and dispatches the kind's own
-``Commands``. Both programs hand a kind the same ``Tools``: connections opened on first
-use, under the program's settings.
+``Commands``. Both programs hand a kind their ``Resources``: connections opened on
+first use, under the program's settings.
 """
 
 from __future__ import annotations
 
+import abc
 import argparse
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import groupby
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from confluent_kafka import Producer
 
+from consumer.kinds._resources import Resources
 from schemas.republish import RepublishResult
 
 if TYPE_CHECKING:
-    from consumer.admin.audit import Audit
-    from consumer.kinds._base import Route
+    from consumer.kinds._audit import Audit
+    from consumer.kinds._route import Route
     from consumer.settings import SweeperSettings
-    from schemas.runtime.redis_client import RedisClient
 
 Conn = psycopg.Connection[Any]
 Rows = list[dict[str, Any]]
 
 
-class Tools(Protocol):
-    """Connections a kind's duties and commands use, each opened by the program."""
+class AdminTools(Resources["SweeperSettings"], abc.ABC):
+    """``inorder-admin``'s resources, plus what an operator's command shows and finds."""
 
-    @property
-    def settings(self) -> SweeperSettings:
-        """The program's settings (the sweeper's and inorder-admin's are the same)."""
-
-    @property
-    def conn(self) -> Conn:
-        """The consumer's database, autocommit (open a transaction where one is needed)."""
-
-    @property
-    def redis(self) -> RedisClient:
-        """Redis under the consumers' key prefix (an ``AdminError`` when not configured)."""
-
-    @property
-    def producer(self) -> Producer:
-        """An idempotent producer; the caller flushes."""
-
-
-class AdminTools(Tools, Protocol):
-    """``Tools`` plus what an operator's command shows and finds."""
-
+    @abc.abstractmethod
     def show(self, title: str, rows: Sequence[dict[str, Any]]) -> None:
         """Rows as a table, TSV or JSON lines."""
 
+    @abc.abstractmethod
     def rows(self, title: str, query: str) -> None:
         """Show what a read-only statement answers."""
 
+    @abc.abstractmethod
     def routed(self, ref: str) -> tuple[Route, str]:
         """Split ``stream:entity_id`` of a routed stream (an ``AdminError`` otherwise)."""
 
@@ -81,13 +65,14 @@ class SweepReport(Counter[str]):
         return any(n for name, n in self.items() if name != "overdue")
 
 
-class Duties(Protocol):
-    """A kind's periodic work, run by the active sweeper.
+class Duties(abc.ABC):
+    """A kind's periodic work, run by the active sweeper; the kind's duties subclass this.
 
-    Duties that open connections of their own may also have a ``close()``, called once as
-    the sweeper stops.
+    ``sweep`` is the kind's own; ``answer``, ``gauges`` and ``close`` (connections the
+    duties opened themselves) do nothing unless the kind needs them.
     """
 
+    @abc.abstractmethod
     def sweep(self, report: SweepReport) -> None:
         """One pass over the kind's routes, counting what it did into ``report``."""
 
@@ -97,10 +82,15 @@ class Duties(Protocol):
         written it); say what came of it.
 
         While tracing, the context the relay answered in is current (``schemas.tracing``).
+        Here: no request of this kind's is open.
         """
+        return Answered.UNMATCHED
 
-    def gauges(self, *, every: bool) -> None:
+    def gauges(self, *, every: bool) -> None:  # noqa: B027 - a hook
         """Export the kind's gauges: all of them, or (``every`` False) those a change moves."""
+
+    def close(self) -> None:  # noqa: B027 - a hook
+        """Close what the duties opened themselves (nothing here)."""
 
 
 class Inspector(Protocol):
@@ -109,7 +99,7 @@ class Inspector(Protocol):
     def generation(self, conn: Conn, route: Any, entity_id: str) -> int | None:
         """The generation the consumer holds for an entity (None: nothing applied yet)."""
 
-    def story(self, tools: Tools, route: Any, entity_id: str) -> Findings:
+    def story(self, tools: Resources[SweeperSettings], route: Any, entity_id: str) -> Findings:
         """What the kind's tables (and Redis) hold about one entity, read-only."""
 
     def audit(self, audit: Audit, route: Any) -> None:
@@ -141,3 +131,12 @@ class Commands:
     add: Callable[[argparse._SubParsersAction[Any]], None]
     # Runs the parsed command over the routes of this kind.
     run: Callable[[argparse.Namespace, AdminTools, Sequence[Any]], None]
+
+
+def ranges(seqs: Iterable[int]) -> str:
+    """``1..5, 7, 9..10`` for sorted seqs."""
+    parts = []
+    for _, run in groupby(enumerate(seqs), key=lambda pair: pair[1] - pair[0]):
+        found = [seq for _, seq in run]
+        parts.append(str(found[0]) if len(found) == 1 else f"{found[0]}..{found[-1]}")
+    return ", ".join(parts)

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
-from consumer.kinds import KINDS, Applier, Arrivals, Kind, Links, Route
+from consumer.kinds import KINDS, Applier, Arrivals, Kind, Resources, Route
 from schemas import DecodeError, Event
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.reading import Reading
+
+if TYPE_CHECKING:
+    from consumer.settings import ConsumerSettings
 
 
 class Routing:
     """The consumer's routes, started: each stream's applier, in the order they apply."""
 
-    def __init__(self, appliers: Sequence[Applier], kinds: Sequence[Kind] = ()) -> None:
+    def __init__(self, appliers: Sequence[Applier[Any]], kinds: Sequence[Kind] = ()) -> None:
         self.appliers = list(appliers)
         self.by_stream = {s: a for a in appliers for s in a.route.streams}
         # The registry entries of the routes' kinds (what they need: Redis, migrations).
@@ -35,21 +39,30 @@ class Routing:
         ordered = sorted(routes, key=lambda r: order.index(r.kind))
         return cls([kinds[r.kind].start(r) for r in ordered], [kinds[r.kind] for r in ordered])
 
-    def connect(self, links: Links) -> None:
-        """Check every route against the database (and bind Redis where a kind parks)."""
+    def check(self, resources: Resources[ConsumerSettings]) -> None:
+        """Each kind's start-up check, once per kind (Redis that keeps parks, a relay)."""
+        for kind in self.kinds_once:
+            if kind.check is not None:
+                kind.check(resources)
+
+    @property
+    def kinds_once(self) -> list[Kind]:
+        """The routes' kinds, each once, in the order they apply."""
+        return list({id(k): k for k in self.kinds}.values())
+
+    def connect(self, resources: Resources[ConsumerSettings]) -> None:
+        """Check every route against the database (and bind what else its kind uses)."""
         for applier in self.appliers:
-            applier.connect(links)
+            applier.connect(resources)
 
     def close(self) -> None:
         """Let go of what appliers hold beyond the consumer's connection (a lane pool)."""
         for applier in self.appliers:
-            close = getattr(applier, "close", None)
-            if callable(close):
-                close()
+            applier.close()
 
     def split(
         self, events: Sequence[Event]
-    ) -> tuple[list[tuple[Applier, list[Event]]], list[Event]]:
+    ) -> tuple[list[tuple[Applier[Any], list[Event]]], list[Event]]:
         """Each route's share of ``events``, in the order routes apply; and what no route takes."""
         shares: dict[int, list[Event]] = {id(a): [] for a in self.appliers}
         unrouted: list[Event] = []
@@ -67,30 +80,12 @@ class Prepared:
     """A poll batch decoded and routed: each route's share, and what must be dead-lettered."""
 
     messages: Sequence[Message]
-    shares: list[tuple[Applier, list[Event]]]
+    shares: list[tuple[Applier[Any], list[Event]]]
     dead: list[DeadLetter]
     # The message each event came in, and its value, for parking: by the event itself,
     # never by a field its producer wrote.
     by_event: Mapping[Event, Message]
     raw: Mapping[Event, bytes]
-    # What to commit once the whole batch is done: last offset + 1 per partition.
-    offsets: list[TopicPartition]
-
-
-def take(consumer: Consumer, most: int, wait_s: float, linger_s: float) -> list[Message]:
-    """The next poll batch: what has arrived, without waiting for more.
-
-    Blocks only while nothing at all has been fetched (up to ``wait_s``); once one
-    message is there, takes what else is already in the local queue, up to
-    ``most``. A quiet topic is handled event by event and a backlog still comes
-    in full batches, so batching costs latency only when there is something to batch.
-    ``linger_s`` > 0 waits instead up to that long after the first message for the
-    batch to fill.
-    """
-    first = consumer.consume(num_messages=1, timeout=wait_s)
-    if not first or most == 1:
-        return list(first)
-    return [*first, *consumer.consume(num_messages=most - 1, timeout=linger_s)]
 
 
 # About what one JSON node (an object, an array, a member or an element) takes once
@@ -152,13 +147,4 @@ def prepare(messages: Sequence[Message], routing: Routing, reading: Reading) -> 
     for event in unrouted:
         detail = f"no route for stream {event.entity_type!r}"
         dead.append(DeadLetter(by_event[event], deadletter.UNKNOWN_STREAM, detail, event))
-    return Prepared(messages, shares, dead, by_event, raw, next_offsets(messages))
-
-
-def next_offsets(messages: Sequence[Message]) -> list[TopicPartition]:
-    """The offsets to commit once every message of the batch is done: last + 1 per partition."""
-    last: dict[tuple[str, int], int] = {}
-    for message in messages:
-        key = (message.topic() or "", message.partition() or 0)
-        last[key] = max(last.get(key, -1), message.offset() or 0)
-    return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+    return Prepared(messages, shares, dead, by_event, raw)

@@ -2,9 +2,9 @@
 
 Letters first (refused events to the dead-letter topic, held ones to the held topic,
 both flushed), then the dead letters recorded in PostgreSQL, then every metric (what
-each route applied and ignored, the apply latency), and last the offsets the batch
-may now commit. Work a route carried past its batch is reported the same way when it
-finishes (``report``). Anything that fails here fails before an offset is given, so the
+each route applied and ignored, the apply latency); the loop tells its source the
+batch is done only after. Work a route carried past its batch is reported the same way when it
+finishes (``report``). Anything that fails here fails before the source hears, so the
 batch is applied again after the outage, and its routes are idempotent.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import structlog
-from confluent_kafka import Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from consumer import deadletter, metrics
 from consumer import held as holding
@@ -34,15 +34,14 @@ def settle(
     producer: Producer,
     settings: ConsumerSettings,
     prepared: Prepared,
-    outcomes: Sequence[tuple[Applier, Outcome]],
-) -> list[TopicPartition]:
-    """Send and record the batch's letters, count it, and return the offsets it may commit.
+    outcomes: Sequence[tuple[Applier[Any], Outcome]],
+) -> None:
+    """Send and record the batch's letters, then count it; its messages are done after.
 
     The counts come after the letters: a batch applied again after an outage in between
     is counted once.
     """
     report(conn, producer, settings, prepared.dead, prepared.by_event, outcomes)
-    return prepared.offsets
 
 
 def report(
@@ -51,7 +50,7 @@ def report(
     settings: ConsumerSettings,
     dead: Sequence[DeadLetter],
     by_event: Mapping[Event, Message],
-    outcomes: Sequence[tuple[Applier, Outcome]],
+    outcomes: Sequence[tuple[Applier[Any], Outcome]],
 ) -> None:
     """Letters (dead and held) sent and recorded, then the counts and latencies.
 

@@ -20,7 +20,7 @@ from schemas import Event, tracing
 
 @contextmanager
 def processing(
-    applier: Applier, events: Sequence[Event], by_event: Mapping[Event, Message], group: str
+    applier: Applier[Any], events: Sequence[Event], by_event: Mapping[Event, Message], group: str
 ) -> Iterator[Any]:
     """The share's span, current for the block; None when tracing is not active."""
     if not tracing.active():
@@ -54,16 +54,7 @@ def counted(span: Any, outcome: Outcome) -> None:
     """Put what the share did on its span (None: not traced)."""
     if span is None:
         return
-    span.set_attributes(
-        {
-            "inorder.applied": len(outcome.applied),
-            "inorder.stale": len(outcome.stale),
-            "inorder.parked": len(outcome.parked),
-            "inorder.refused": len(outcome.refused),
-            "inorder.held": len(outcome.held),
-            "inorder.deferred": len(outcome.deferred),
-        }
-    )
+    span.set_attributes(outcome.attributes())
 
 
 class Stamped(Mapping[Event, bytes]):

@@ -10,39 +10,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import structlog
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message
 
 from consumer import metrics, tables
-from consumer.kinds import KINDS, Answered, Duties, Kind, Route, SweepReport
+from consumer.kinds import KINDS, Answered, Duties, Kind, Resources, Route, SweepReport
 from consumer.settings import SweeperSettings
 from consumer.sweeper.lease import Lease
 from schemas import tracing
 from schemas.limits import safe_text
 from schemas.republish import decode_result
-from schemas.runtime import kafka_clients, kafka_watch, postgres
+from schemas.runtime import kafka_clients, kafka_watch
 from schemas.runtime.health import Health
-from schemas.runtime.outages import Outages, down, waited_out
+from schemas.runtime.outages import Outages, dependency, down, waited_out
 from schemas.runtime.redelivery import handle_each
-from schemas.runtime.redis_client import RedisClient
-from schemas.runtime.redis_client import connect as connect_redis
 
 log = structlog.get_logger(__name__)
 TICK_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
-class Connections:
-    """The sweeper's connections, made by ``connect``."""
+class Membership:
+    """What the sweeper holds of its own: the lease, and its reader of the relay's answers."""
 
-    conn: psycopg.Connection[Any]
-    redis: RedisClient
     lease: Lease
-    producer: Producer
     results: Consumer
 
 
@@ -61,20 +55,22 @@ class Sweeper:
         self.routes = list(routes)
         self.kinds = kinds
         self._migrations = tables.migration_sets([kinds[r.kind] for r in routes])
+        # What the kinds' duties use: the consumer's database, Redis, a producer.
+        self.resources = Resources(settings, "inorder-sweeper")
         # Each kind's duties, started at connect; and which kind's routes take a stream.
         self.duties: dict[str, Duties] = {}
         self._kind_of = {s: r.kind for r in routes for s in r.streams}
         self._stopping = False
         self._reading_results = False
-        self._links: Connections | None = None
+        self._own: Membership | None = None
         self._outages = Outages("sweeper", health, lambda: self._stopping)
 
     @property
-    def io(self) -> Connections:
-        """The connections; ``connect`` first."""
-        if self._links is None:
+    def own(self) -> Membership:
+        """The lease and the results reader; ``connect`` first."""
+        if self._own is None:
             raise RuntimeError("Sweeper.connect() has not run")
-        return self._links
+        return self._own
 
     def stop(self) -> None:
         """Finish the sweep in hand and give the lease up."""
@@ -82,46 +78,27 @@ class Sweeper:
 
     def connect(self) -> None:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
-        conn = postgres.connect(self.settings.database_url, "inorder-sweeper")
-        try:
-            tables.migrate(conn, self._migrations)
-        except BaseException:
-            conn.close()
-            raise
+        tables.migrate(self.resources.conn, self._migrations)
         if self.settings.redis_url is None:
             raise ValueError("REDIS_URL is required by the sweeper")
-        client = connect_redis(
-            self.settings.redis_url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
-        )
         prefix = self.settings.redis_key_prefix
-        lease = Lease(client, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000))
+        lease = Lease(
+            self.resources.redis, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000)
+        )
         results = kafka_clients.consumer(
             self.settings, "inorder-sweeper", self.settings.sweeper_group_id
         )
-        producer = kafka_clients.producer(self.settings, "inorder-sweeper")
-        self._links = Connections(conn, client, lease, producer, results)
+        self.resources.producer.poll(0)  # made now: a setting it refuses shows at start
+        self._own = Membership(lease, results)
         for name, kind in self.kinds.items():
             routes = [r for r in self.routes if r.kind == name]
             if routes and kind.duties is not None:
-                self.duties[name] = kind.duties(routes, self)
+                self.duties[name] = kind.duties(routes, self.resources)
         self.health.cleared("starting")
 
-    # ------------------------------------------------------------------ tools for the kinds
-
-    @property
-    def conn(self) -> psycopg.Connection[Any]:
-        """The consumer's database (reconnected after an outage)."""
-        return self.io.conn
-
-    @property
-    def redis(self) -> RedisClient:
-        """The Redis the lease and the parks live in."""
-        return self.io.redis
-
-    @property
-    def producer(self) -> Producer:
-        """The sweeper's producer (flushed after each sweep)."""
-        return self.io.producer
+    def close(self) -> None:
+        """Close what ``connect`` opened (``run`` does it on the way out)."""
+        self._close()
 
     # ------------------------------------------------------------------ loop
 
@@ -134,15 +111,16 @@ class Sweeper:
         """
         due = {"sweep": 0.0, "gauges": 0.0}
         try:
-            while not self._stopping and self._links is None:
+            while not self._stopping and self._own is None:
                 try:  # a dependency down at start-up is waited out like any other outage
                     self.connect()
                 except Exception as exc:
                     if not down(exc):
                         raise
+                    self.resources.lost(dependency(exc))
                     self._outages.wait(exc)
-            if self._links is not None:
-                log.info("sweeper_started", holder=self.io.lease.holder)
+            if self._own is not None:
+                log.info("sweeper_started", holder=self.own.lease.holder)
             while not self._stopping:
                 self.health.beat()
                 try:
@@ -151,6 +129,7 @@ class Sweeper:
                     if not waited_out(exc):
                         raise
                     metrics.SWEEPER_ACTIVE.set(0)
+                    self.resources.lost(dependency(exc))
                     self._outages.wait(exc)
                     continue
                 self._outages.recovered()
@@ -160,10 +139,7 @@ class Sweeper:
 
     def _tick(self, due: dict[str, float]) -> bool:
         """One turn of the loop; whether this sweeper holds the lease."""
-        if self.io.conn.closed:
-            self._reconnect_postgres()
-        io = self.io
-        active = io.lease.keep()
+        active = self.own.lease.keep()
         metrics.SWEEPER_ACTIVE.set(1 if active else 0)
         self._read_results(active=active)
         now = time.monotonic()
@@ -187,34 +163,25 @@ class Sweeper:
         it for not polling minutes later, and their results would wait that long.
         """
         if active and not self._reading_results:
-            self.io.results.subscribe([self.settings.republish_results_topic])
+            self.own.results.subscribe([self.settings.republish_results_topic])
         elif not active and self._reading_results:
-            self.io.results.unsubscribe()
+            self.own.results.unsubscribe()
         self._reading_results = active
 
-    def _reconnect_postgres(self) -> None:
-        conn = postgres.connect(self.settings.database_url, "inorder-sweeper")
-        self._links = replace(self.io, conn=conn)
-        log.info("postgres_reconnected")
-
     def _close(self) -> None:
-        if self._links is None:
+        own, self._own = self._own, None
+        if own is None:
             return
-        io = self.io
         metrics.SWEEPER_ACTIVE.set(0)
         try:  # a standby takes a lease not given back once it lapses
-            io.lease.release()
+            own.lease.release()
         except Exception as exc:
             if not down(exc):
                 raise
-        io.results.close()
-        io.producer.flush(10)
-        for duty in self.duties.values():  # a kind's own connections (optional ``close``)
-            close = getattr(duty, "close", None)
-            if close is not None:
-                close()
-        io.conn.close()
-        io.redis.close()
+        own.results.close()
+        for duty in self.duties.values():  # a kind's own connections
+            duty.close()
+        self.resources.close()
 
     # ------------------------------------------------------------------ sweeping
 
@@ -224,7 +191,7 @@ class Sweeper:
         report = SweepReport()
         for duty in self.duties.values():
             duty.sweep(report)
-        self.io.producer.flush(30)
+        self.resources.producer.flush(30)
         metrics.SWEEP_DURATION.observe(time.perf_counter() - started)
         return report
 
@@ -248,8 +215,8 @@ class Sweeper:
                 metrics.REPUBLISH_RESULTS.labels("used").inc()
 
         # A refused permission among the errors shows on /readyz.
-        good = kafka_watch.usable(self.io.results.consume(num_messages=100, timeout=0))
-        handle_each(self.io.results, good, use, self._invalid_result, "unusable")
+        good = kafka_watch.usable(self.own.results.consume(num_messages=100, timeout=0))
+        handle_each(self.own.results, good, use, self._invalid_result, "unusable")
         return changed
 
     def _answer(self, raw: bytes | None, headers: Any = None) -> Answered:

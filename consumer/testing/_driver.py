@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from consumer import tables
-from consumer.kinds import KINDS, Applier, Arrivals, Kind, Links, Outcome, Route
+from consumer.kinds import KINDS, Applier, Arrivals, Kind, Outcome, Resources, Route
 from consumer.loop.poll import Routing
 from consumer.routes import parse_routes, read_routes
 from consumer.settings import ConsumerSettings
@@ -76,9 +76,12 @@ class RouteDriver:
             routes = parse_routes(routes, "routes", kinds)
         self.conn = conn
         self.routing = Routing.start(routes, kinds)
-        self.routing.connect(
-            Links(conn, ConsumerSettings.model_construct(redis_key_prefix=key_prefix), client)
+        given: dict[str, Any] = {"redis_key_prefix": key_prefix, "database_url": None}
+        given["redis_url"] = None
+        self.resources = Resources(
+            ConsumerSettings.model_construct(**given), "inorder-test", conn=conn, redis=client
         )
+        self.routing.connect(self.resources)
         tables.migrate(conn, tables.migration_sets(self.routing.kinds))
 
     def close(self) -> None:
@@ -94,7 +97,9 @@ class RouteDriver:
             sent.outcomes[applier.route.stream] = self._apply(applier, share, raw)
         return sent
 
-    def _apply(self, applier: Applier, events: list[Event], raw: Mapping[Event, bytes]) -> Outcome:
+    def _apply(
+        self, applier: Applier[Any], events: list[Event], raw: Mapping[Event, bytes]
+    ) -> Outcome:
         outcome = applier.apply(self.conn, events, raw)
         outcome.count(applier.route.stream)
         return outcome

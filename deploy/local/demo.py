@@ -32,8 +32,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from consumer import examples, tables
-from consumer.admin.audit import Audit
 from consumer.kinds import KINDS
+from consumer.kinds._audit import Audit
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from producer import loadgen, migrate

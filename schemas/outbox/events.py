@@ -16,7 +16,7 @@ from schemas import DEFAULT_TOPICS, PayloadError, PayloadSchemas, default_event_
 from schemas.codec import field_problem
 from schemas.errors import DuplicateEventError, InvalidEventError
 from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, value_problem
-from schemas.validation import default_payload_schemas
+from schemas.runtime.payloads import default_payload_schemas
 
 # The columns every writer fills, in this order; payload and headers are jsonb.
 COLUMNS = (

@@ -3,6 +3,7 @@ for event types without one: the same two settings for emit, the relay and the b
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -11,7 +12,7 @@ from pydantic import Field, ValidationError
 from schemas.errors import SchemaDefinitionError
 from schemas.runtime.config import InorderSettings, describe
 from schemas.runtime.process import fail
-from schemas.validation import PayloadSchemas, default_payload_schemas
+from schemas.validation import PayloadSchemas
 
 
 class PayloadSchemaSettings(InorderSettings):
@@ -58,3 +59,14 @@ def registry_or_exit(settings: PayloadSchemaSettings, program: str) -> PayloadSc
         return registry_of(settings)
     except SchemaDefinitionError as exc:
         fail(program, [f"bad configuration: {exc}"])
+
+
+@cache
+def default_payload_schemas() -> PayloadSchemas:
+    """The registry the settings name, built once: shipped schemas, the folder, the policy.
+
+    Read from ``INORDER_PAYLOAD_SCHEMAS`` and ``INORDER_UNKNOWN_EVENT_TYPES`` on first
+    use; a bad value raises ``SchemaDefinitionError`` naming the variable. The event
+    contract (``schemas.validation``) reads no environment: this is where it is read.
+    """
+    return registry_of(PayloadSchemaSettings.from_environment())

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psycopg
 
-from consumer.admin.audit import Audit
 from consumer.kinds import KINDS
+from consumer.kinds._audit import Audit
 from consumer.routes import parse_routes
 from tests.benchmarks.result import BenchResult
 from tests.support.services import ROOT

@@ -172,8 +172,7 @@ def run() -> list[BenchResult]:
         large = _sweep_seconds(sweeper, client, lot, sized(100_000, 1_000))
         small = min(small, _sweep_seconds(sweeper, client, lot, 100))
         client.delete(*lot.index_keys("ledger"))
-        sweeper.io.conn.close()
-        sweeper.io.results.close()
+        sweeper.close()
         heal = _heal_seconds(settings, url, client)
     for key in client.scan_iter(match=f"{prefix}:*", count=1000):
         client.delete(key)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from consumer import deadletter
+from consumer.kinds.projection.errors import PROJECTION_REJECTED
 from schemas import Event, codec, to_document
 from schemas.limits import MAX_DEPTH
 
@@ -195,8 +196,8 @@ def kinds(rng: random.Random) -> dict[str, tuple[Callable[[int], bytes | None], 
         "2 MiB value": (lambda fid: b"{" + b" " * TWO_MIB + b"}", r.TOO_LARGE),
         "2 MiB payload": (_payload(blob="x" * TWO_MIB), r.TOO_LARGE),
         "stream without route": (_with("entity_type", "no_such_stream"), deadletter.UNKNOWN_STREAM),
-        "price not a number": (_payload(price_cents="lots"), deadletter.PROJECTION_REJECTED),
-        "price beyond integer": (_payload(price_cents=2**40), deadletter.PROJECTION_REJECTED),
+        "price not a number": (_payload(price_cents="lots"), PROJECTION_REJECTED),
+        "price beyond integer": (_payload(price_cents=2**40), PROJECTION_REJECTED),
     }
 
 

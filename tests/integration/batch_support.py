@@ -200,7 +200,4 @@ def sweep_once(b: BatchSetup) -> SweepReport:
     try:
         return sweeper.sweep()
     finally:
-        sweeper.io.producer.flush(10)
-        sweeper.io.results.close()
-        sweeper.io.conn.close()
-        sweeper.io.redis.close()
+        sweeper.close()

@@ -8,7 +8,7 @@ import redis
 from pydantic import SecretStr
 
 from consumer import tables
-from consumer.kinds import Arrivals, Links
+from consumer.kinds import Arrivals, Resources
 from consumer.kinds.steps import StepApplier
 from consumer.routes import parse_routes
 from consumer.settings import ConsumerSettings
@@ -70,11 +70,18 @@ def runner(
     """
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
-    given: dict[str, Any] = {"redis_key_prefix": prefix.rstrip(":"), **settings}
+    given: dict[str, Any] = {
+        "redis_key_prefix": prefix.rstrip(":"),
+        "database_url": None,
+        "redis_url": None,
+        **settings,
+    }
     if database_url is not None:
         given["database_url"] = SecretStr(database_url)
-    links = Links(None, ConsumerSettings.model_construct(**given), client, carry)  # type: ignore[arg-type]
-    applier.connect(links)
+    lent = Resources(
+        ConsumerSettings.model_construct(**given), "inorder-test", carry=carry, redis=client
+    )
+    applier.connect(lent)
     return applier
 
 

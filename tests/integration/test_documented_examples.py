@@ -27,6 +27,7 @@ from consumer.kinds.batches import BatchRoute
 from consumer.routes import parse_routes
 from consumer.testing import event
 from producer import OutboxEvent, emit, migrate, subscriptions
+from schemas.runtime.payloads import default_payload_schemas
 from tests.conftest import PgSchema, TopicFactory
 from tests.support.docs import CONSUMER, PRODUCER, ROOT, example, module_of
 from tests.support.kafka import wait_until
@@ -219,7 +220,7 @@ def test_the_snapshot_command_writes_payloads_the_shipped_schema_accepts(
         ("s1", 1, 1, "subscription.snapshot"),
         ("s2", 1, 2, "subscription.snapshot"),
     ]
-    registry = schemas.default_payload_schemas()
+    registry = default_payload_schemas()
     for row in rows:
         registry.validate(row[3], row[4])
     assert rows[1][4]["status"] == "deleted"

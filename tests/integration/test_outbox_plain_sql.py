@@ -9,6 +9,7 @@ import orjson
 
 import schemas
 from producer import migrate
+from schemas.runtime.payloads import default_payload_schemas
 from tests.conftest import PgSchema
 from tests.support.docs import PRODUCER, example
 
@@ -51,7 +52,7 @@ def test_row_written_with_psql_meets_the_contract(pg_schema: PgSchema) -> None:
         "payload": payload,
     }
     event = schemas.decode(orjson.dumps(envelope))
-    schemas.default_payload_schemas().validate(event.event_type, event.payload)
+    default_payload_schemas().validate(event.event_type, event.payload)
     assert (event.entity_id, event.version, event.event_id) == (
         "sql-1",
         (1, 5),

@@ -13,6 +13,7 @@ import pytest
 
 import schemas
 from producer import InvalidEventError, OutboxEvent, emit
+from schemas.runtime.payloads import default_payload_schemas
 from tests.conftest import PgSchema
 from tests.integration import relay_support as rs
 from tests.support.docs import example
@@ -39,9 +40,9 @@ def environment(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     """INORDER_PAYLOAD_SCHEMAS names the folder; emit's registry is read afresh."""
     monkeypatch.setenv("INORDER_PAYLOAD_SCHEMAS", str(folder))
     monkeypatch.delenv("INORDER_UNKNOWN_EVENT_TYPES", raising=False)
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
     yield
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
 
 
 def _order(seq: int, payload: dict[str, object], event_type: str = "order.created") -> OutboxEvent:
@@ -70,7 +71,7 @@ def test_emit_refuses_a_type_without_a_schema_naming_the_setting(
     ):
         emit(conn, _order(1, {}, "order.shipped"))
     monkeypatch.setenv("INORDER_UNKNOWN_EVENT_TYPES", "allow")
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
     with outbox.connect() as conn, conn.transaction():
         emit(conn, _order(1, {"anything": True}, "order.shipped"))
 
@@ -175,11 +176,11 @@ def test_the_readme_example_emits_an_own_type(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("INORDER_PAYLOAD_SCHEMAS", "schemas")
     monkeypatch.setenv("DATABASE_URL", outbox.url)
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
     try:
         exec(compile(example("own-type-emit"), "README.md", "exec"), {})  # noqa: S102
     finally:
-        schemas.default_payload_schemas.cache_clear()
+        default_payload_schemas.cache_clear()
     with outbox.connect() as conn:
         row = conn.execute("SELECT entity_id, seq, event_type, payload FROM outbox").fetchone()
     assert row == ("o-2", 1, "order.created", {"total_cents": 1200})

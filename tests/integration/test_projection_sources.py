@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer.admin.audit import Audit
 from consumer.errors import RoutesError
 from consumer.kinds import KINDS
+from consumer.kinds._audit import Audit
 from consumer.kinds.projection import ProjectionRoute, apply, check_table
 from consumer.routes import parse_routes
 from schemas import Event

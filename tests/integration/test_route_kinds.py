@@ -16,21 +16,23 @@ from rich.console import Console
 
 from consumer import tables
 from consumer.admin import cli
-from consumer.admin.audit import Audit
 from consumer.errors import AdminError, RoutesError
 from consumer.kinds import (
     KINDS,
     AdminTools,
+    Answered,
+    Applier,
     Commands,
+    Duties,
     Findings,
     Kind,
-    Links,
     Outcome,
     Refusal,
+    Resources,
     Spec,
     SweepReport,
-    Tools,
 )
+from consumer.kinds._audit import Audit
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
 from consumer.settings import SweeperSettings
@@ -70,11 +72,11 @@ def parse_journal(spec: Spec) -> JournalRoute:
     return JournalRoute(spec.stream, spec.identifier("table", spec.values.get("table")))
 
 
-class JournalApplier:
+class JournalApplier(Applier[JournalRoute]):
     def __init__(self, route: JournalRoute) -> None:
         self.route = route
 
-    def connect(self, links: Links) -> None:
+    def connect(self, links: Resources[Any]) -> None:
         found = links.conn.execute("SELECT to_regclass(%s)", (self.route.table,)).fetchone()
         if found is None or found[0] is None:
             raise RoutesError([f"route {self.route.stream}: create {self.route.table} first"])
@@ -95,12 +97,12 @@ class JournalApplier:
         return outcome
 
 
-class JournalDuties:
+class JournalDuties(Duties):
     """The sweeper's work for journals: count the entries, and remember the relay's answers."""
 
     answered: ClassVar[list[RepublishResult]] = []
 
-    def __init__(self, routes: Sequence[JournalRoute], tools: Tools) -> None:
+    def __init__(self, routes: Sequence[JournalRoute], tools: Resources[Any]) -> None:
         self.routes = routes
         self.tools = tools
 
@@ -109,12 +111,9 @@ class JournalDuties:
             row = self.tools.conn.execute(f"SELECT count(*) FROM {route.table}").fetchone()  # noqa: S608
             report["journal_entries"] += row[0] if row else 0
 
-    def answer(self, result: RepublishResult) -> bool:
+    def answer(self, result: RepublishResult) -> Answered:
         self.answered.append(result)
-        return True
-
-    def gauges(self, *, every: bool) -> None:
-        """No gauges of its own."""
+        return Answered.UNCHANGED
 
 
 class JournalInspector:
@@ -123,7 +122,7 @@ class JournalInspector:
     def generation(self, conn: Any, route: JournalRoute, entity_id: str) -> int | None:
         return 7  # a generation only this kind knows, for republish's default
 
-    def story(self, tools: Tools, route: JournalRoute, entity_id: str) -> Findings:
+    def story(self, tools: Resources[Any], route: JournalRoute, entity_id: str) -> Findings:
         rows = tools.conn.execute(
             f"SELECT seq FROM {route.table} WHERE entity_id = %s ORDER BY seq",  # noqa: S608
             (entity_id,),

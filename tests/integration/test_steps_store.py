@@ -335,10 +335,10 @@ def test_review_gauge_moves_at_the_next_poll_after_a_stop(
     gauges = metrics.Gauges(tables=[step_gauges.refresh])
     run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_at_13"))
     with steps_db.connect(autocommit=True) as conn:
-        gauges.refresh(None, conn)
+        gauges.refresh(conn)
         assert REGISTRY.get_sample_value("steps_needs_review") == 0
         ss.feed(run, conn, [ss.step(s) for s in range(1, 14)])
-        gauges.refresh(None, conn)
+        gauges.refresh(conn)
     assert REGISTRY.get_sample_value("steps_needs_review") == 1
 
 

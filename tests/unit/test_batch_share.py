@@ -21,7 +21,7 @@ from schemas import Event, batches
 from schemas.batches import BatchStatus, ItemState
 from schemas.outbox import OutboxEvent
 from schemas.outbox.events import check
-from schemas.validation import default_payload_schemas
+from schemas.runtime.payloads import default_payload_schemas
 from tests.integration import batch_support as bs
 
 SCHEMAS = default_payload_schemas()

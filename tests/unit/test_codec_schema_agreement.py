@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import schemas
 from schemas.files import ecma_pattern, envelope_schema, payload_schemas
 from schemas.limits import value_problem
+from schemas.runtime.payloads import default_payload_schemas
 from schemas.validation import validator_for
 
 ENVELOPE = validator_for(envelope_schema())
@@ -122,5 +123,5 @@ def test_codec_and_schema_agree_on_mutated_documents(doc: Any) -> None:
 @pytest.mark.parametrize("event_type", sorted(payload_schemas()))
 def test_payload_schemas_are_registered_by_event_type(event_type: str) -> None:
     """Each shipped payload schema is known to the default registry under its event type."""
-    assert event_type in schemas.default_payload_schemas()
+    assert event_type in default_payload_schemas()
     assert payload_schemas()[event_type]["$id"].endswith(event_type)

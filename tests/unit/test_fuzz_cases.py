@@ -8,10 +8,11 @@ from collections import Counter
 import pytest
 
 from consumer import deadletter
+from consumer.kinds.projection.errors import PROJECTION_REJECTED
 from schemas import DecodeError, decode
 from tests.faults import mutations
 
-CONSUMER_REASONS = {deadletter.UNKNOWN_STREAM, deadletter.PROJECTION_REJECTED}
+CONSUMER_REASONS = {deadletter.UNKNOWN_STREAM, PROJECTION_REJECTED}
 
 
 def test_every_case_decodes_or_fails_as_it_claims() -> None:

@@ -1,4 +1,9 @@
-"""Outside ``consumer/kinds/`` nothing names a kind: no import of its modules, no type test."""
+"""The kinds and the core stand apart: the core names no kind, and the kinds stand below it.
+
+Outside ``consumer/kinds/`` nothing imports a kind's modules or tests a kind's type; the
+core's metrics, errors and dead-letter reasons hold no kind's vocabulary; and nothing
+under ``consumer/kinds/`` imports the programs that host the kinds.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,11 @@ from tests.support.services import ROOT
 CONSUMER = ROOT / "consumer"
 KIND_PACKAGE = CONSUMER / "kinds"
 INTERNALS = tuple(f"consumer.kinds.{name}" for name in ("steps", "batches", "projection"))
+# What hosts the kinds: the kinds import none of it.
+HOSTS = ("consumer.admin", "consumer.loop", "consumer.sweeper", "consumer.service")
+# The core's vocabulary modules, and the words that are a kind's (its name and its means).
+CORE_VOCABULARY = ("metrics.py", "errors.py", "deadletter.py")
+KIND_WORDS = ("step", "batch", "projection", "park", "lane", "gap", "review", "assembl")
 
 
 def _outside_kinds() -> list[Path]:
@@ -101,3 +111,57 @@ def test_no_file_outside_the_kinds_names_a_kind_s_modules() -> None:
             if any(name in line for name in INTERNALS)
         ]
     assert found == []
+
+
+def _symbols(tree: ast.Module) -> Iterator[str]:
+    """The names a module defines at its top: classes, functions and assignments."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            yield node.name
+        elif isinstance(node, ast.Assign):
+            yield from (t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            yield node.target.id
+
+
+def _kind_symbols(tree: ast.Module) -> list[str]:
+    return [s for s in _symbols(tree) if any(w in s.lower() for w in KIND_WORDS)]
+
+
+def _hosts_imported(tree: ast.AST) -> list[str]:
+    return sorted({m for m in _imports(tree) if m.startswith(HOSTS)})
+
+
+@pytest.mark.parametrize("path", sorted(KIND_PACKAGE.rglob("*.py")), ids=lambda p: p.name)
+def test_no_kind_imports_what_hosts_it(path: Path) -> None:
+    """Nothing under the kinds imports the admin, the loop, the sweeper or the service."""
+    assert _hosts_imported(ast.parse(path.read_text())) == []
+
+
+@pytest.mark.parametrize("name", CORE_VOCABULARY)
+def test_the_core_vocabulary_names_no_kind(name: str) -> None:
+    """The core's metrics, errors and dead-letter reasons define no kind's symbol."""
+    assert _kind_symbols(ast.parse((CONSUMER / name).read_text())) == []
+
+
+def test_the_outbound_checks_catch_what_they_forbid() -> None:
+    """A kind importing the admin or the loop, and a core step metric, are both flagged."""
+    tree = ast.parse(
+        "from consumer.admin.audit import Audit\n"
+        "import consumer.loop.settle\n"
+        "from consumer import service\n"
+        "from consumer.kinds._base import Applier\n"
+    )
+    assert _hosts_imported(tree) == [
+        "consumer.admin.audit",
+        "consumer.admin.audit.Audit",
+        "consumer.loop.settle",
+        "consumer.service",
+    ]
+    core = ast.parse(
+        'PARKED = Counter("events_parked_total", "")\n'
+        "class StepFailedError(Exception): ...\n"
+        'BATCH_REJECTED = "batch_rejected"\n'
+        'APPLIED = Counter("events_applied_total", "")\n'
+    )
+    assert _kind_symbols(core) == ["PARKED", "StepFailedError", "BATCH_REJECTED"]

@@ -10,7 +10,12 @@ import pytest
 
 import schemas
 from schemas.errors import SchemaDefinitionError, UnknownEventTypeError
-from schemas.runtime.payloads import PayloadSchemaSettings, registry_of, registry_or_exit
+from schemas.runtime.payloads import (
+    PayloadSchemaSettings,
+    default_payload_schemas,
+    registry_of,
+    registry_or_exit,
+)
 
 ORDER = {"type": "object", "required": ["total"], "properties": {"total": {"type": "integer"}}}
 
@@ -26,9 +31,9 @@ def folder(tmp_path: Path) -> Path:
 @pytest.fixture
 def fresh_default() -> Iterator[None]:
     """The default registry rebuilt from the environment before and after the test."""
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
     yield
-    schemas.default_payload_schemas.cache_clear()
+    default_payload_schemas.cache_clear()
 
 
 def test_a_folder_adds_its_types_beside_the_shipped_ones(folder: Path) -> None:
@@ -108,7 +113,7 @@ def test_the_default_registry_reads_the_environment(
     """emit's default registry is the folder and policy the environment names."""
     monkeypatch.setenv("INORDER_PAYLOAD_SCHEMAS", str(folder))
     monkeypatch.setenv("INORDER_UNKNOWN_EVENT_TYPES", "allow")
-    registry = schemas.default_payload_schemas()
+    registry = default_payload_schemas()
     assert "order.created" in registry
     assert registry.allow_unknown
 
@@ -119,7 +124,7 @@ def test_a_bad_policy_in_the_environment_names_the_variable(
     """A policy other than refuse or allow is refused naming INORDER_UNKNOWN_EVENT_TYPES."""
     monkeypatch.setenv("INORDER_UNKNOWN_EVENT_TYPES", "sometimes")
     with pytest.raises(SchemaDefinitionError, match="INORDER_UNKNOWN_EVENT_TYPES"):
-        schemas.default_payload_schemas()
+        default_payload_schemas()
 
 
 @pytest.mark.usefixtures("fresh_default")
@@ -129,6 +134,6 @@ def test_a_program_reads_its_schema_folder_once(
     """Start-up's check and the batch kind share one registry; other settings get their own."""
     monkeypatch.setenv("INORDER_PAYLOAD_SCHEMAS", str(tmp_path))
     checked = registry_or_exit(PayloadSchemaSettings(), "inorder-consumer")
-    assert checked is schemas.default_payload_schemas()
+    assert checked is default_payload_schemas()
     other = PayloadSchemaSettings(unknown_event_types="allow")
     assert registry_or_exit(other, "inorder-consumer") is not checked

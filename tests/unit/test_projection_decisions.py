@@ -7,7 +7,7 @@ from typing import Any
 
 from consumer.deadletter import DeadLetter, letter
 from consumer.kinds.projection import ProjectionRoute, field_value, newest_per_entity, record
-from consumer.loop.poll import next_offsets
+from consumer.loop.classic import next_offsets
 from schemas import Event, headers
 from tests.support.messages import StandIn
 

@@ -17,6 +17,7 @@ from outbox_relay.topics import TopicCheck, TopicVerdict, name_problem
 from schemas import headers
 from schemas.limits import MAX_DEPTH
 from schemas.republish import RepublishRequest, backoff_delays, worst_case_repair_s
+from schemas.runtime.payloads import default_payload_schemas
 from tests.support.outbox_rows import NOW, PAYLOAD
 from tests.support.outbox_rows import outbox_row as _row
 
@@ -27,7 +28,7 @@ ALLOWING = schemas.PayloadSchemas(allow_unknown=True)
 def _messages(
     rows: list[OutboxRow], registry: schemas.PayloadSchemas | None = None, **kwargs: Any
 ) -> Any:
-    registry = registry or schemas.default_payload_schemas()
+    registry = registry or default_payload_schemas()
     return to_messages(rows, NOW, schemas=registry, max_bytes=10_000, **kwargs)
 
 

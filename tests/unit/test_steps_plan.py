@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumer.kinds.steps import Handler, StepRoute
+from consumer.kinds.steps.metrics import REORDER_DISTANCE
 from consumer.kinds.steps.plan import Progress, plan, reorder_distance
-from consumer.metrics import REORDER_DISTANCE
 from consumer.routes import parse_routes
 from schemas import Event
 

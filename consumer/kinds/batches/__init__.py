@@ -9,8 +9,8 @@ assembled payload, pure), ``store`` (every statement). Beside the loop:
 (``inorder-admin batches``).
 """
 
-from consumer.kinds._base import Kind, Need
-from consumer.kinds.batches import commands, duties
+from consumer.kinds._base import Kind
+from consumer.kinds.batches import commands, duties, metrics, startup
 from consumer.kinds.batches.inspect import BatchInspector
 from consumer.kinds.batches.route import BatchRoute, parse
 from consumer.kinds.batches.runner import BatchApplier
@@ -22,11 +22,12 @@ KIND = Kind(
     parse,
     BatchApplier,
     migrations=(outbox.MIGRATIONS,),
-    needs=frozenset({Need.RELAY}),
+    check=startup.check,
     settings=(BatchRoute,),
     duties=duties.duties,
     inspector=BatchInspector(),
     commands=commands.COMMANDS,
+    metrics=metrics,
 )
 
 __all__ = ["KIND", "BatchApplier", "BatchRoute"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from consumer.errors import BatchAdminError
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.batches.decisions import Batch, Item
+from consumer.kinds.batches.errors import BatchAdminError
 from consumer.kinds.batches.plan import Share
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner

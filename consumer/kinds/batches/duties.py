@@ -4,18 +4,25 @@ dead-letter results whose batch's manifest did not come within the route's TTL."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
-from consumer import deadletter, metrics
-from consumer.deadletter import BATCH_REJECTED, DeadLetter, Unsent
-from consumer.kinds._plugin import Answered, SweepReport, Tools
+from consumer import deadletter
+from consumer.deadletter import DeadLetter, Unsent
+from consumer.kinds._plugin import Answered, Duties, SweepReport
+from consumer.kinds._resources import Resources
+from consumer.kinds.batches import metrics
+from consumer.kinds.batches.errors import BATCH_REJECTED
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.runner import BatchRunner
 from consumer.kinds.batches.store import Early
 from schemas import DecodeError, decode, kafka_key
 from schemas.batches import BatchStatus, ItemState, item_entity_id
 from schemas.republish import RepublishResult
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 # Positions still pending in waiting batches, and batches held for a person.
 _GAUGES = (
@@ -25,10 +32,10 @@ _GAUGES = (
 )
 
 
-class BatchDuties:
+class BatchDuties(Duties):
     """Batch expiry: past its deadline a waiting batch stops waiting and is settled."""
 
-    def __init__(self, routes: Sequence[BatchRoute], tools: Tools) -> None:
+    def __init__(self, routes: Sequence[BatchRoute], tools: Resources[SweeperSettings]) -> None:
         self.tools = tools
         self.runner = BatchRunner(routes)
 
@@ -94,6 +101,6 @@ def _letter(route: BatchRoute, row: Early) -> DeadLetter:
     return DeadLetter(Unsent(key, message or value), BATCH_REJECTED, why)
 
 
-def duties(routes: Sequence[BatchRoute], tools: Tools) -> BatchDuties:
+def duties(routes: Sequence[BatchRoute], tools: Resources[SweeperSettings]) -> BatchDuties:
     """The batch kind's duties over its routes."""
     return BatchDuties(routes, tools)

@@ -8,11 +8,16 @@ show``), and an inconsistent one is stopped and counted when it arrives.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
-from consumer.admin.audit import Audit
-from consumer.kinds._plugin import Conn, Findings, Tools
+from consumer.kinds._audit import Audit
+from consumer.kinds._plugin import Conn, Findings
+from consumer.kinds._resources import Resources
 from consumer.kinds.batches.route import BatchRoute
 from consumer.kinds.batches.store import BatchStore
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 
 class BatchInspector:
@@ -23,7 +28,9 @@ class BatchInspector:
         batch = BatchStore(route.stream).batches(conn, [entity_id]).get(entity_id)
         return None if batch is None else batch.generation
 
-    def story(self, tools: Tools, route: BatchRoute, entity_id: str) -> Findings:
+    def story(
+        self, tools: Resources[SweeperSettings], route: BatchRoute, entity_id: str
+    ) -> Findings:
         """The batch's row and its positions."""
         store = BatchStore(route.stream)
         batch = store.batches(tools.conn, [entity_id]).get(entity_id)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from consumer.kinds._base import Outcome
+from consumer.kinds._outcome import Outcome
 from consumer.kinds.batches.decisions import (
     Batch,
     Branch,
@@ -33,6 +33,7 @@ from consumer.kinds.batches.decisions import (
     manifest_problem,
 )
 from consumer.kinds.batches.incoming import Incoming
+from consumer.kinds.batches.metrics import BatchTally
 from consumer.kinds.batches.route import BatchRoute
 from schemas import Event, batches
 from schemas.batches import BatchStatus, ItemState, OnIncomplete, WorkItem, work_item_event
@@ -40,7 +41,7 @@ from schemas.errors import InvalidEventError
 from schemas.limits import safe_text
 from schemas.outbox import OutboxEvent
 from schemas.outbox.events import check
-from schemas.validation import default_payload_schemas
+from schemas.runtime.payloads import default_payload_schemas
 
 Status = tuple[str, str | None, int | None]  # status, reason, revision after an assembly
 
@@ -315,11 +316,8 @@ class Share:
 
     def outcome(self) -> Outcome:
         """What the transaction did, as the route's ``Outcome`` (counted by its caller)."""
-        return Outcome(
-            batch_results=Counter(self.results),
-            batches_assembled=Counter(self.assembled),
-            batches_inconsistent=self.inconsistent,
-        )
+        tally = BatchTally(Counter(self.results), Counter(self.assembled), self.inconsistent)
+        return Outcome(tally=tally)
 
     # ------------------------------------------------------------------ helpers
 

@@ -10,13 +10,15 @@ consumer's own outbox), so a decision and its output commit together or not at a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import structlog
 
-from consumer.deadletter import BATCH_REJECTED
-from consumer.kinds._base import Conn, Links, Outcome, Refusal
+from consumer.kinds._base import Applier, Conn
+from consumer.kinds._outcome import Outcome, Refusal
+from consumer.kinds._resources import Resources
+from consumer.kinds.batches.errors import BATCH_REJECTED
 from consumer.kinds.batches.incoming import Incoming, read
 from consumer.kinds.batches.plan import Share
 from consumer.kinds.batches.route import BatchRoute
@@ -28,7 +30,10 @@ from schemas.limits import safe_text
 from schemas.outbox import emit_many
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.logs import first_line
-from schemas.validation import default_payload_schemas
+from schemas.runtime.payloads import default_payload_schemas
+
+if TYPE_CHECKING:
+    from consumer.settings import ConsumerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -145,14 +150,14 @@ class BatchRunner:
         return share
 
 
-class BatchApplier:
+class BatchApplier(Applier[BatchRoute]):
     """One batch route in the consumer: its share of a poll batch in one transaction."""
 
     def __init__(self, route: BatchRoute) -> None:
         self.route = route
         self.runner = BatchRunner([route])
 
-    def connect(self, links: Links) -> None:
+    def connect(self, links: Resources[ConsumerSettings]) -> None:
         """Nothing to check: the batch tables and the outbox come with the migrations."""
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:

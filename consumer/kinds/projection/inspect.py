@@ -7,16 +7,20 @@ not published yet, dead-lettered) or left unexplained.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from consumer.admin.audit import Audit
-from consumer.kinds._plugin import Conn, Findings, Tools
+from consumer.kinds._audit import Audit
+from consumer.kinds._plugin import Conn, Findings
+from consumer.kinds._resources import Resources
 from consumer.kinds.projection.route import ProjectionRoute
 from consumer.kinds.projection.table import stored_row, whole_row
 from consumer.kinds.projection.upsert import field_value, target_columns
 from schemas.snapshot import snapshot_type
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 
 class ProjectionInspector:
@@ -27,7 +31,9 @@ class ProjectionInspector:
         row = stored_row(conn, route, entity_id)
         return None if row is None else int(row["generation"])
 
-    def story(self, tools: Tools, route: ProjectionRoute, entity_id: str) -> Findings:
+    def story(
+        self, tools: Resources[SweeperSettings], route: ProjectionRoute, entity_id: str
+    ) -> Findings:
         """What the stream wrote into the entity's row; the whole row too when it holds more
         (other streams' columns and versions, in a table several streams feed)."""
         found = Findings(applied=stored_row(tools.conn, route, entity_id))

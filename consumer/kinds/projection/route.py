@@ -25,7 +25,7 @@ from typing import Any
 
 from psycopg import sql
 
-from consumer.kinds._base import OneStream
+from consumer.kinds._route import OneStream
 from consumer.kinds._spec import Spec, default, names, setting
 
 

@@ -7,22 +7,27 @@ catalog checks ``catalog``; here is what writes and reads the table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from consumer.deadletter import PROJECTION_REJECTED
 from consumer.errors import TableChangedError
-from consumer.kinds._base import Conn, Links, Outcome, Refusal
+from consumer.kinds._base import Applier, Conn
+from consumer.kinds._outcome import Outcome, Refusal
+from consumer.kinds._resources import Resources
 from consumer.kinds.projection.catalog import ProjectionTable, changed, check_table
+from consumer.kinds.projection.errors import PROJECTION_REJECTED
 from consumer.kinds.projection.route import ProjectionRoute
 from consumer.kinds.projection.upsert import newest_per_entity, record
 from schemas import Event
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.logs import first_line
+
+if TYPE_CHECKING:
+    from consumer.settings import ConsumerSettings
 
 
 def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
@@ -117,14 +122,14 @@ def _outcome(
     return outcome
 
 
-class ProjectionApplier:
+class ProjectionApplier(Applier[ProjectionRoute]):
     """A projection route in the consumer: its table checked once, then one upsert per batch."""
 
     def __init__(self, route: ProjectionRoute) -> None:
         self.route = route
         self._table: ProjectionTable | None = None
 
-    def connect(self, links: Links) -> None:
+    def connect(self, links: Resources[ConsumerSettings]) -> None:
         """Check the table (``RoutesError`` if it does not fit) and build the upsert."""
         self._table = check_table(links.conn, self.route)
 

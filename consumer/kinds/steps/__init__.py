@@ -10,8 +10,8 @@ sweeper repairs: ``gaps``), ``inspect`` (explain and audit), ``commands`` (gaps,
 parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 """
 
-from consumer.kinds._base import Kind, Need
-from consumer.kinds.steps import commands, duties, gauges
+from consumer.kinds._base import Kind
+from consumer.kinds.steps import commands, duties, gauges, metrics, startup
 from consumer.kinds.steps.inspect import StepInspector
 from consumer.kinds.steps.retries import Retry
 from consumer.kinds.steps.route import Handler, StepRoute, parse
@@ -21,12 +21,13 @@ KIND = Kind(
     "step",
     parse,
     StepApplier,
-    needs=frozenset({Need.REDIS}),
+    check=startup.check,
     settings=(StepRoute, Handler, Retry),
     duties=duties.duties,
     inspector=StepInspector(),
     commands=commands.COMMANDS,
     gauges=gauges.refresh,
+    metrics=metrics,
 )
 
 __all__ = ["KIND", "Handler", "StepApplier", "StepRoute"]

@@ -8,7 +8,12 @@ from dataclasses import replace
 import psycopg
 import structlog
 
-from consumer.errors import ManyFailedError, PipelinedError, StepFailedError, StepsUnsettledError
+from consumer.kinds.steps.errors import (
+    ManyFailedError,
+    PipelinedError,
+    StepFailedError,
+    StepsUnsettledError,
+)
 from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries

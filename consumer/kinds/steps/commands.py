@@ -18,7 +18,6 @@ from confluent_kafka import Message, TopicPartition
 
 from consumer import held as holding
 from consumer.errors import AdminError
-from consumer.kinds._base import Links
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.steps import gaps
 from consumer.kinds.steps.duties import drain
@@ -312,7 +311,7 @@ class StepCommands:
 
     def _drain(self, applier: StepApplier, entity_id: str) -> None:
         """Apply whatever became due for the entity, and count it as the consumer would."""
-        applier.connect(Links.of(self.tools))
+        applier.connect(self.tools)
         drain(self.tools, applier, [entity_id])
 
 

@@ -9,13 +9,14 @@ has its seqs or the attempts run out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
-from consumer import deadletter, metrics
-from consumer.kinds._base import Links
-from consumer.kinds._plugin import Answered, SweepReport, Tools
-from consumer.kinds.steps import failures, gaps, traced
+from consumer import deadletter
+from consumer.kinds._plugin import Answered, Duties, SweepReport
+from consumer.kinds._resources import Resources
+from consumer.kinds.steps import failures, gaps, metrics, traced
 from consumer.kinds.steps.asking import Asker
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
@@ -25,15 +26,18 @@ from consumer.kinds.steps.runner import StepApplier
 from schemas import DecodeError, decode, tracing
 from schemas.republish import RepublishRequest, RepublishResult, backoff_delays, encode
 
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
+
 log = structlog.get_logger(__name__)
 # The event type recorded for a gap found by its lost parks (no parked event to name it).
 LOST_PARK = "lost_park"
 
 
-class StepDuties:
+class StepDuties(Duties):
     """The step routes' gap repair, run by the sweeper holding the lease."""
 
-    def __init__(self, routes: Sequence[StepRoute], tools: Tools) -> None:
+    def __init__(self, routes: Sequence[StepRoute], tools: Resources[SweeperSettings]) -> None:
         self.tools = tools
         settings = tools.settings
         self.delays = backoff_delays(
@@ -46,9 +50,8 @@ class StepDuties:
         self._asker = Asker(settings)
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
-        links = Links.of(tools)
         for applier in self.steps.values():
-            applier.connect(links)
+            applier.connect(tools)
 
     def close(self) -> None:
         """Close the connection snapshot requests were written on, if one was opened."""
@@ -296,7 +299,9 @@ class StepDuties:
         metrics.PARKED_OLDEST_AGE.set(oldest_age)
 
 
-def drain(tools: Tools, applier: StepApplier, entity_ids: Sequence[str]) -> None:
+def drain(
+    tools: Resources[SweeperSettings], applier: StepApplier, entity_ids: Sequence[str]
+) -> None:
     """Apply what became due for the entities, outside the loop: letters sent, counts added.
 
     A step given up on there is dead-lettered from its parked bytes.
@@ -308,6 +313,6 @@ def drain(tools: Tools, applier: StepApplier, entity_ids: Sequence[str]) -> None
     outcome.count(applier.route.stream)
 
 
-def duties(routes: Sequence[StepRoute], tools: Tools) -> StepDuties:
+def duties(routes: Sequence[StepRoute], tools: Resources[SweeperSettings]) -> StepDuties:
     """The step kind's duties over its routes."""
     return StepDuties(routes, tools)

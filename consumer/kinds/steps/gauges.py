@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from consumer import metrics
 from consumer.kinds._plugin import Conn
+from consumer.kinds.steps import metrics
 
 _STOPPED = (
     "SELECT count(*) FILTER (WHERE retry_at IS NULL), count(*) FILTER (WHERE retry_at IS NOT NULL) "

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import psycopg
 
-from consumer.errors import ManyFailedError, PipelinedError, StepFailedError
+from consumer.kinds.steps.errors import ManyFailedError, PipelinedError, StepFailedError
 from consumer.kinds.steps.plan import calls
 from consumer.kinds.steps.route import Entry
 from schemas import Event

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from consumer.kinds._arrivals import Arrivals
-from consumer.kinds._barrier import merge
-from consumer.kinds._base import Conn, Outcome
+from consumer.kinds._base import Conn
+from consumer.kinds._outcome import Outcome, merge
 from schemas import Event
 
 # Applies one entity's queued events on a lane's connection: (connection, entity,

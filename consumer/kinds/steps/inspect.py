@@ -10,20 +10,23 @@ or left unexplained.
 from __future__ import annotations
 
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from consumer.admin.audit import Audit
-from consumer.admin.output import ranges
-from consumer.kinds._plugin import Conn, Findings, Rows, Tools
+from consumer.kinds._audit import Audit
+from consumer.kinds._plugin import Conn, Findings, Rows, ranges
+from consumer.kinds._resources import Resources
 from consumer.kinds.steps import gaps
 from consumer.kinds.steps.gaps import UNRESOLVED
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.store import StepStore
 from schemas.snapshot import snapshot_type
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 
 class StepInspector:
@@ -33,7 +36,9 @@ class StepInspector:
         """The entity's current generation (None: nothing applied yet)."""
         return StepStore(route).generation(conn, entity_id)
 
-    def story(self, tools: Tools, route: StepRoute, entity_id: str) -> Findings:
+    def story(
+        self, tools: Resources[SweeperSettings], route: StepRoute, entity_id: str
+    ) -> Findings:
         """Progress, log, skips, failed and unfinished calls, gaps, and what is parked."""
         key = (route.stream, entity_id)
         with tools.conn.cursor(row_factory=dict_row) as cur:

@@ -38,8 +38,8 @@ from consumer.errors import RoutesError
 from schemas.runtime.redis_client import RedisClient
 
 if TYPE_CHECKING:
-    from consumer.kinds._base import Links
-    from consumer.kinds._plugin import Tools
+    from consumer.kinds._resources import Resources
+    from consumer.settings import ConsumerSettings
 
 # KEYS: set, index, bytes. ARGV: member, seq, cap, ttl, entity, cap in bytes.
 # A member already there is only kept longer. Otherwise, unless the set is at its cap in
@@ -360,9 +360,9 @@ class ParkingLot:
         return {e: list(members) for e, members in zip(entity_ids, found, strict=True) if members}
 
 
-def lot_of(tools: Tools | Links) -> ParkingLot:
+def lot_of(resources: Resources[ConsumerSettings]) -> ParkingLot:
     """Parked events under the consumers' key prefix and bucket count (their settings)."""
-    if tools.redis is None:
+    if not resources.has_redis and resources.settings.redis_url is None:
         raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
-    settings = tools.settings
-    return ParkingLot(tools.redis, settings.redis_key_prefix, settings.park_buckets)
+    settings = resources.settings
+    return ParkingLot(resources.redis, settings.redis_key_prefix, settings.park_buckets)

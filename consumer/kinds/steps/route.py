@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from consumer.errors import RoutesError
-from consumer.kinds._base import OneStream
+from consumer.kinds._route import OneStream
 from consumer.kinds._spec import Spec, names, setting
 from consumer.kinds.steps.retries import MOST_ATTEMPTS, MOST_BACKOFF_S, Retry, Then
 

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
-from consumer import metrics
-from consumer.deadletter import PARK_CAP_REACHED, STEP_FAILED
 from consumer.errors import RoutesError
 from consumer.kinds._barrier import apply_guarded, refusal
-from consumer.kinds._base import Carried, Conn, Links, Outcome, Refusal
-from consumer.kinds.steps import traced
+from consumer.kinds._base import Applier, Conn
+from consumer.kinds._outcome import Carried, Outcome, Refusal
+from consumer.kinds._resources import Resources
+from consumer.kinds.steps import metrics, traced
 from consumer.kinds.steps.apply import apply_alone, apply_steps
+from consumer.kinds.steps.errors import PARK_CAP_REACHED, STEP_FAILED
 from consumer.kinds.steps.guarded import Drained, apply_parked
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.inflight import InFlight
 from consumer.kinds.steps.lanes import Lanes
+from consumer.kinds.steps.metrics import tally
 from consumer.kinds.steps.parking import NO_MEMORY, ParkingLot, lot_of
 from consumer.kinds.steps.plan import Plan
 from consumer.kinds.steps.retries import Action
@@ -33,6 +36,9 @@ from schemas import DecodeError, Event, decode, tracing
 from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.runtime import postgres
 from schemas.runtime.outages import waited_out
+
+if TYPE_CHECKING:
+    from consumer.settings import ConsumerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -66,19 +72,19 @@ def _add(
     for entity_plan in plans.values():
         outcome.applied += entity_plan.apply
         outcome.stale += entity_plan.stale
-        outcome.stopped += entity_plan.stopped is not None
+        tally(outcome).stopped += entity_plan.stopped is not None
         for failure in entity_plan.failed:
             event, verdict = failure.event, failure.verdict
             if verdict.action is Action.RETRY:
-                outcome.retried[event.event_type] += 1
+                tally(outcome).retried[event.event_type] += 1
             elif verdict.exhausted:
-                outcome.exhausted[(event.event_type, str(verdict.action))] += 1
+                tally(outcome).exhausted[(event.event_type, str(verdict.action))] += 1
             if verdict.action is Action.DEAD_LETTER:
                 copy = None if copies is None else copies.get(id(event))
                 outcome.refused.append(Refusal(event, STEP_FAILED, failure.reason, copy))
 
 
-class StepApplier:
+class StepApplier(Applier[StepRoute]):
     """One step route: its handlers imported at start, its parking lot bound at connect."""
 
     def __init__(self, route: StepRoute) -> None:
@@ -103,7 +109,7 @@ class StepApplier:
             )
         return self._lot
 
-    def connect(self, links: Links) -> None:
+    def connect(self, links: Resources[ConsumerSettings]) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
         lot = lot_of(links)
         self._parked_cap = links.settings.max_message_bytes + tracing.STAMP_ROOM
@@ -130,16 +136,16 @@ class StepApplier:
             raise RoutesError([f"route {self.route.stream}: the route is not connected"])
         return self._lanes
 
-    def _bind_lanes(self, links: Links) -> Lanes:
+    def _bind_lanes(self, links: Resources[ConsumerSettings]) -> Lanes:
         """The route's lanes (its own ``lanes``, else the consumer's ``INORDER_STEP_LANES``)."""
-        url = getattr(links.settings, "database_url", None)
+        url = links.settings.database_url
         size = self.route.lanes or links.settings.step_lanes
         program = f"inorder-lanes/{self.route.stream}"
         dsn, pool = None, None
         if url is not None:
             dsn = postgres.conninfo(url, program)
             pool = postgres.pool(dsn, program, size) if size > 1 else None
-        elif links.conn is not None:  # a test kit's connection: the lanes open theirs alike
+        elif links.has_conn:  # a test kit's connection: the lanes open theirs alike
             dsn = postgres.dsn_of(links.conn)
         if dsn is None and self.handlers.awaited_types:
             raise RoutesError(
@@ -206,9 +212,11 @@ class StepApplier:
             self.route.park_ttl_s,
         )
         held = {id(e): size for (_, e), size in zip(early, sizes, strict=True) if size < 0}
-        outcome.parked += [(e, distance) for _, e, distance, _ in parking if id(e) not in held]
+        tally(outcome).parked += [
+            (e, distance) for _, e, distance, _ in parking if id(e) not in held
+        ]
         refused = [e for _, e in early if id(e) in held]
-        outcome.escalated += self._hold(conn, refused)
+        tally(outcome).escalated += self._hold(conn, refused)
         outcome.held += [Refusal(e, PARK_CAP_REACHED, _why_held(e, held[id(e)])) for e in refused]
         # Only entities that parked something ahead of where they stood can have parked
         # successors now due (an in-order stream asks Redis nothing). A park another
@@ -357,7 +365,7 @@ class StepApplier:
             ]
 
 
-class _Alone:
+class _Alone(Applier[StepRoute]):
     """One entity's events in its lane, as the barrier sees an applier."""
 
     def __init__(self, applier: StepApplier, entity: str) -> None:
@@ -365,7 +373,7 @@ class _Alone:
         self._applier = applier
         self._entity = entity
 
-    def connect(self, links: Links) -> None:
+    def connect(self, links: Resources[ConsumerSettings]) -> None:
         """Nothing: the route it applies for is connected."""
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:

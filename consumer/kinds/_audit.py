@@ -13,21 +13,54 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count, groupby
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
-
-from consumer.admin.sources import INORDER_OUTBOX
-
-if TYPE_CHECKING:
-    from consumer.kinds import Kind, Route
 
 Conn = psycopg.Connection[Any]
 Rows = Iterator[tuple[Any, ...]]
 # An entity id with its rows from each side.
 Paired = Iterator[tuple[str, list[tuple[Any, ...]], list[tuple[Any, ...]]]]
 _names = count()
+
+
+class Audited(Protocol):
+    """A route as the audit reads it: its stream and its kind's name."""
+
+    @property
+    def stream(self) -> str:
+        """The route's own entity stream."""
+
+    @property
+    def kind(self) -> str:
+        """The name of the route's kind."""
+
+
+class Auditor(Protocol):
+    """What the audit asks of a kind's inspector."""
+
+    def audit(self, audit: Audit, route: Any) -> None:
+        """Compare the route's tables with the outbox, adding divergences to ``audit``."""
+
+
+class AuditedKind(Protocol):
+    """A kind as the audit reads it: its inspector, if it has one."""
+
+    @property
+    def inspector(self) -> Auditor | None:
+        """The kind's inspector (None: its routes are listed as not audited)."""
+
+
+# inorder's own outbox, with ``unsent`` (a row its relay has not published).
+INORDER_ROWS = sql.SQL(
+    "SELECT o.id::text AS id, o.entity_type, o.entity_id, o.generation, o.seq, o.event_type, "
+    "o.event_id, o.payload, o.headers, o.created_at, o.failure_reason, "
+    "NOT outbox_published(o) AS unsent FROM outbox o"
+)
+# inorder's own outbox alone as the relation ``outbox`` (what a program without settings
+# reads, and the tests' Audit); ``inorder-admin`` names its own (``consumer.admin.sources``).
+INORDER_OUTBOX = sql.SQL("({}) AS outbox").format(INORDER_ROWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +117,13 @@ class Audit:
         self,
         outbox: Conn,
         consumer: Conn,
-        kinds: Mapping[str, Kind],
+        kinds: Mapping[str, AuditedKind],
         tick: Callable[[], None] = lambda: None,
         only: str | None = None,
         source: sql.Composable = INORDER_OUTBOX,
     ) -> None:
         self.outbox = outbox
-        # The outbox's rows as a relation named ``outbox`` (``consumer.admin.sources``).
+        # The outbox's rows as a relation named ``outbox``.
         self.source = source
         self.consumer = consumer
         self.tick = tick
@@ -99,7 +132,7 @@ class Audit:
         self.kinds = kinds
         self.report = Report()
 
-    def run(self, routes: Sequence[Route]) -> Report:
+    def run(self, routes: Sequence[Audited]) -> Report:
         """Audit every route, each side read in one transaction (server-side cursors)."""
         with self.outbox.transaction(), self.consumer.transaction():
             for route in routes:
@@ -133,7 +166,7 @@ class Audit:
         """Record one divergence (``cause`` None: unexplained)."""
         self.report.divergences.append(Divergence(route, entity, detail, cause))
 
-    def entities(self, routes: Sequence[Route]) -> int:
+    def entities(self, routes: Sequence[Audited]) -> int:
         """How many entities the audit will go through (for a progress bar)."""
         streams = [r.stream for r in routes]
         row = self.outbox.execute(
