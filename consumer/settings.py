@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field, SecretStr
 
+from consumer.kinds.steps.settings import StepSettings
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
 from schemas.runtime.config import (
     RepairTimingSettings,
@@ -21,9 +22,14 @@ from schemas.runtime.urls import PostgresUrl, RedisUrl
 
 
 class ConsumerSettings(
-    KafkaClientSettings, PayloadSchemaSettings, DebeziumSettings, ServiceSettings
+    KafkaClientSettings, PayloadSchemaSettings, DebeziumSettings, StepSettings, ServiceSettings
 ):
-    """Everything the consumer needs; the addresses and the routes file are required."""
+    """Everything the consumer needs; the addresses and the routes file are required.
+
+    The route kinds' own process settings are composed in (``Kind.process``): the step
+    kind's parking and lanes. A kind from elsewhere reads its own from the environment
+    (``Resources.part``).
+    """
 
     renamed: ClassVar[Mapping[str, str]] = {
         "INORDER_BATCH_SIZE": "INORDER_POLL_MAX_MESSAGES",
@@ -58,25 +64,6 @@ class ConsumerSettings(
         pattern=r"^[A-Za-z0-9_.:-]+$",
         description="Prefix of every parking key in Redis",
     )
-    park_buckets: int = Field(
-        default=16,
-        ge=1,
-        le=4096,
-        description="Buckets each step route's parked entities are spread over (Redis Cluster "
-        "slots); fixed once events are parked: start-up refuses a change",
-    )
-    park_store_trusted: bool = Field(
-        default=False,
-        description="Start step routes without checking that Redis keeps parks (AOF on, no "
-        "eviction): for a managed store durable another way",
-    )
-    park_fsync: Literal["server", "always"] = Field(
-        default="server",
-        description="When a park counts as stored: `server` when Redis has it in memory (with "
-        "`appendfsync everysec` a machine crash loses up to its last second of parks, which "
-        "the sweeper then finds and repairs from the outbox); `always` when it is on disk: "
-        "start-up requires Redis `appendfsync always`, so nothing parked is lost",
-    )
     held_topic: str = Field(
         default=DEFAULT_TOPICS.held, description="Events refused by a full parking set go here"
     )
@@ -87,13 +74,6 @@ class ConsumerSettings(
         description="Most messages in one poll batch; a poll batch is what has already "
         "arrived, so a quiet topic is applied event by event and a backlog in batches of this "
         "size (INORDER_BATCH_SIZE before 0.2.0)",
-    )
-    step_lanes: int = Field(
-        default=1,
-        ge=1,
-        le=256,
-        description="Lanes of every step route that does not set its own `lanes`: entities "
-        "whose steps call outside PostgreSQL applied at once, each on a connection of its own",
     )
     poll_timeout_ms: int = Field(
         default=100,

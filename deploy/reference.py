@@ -100,6 +100,22 @@ def settings_table(
     return _table(("variable", "default", "meaning"), rows)
 
 
+def _kind_models() -> list[type[InorderSettings]]:
+    return [k.process for k in KINDS.values() if k.process is not None]
+
+
+def kind_settings_table() -> str:
+    """kind | variable | default | meaning: each route kind's own process settings."""
+    rows = []
+    for kind in KINDS.values():
+        if kind.process is None:
+            continue
+        for s in settings_of(kind.process, (InorderSettings,)):
+            default = f"`{s.default}`" if s.literal else s.default
+            rows.append((f"{kind.name} routes", f"`{s.variable}`", default, s.meaning))
+    return _table(("routes", "variable", "default", "meaning"), rows)
+
+
 # ---------------------------------------------------------------- command lines
 
 
@@ -371,7 +387,10 @@ def acls_table() -> str:
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "relay-settings": lambda _: settings_table(RelaySettings, (KafkaClientSettings,)),
-    "consumer-settings": lambda _: settings_table(ConsumerSettings, (KafkaClientSettings,)),
+    "consumer-settings": lambda _: settings_table(
+        ConsumerSettings, (KafkaClientSettings, *_kind_models())
+    ),
+    "kind-settings": lambda _: kind_settings_table(),
     "sweeper-settings": lambda _: settings_table(SweeperSettings, (ConsumerSettings,)),
     "producer-settings": lambda _: settings_table(ProducerSettings),
     "worker-settings": lambda _: settings_table(WorkerSettings, (KafkaClientSettings,)),

@@ -23,6 +23,7 @@ from consumer.kinds._resources import Resources
 from consumer.kinds._route import Route
 from consumer.kinds._spec import Spec
 from schemas import Event
+from schemas.runtime.config import InorderSettings
 from schemas.runtime.migrate import MigrationSet
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ class Kind:
     commands: Commands | None = None
     # Gauges the consumer keeps current from the kind's tables, every few seconds.
     gauges: Callable[[Conn], None] | None = None
+    # The kind's own process settings (``INORDER_`` variables): composed into the programs'
+    # settings, or read from the environment once (``Resources.part``); listed per kind
+    # in the settings reference.
+    process: type[InorderSettings] | None = None
     # The module of the kind's own Prometheus metrics (listed in the metrics reference).
     metrics: ModuleType | None = None
     # Problems among the kind's routes taken together (two routes that would write one

@@ -10,13 +10,15 @@ already holds a connection lends it (``conn=``, ``redis=``): it is used, never c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import psycopg
 from confluent_kafka import Producer
+from pydantic import ValidationError
 
-from consumer.errors import NotConfiguredError
+from consumer.errors import NotConfiguredError, StartupError
 from schemas.runtime import kafka_clients, postgres
+from schemas.runtime.config import InorderSettings, describe
 from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from consumer.settings import ConsumerSettings
 
 S_co = TypeVar("S_co", bound="ConsumerSettings", covariant=True)
+P = TypeVar("P", bound=InorderSettings)
 Conn = psycopg.Connection[Any]
 
 
@@ -50,11 +53,25 @@ class Resources(Generic[S_co]):
         self._redis = redis
         self._producer: Producer | None = None
         self._make_producer = producer
+        self._parts: dict[type[InorderSettings], InorderSettings] = {}
 
     @property
     def settings(self) -> S_co:
         """The program's settings."""
         return self._settings
+
+    def part(self, model: type[P]) -> P:
+        """A kind's own process settings: the program's when they include them, else read
+        from the environment once (``StartupError`` with one line saying what to fix)."""
+        if isinstance(self._settings, model):
+            return self._settings
+        found = self._parts.get(model)
+        if found is None:
+            try:
+                found = self._parts[model] = model()
+            except ValidationError as exc:
+                raise StartupError(f"bad configuration: {describe(exc, model)}") from None
+        return cast(P, found)
 
     @property
     def conn(self) -> Conn:

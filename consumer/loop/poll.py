@@ -40,8 +40,11 @@ class Routing:
         return cls([kinds[r.kind].start(r) for r in ordered], [kinds[r.kind] for r in ordered])
 
     def check(self, resources: Resources[ConsumerSettings]) -> None:
-        """Each kind's start-up check, once per kind (Redis that keeps parks, a relay)."""
+        """Each kind's settings read and its start-up check run, once per kind (a bad
+        setting, Redis that can lose parks: ``StartupError``; no relay: a warning)."""
         for kind in self.kinds_once:
+            if kind.process is not None:
+                resources.part(kind.process)
             if kind.check is not None:
                 kind.check(resources)
 

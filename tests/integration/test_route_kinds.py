@@ -12,11 +12,13 @@ from typing import Any, ClassVar
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY, Counter
+from pydantic import Field
 from rich.console import Console
 
 from consumer import tables
 from consumer.admin import cli
-from consumer.errors import AdminError, RoutesError
+from consumer.errors import AdminError, ConsumerError, StartupError
 from consumer.kinds import (
     KINDS,
     AdminTools,
@@ -31,6 +33,7 @@ from consumer.kinds import (
     Resources,
     Spec,
     SweepReport,
+    Tally,
 )
 from consumer.kinds._audit import Audit
 from consumer.routes import parse_routes
@@ -40,6 +43,7 @@ from consumer.sweeper.service import Sweeper
 from producer import migrate
 from schemas import Event, headers
 from schemas.republish import RepublishResult, encode
+from schemas.runtime.config import InorderSettings
 from schemas.runtime.health import Health
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -67,6 +71,32 @@ class JournalRoute:
         return ()
 
 
+# The kind's own vocabulary, all of it here: a process setting, a metric counted from its
+# tally, an error under the consumer's root, and a dead-letter reason.
+class JournalSettings(InorderSettings):
+    """The journal kind's process settings."""
+
+    journal_max_seq: int = Field(default=1000, ge=1, description="Largest seq a journal keeps")
+
+
+JOURNAL_KEPT = Counter("journal_entries_kept_total", "Journal entries written", ["route"])
+JOURNAL_REJECTED = "journal_rejected"
+
+
+class JournalMissingError(StartupError):
+    """Raised at start-up when a journal route's table does not exist."""
+
+
+@dataclass(slots=True)
+class JournalTally(Tally):
+    """Entries a share wrote."""
+
+    kept: int = 0
+
+    def count(self, stream: str) -> None:
+        JOURNAL_KEPT.labels(stream).inc(self.kept)
+
+
 def parse_journal(spec: Spec) -> JournalRoute:
     spec.only("journal", {"table"})
     return JournalRoute(spec.stream, spec.identifier("table", spec.values.get("table")))
@@ -75,18 +105,20 @@ def parse_journal(spec: Spec) -> JournalRoute:
 class JournalApplier(Applier[JournalRoute]):
     def __init__(self, route: JournalRoute) -> None:
         self.route = route
+        self.max_seq = 0
 
     def connect(self, links: Resources[Any]) -> None:
         found = links.conn.execute("SELECT to_regclass(%s)", (self.route.table,)).fetchone()
         if found is None or found[0] is None:
-            raise RoutesError([f"route {self.route.stream}: create {self.route.table} first"])
+            raise JournalMissingError(f"route {self.route.stream}: create {self.route.table}")
+        self.max_seq = links.part(JournalSettings).journal_max_seq
 
     def apply(self, conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:
-        outcome = Outcome()
+        outcome = Outcome(tally=JournalTally())
         with conn.transaction():
             for event in events:
-                if event.seq > 1000:  # this kind's own rule, to show a refusal
-                    outcome.refused.append(Refusal(event, "journal_rejected", "seq too large"))
+                if event.seq > self.max_seq:  # this kind's own rule, to show a refusal
+                    outcome.refused.append(Refusal(event, JOURNAL_REJECTED, "seq too large"))
                     continue
                 new = conn.execute(
                     f"INSERT INTO {self.route.table} VALUES (%s, %s) "  # noqa: S608
@@ -94,6 +126,7 @@ class JournalApplier(Applier[JournalRoute]):
                     (event.entity_id, event.seq),
                 ).fetchone()
                 (outcome.applied if new else outcome.stale).append(event)
+        outcome.tally = JournalTally(len(outcome.applied))
         return outcome
 
 
@@ -165,6 +198,7 @@ KINDS_WITH_JOURNAL = {
         duties=JournalDuties,
         inspector=JournalInspector(),
         commands=Commands(("journal",), _journal_command, _run_journal),
+        process=JournalSettings,
     ),
 }
 # The same kind with nothing but its applier: the operator's tools still see it.
@@ -174,9 +208,15 @@ BARE_KINDS = {**KINDS, "journal": Kind("journal", parse_journal, JournalApplier)
 
 
 def test_a_new_kind_runs_through_the_consumer_loop(
-    pg_schema: PgSchema, services: Services, topic_factory: TopicFactory, tmp_path: Path
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A kind added to the registry is parsed, applied and dead-lettered like the others."""
+    """A kind added to the registry is parsed, applied and dead-lettered like the others,
+    under its own setting, reason and metric."""
+    monkeypatch.setenv("INORDER_JOURNAL_MAX_SEQ", "100")
     routes = tmp_path / "routes.toml"
     routes.write_text('[[route]]\nstream = "note"\nkind = "journal"\ntable = "note_journal"\n')
     with pg_schema.connect(autocommit=True) as conn:
@@ -192,8 +232,9 @@ def test_a_new_kind_runs_through_the_consumer_loop(
     when = "2026-11-30T10:00:00Z"
     notes = [
         Event(f"n1:{seq}", "note.added", "note", "n1", 1, seq, when, when, {})
-        for seq in (2, 1, 2, 3, 5000)
+        for seq in (2, 1, 2, 3, 150)
     ]
+    kept = REGISTRY.get_sample_value("journal_entries_kept_total", {"route": "note"}) or 0
     with serving("consumer", service.run, service.stop):
         cs.send_events(services.kafka_bootstrap, topic, notes)
 
@@ -203,7 +244,31 @@ def test_a_new_kind_runs_through_the_consumer_loop(
 
         wait_until(lambda: journal() == [("n1", 1), ("n1", 2), ("n1", 3)])
         [letter] = drain(services.kafka_bootstrap, dlq, expect=1)
-    assert dict(letter.headers() or [])[headers.DLQ_REASON] == b"journal_rejected"
+    assert dict(letter.headers() or [])[headers.DLQ_REASON] == JOURNAL_REJECTED.encode()
+    after = REGISTRY.get_sample_value("journal_entries_kept_total", {"route": "note"})
+    assert after == kept + 3
+
+
+def test_a_new_kind_s_setting_and_error_stop_start_up_in_one_line(
+    pg_schema: PgSchema, services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kind's own bad setting and its own start-up error each end start-up, named."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[route]]\nstream = "note"\nkind = "journal"\ntable = "note_journal"\n')
+    settings = cs.settings_for(pg_schema, services.kafka_bootstrap, routes, "t", "d")
+    parsed = parse_routes(routes.read_text(), kinds=KINDS_WITH_JOURNAL)
+    missing = ConsumerService(settings, parsed, Health(), kinds=KINDS_WITH_JOURNAL)
+    with pytest.raises(JournalMissingError, match="create note_journal") as raised:
+        missing.connect()
+    missing.resources.close()
+    assert isinstance(raised.value, ConsumerError)
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(JOURNAL_DDL)
+    monkeypatch.setenv("INORDER_JOURNAL_MAX_SEQ", "0")
+    bad = ConsumerService(settings, parsed, Health(), kinds=KINDS_WITH_JOURNAL)
+    with pytest.raises(StartupError, match="INORDER_JOURNAL_MAX_SEQ"):
+        bad.connect()
+    bad.resources.close()
 
 
 # ---------------------------------------------------------------- beyond the loop

@@ -16,6 +16,7 @@ from consumer.kinds.steps.inspect import StepInspector
 from consumer.kinds.steps.retries import Retry
 from consumer.kinds.steps.route import Handler, StepRoute, parse
 from consumer.kinds.steps.runner import StepApplier
+from consumer.kinds.steps.settings import StepSettings
 
 KIND = Kind(
     "step",
@@ -28,6 +29,7 @@ KIND = Kind(
     commands=commands.COMMANDS,
     gauges=gauges.refresh,
     metrics=metrics,
+    process=StepSettings,
 )
 
 __all__ = ["KIND", "Handler", "StepApplier", "StepRoute"]

@@ -8,13 +8,15 @@ again. The outbox database is ``INORDER_OUTBOX_DATABASE_URL``, else the consumer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import structlog
 
-from consumer.settings import SweeperSettings
 from schemas.runtime import postgres
+
+if TYPE_CHECKING:
+    from consumer.settings import SweeperSettings
 
 log = structlog.get_logger(__name__)
 
