@@ -7,6 +7,7 @@ per problem (exit 2) when either cannot be used.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TypeVar
 
 import psycopg
@@ -23,7 +24,7 @@ from consumer.errors import (
     SchemaNotReadyError,
     StartupError,
 )
-from consumer.kinds import KINDS
+from consumer.kinds import KINDS, Resources
 from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
 from consumer.settings import ConsumerSettings, SweeperSettings
@@ -97,6 +98,26 @@ def migrate_main(program: str) -> None:
         fail(program, [str(exc)], code=3)
     names = [f"{m.migration_set}/{m.version:04d}_{m.name}" for m in applied]
     sys.stdout.write(f"applied {len(applied)}: {', '.join(names)}\n" if names else "up to date\n")
+    for line in _upgrade(settings, routes, program):
+        sys.stdout.write(f"{line}\n")
+
+
+def _upgrade(settings: ConsumerSettings, routes: Sequence[Route], program: str) -> list[str]:
+    """Each kind's upgrade of what it keeps outside the tables (the step kind's parks)."""
+    resources = Resources(settings, program)
+    done: list[str] = []
+    try:
+        for name, kind in KINDS.items():
+            mine = [r for r in routes if r.kind == name]
+            if mine and kind.upgrade is not None:
+                done += kind.upgrade(mine, resources)
+    except RoutesError as exc:
+        fail(program, exc.problems)
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        fail(program, [f"cannot connect: {logs.first_line(exc)}"])
+    finally:
+        resources.close()
+    return done
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,6 +87,9 @@ class Kind:
     commands: Commands | None = None
     # Gauges the consumer keeps current from the kind's tables, every few seconds.
     gauges: Callable[[Conn], None] | None = None
+    # What ``inorder-consumer migrate`` does for the kind's routes besides the tables
+    # (moving data an earlier release kept elsewhere); returns what it did, one line each.
+    upgrade: Callable[[Sequence[Any], Resources[ConsumerSettings]], list[str]] | None = None
     # The kind's own process settings (``INORDER_`` variables): composed into the programs'
     # settings, or read from the environment once (``Resources.part``); listed per kind
     # in the settings reference.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Message
 
 from consumer.kinds import Applier, Arrivals, Outcome, Resources
-from consumer.loop.settle import report
+from consumer.kinds._report import report
 from consumer.loop.source import Source
 from schemas import Event
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import redis
+import structlog
 
 from consumer.errors import RoutesError
 from consumer.kinds.steps.parking import NO_MEMORY, ParkingLot
@@ -14,6 +18,7 @@ from schemas.runtime.redis_client import RedisClient
 from tests.conftest import PgSchema
 from tests.integration import step_support as ss
 from tests.support.redis_server import private_redis
+from tests.support.services import ROOT
 
 
 @pytest.fixture
@@ -22,16 +27,47 @@ def steps_db(pg_schema: PgSchema) -> PgSchema:
     return pg_schema
 
 
-def test_parks_of_the_one_index_layout_are_adopted_and_drain(
-    steps_db: PgSchema, redis_client: RedisClient, redis_prefix: str
+def _migrate(
+    steps_db: PgSchema, redis_prefix: str, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``inorder-consumer migrate`` as its own process, over the step route of ``ss``."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ss.routes_text())
+    env = {
+        **os.environ,
+        "DATABASE_URL": steps_db.url,
+        "INORDER_ROUTES_FILE": str(routes),
+        "INORDER_REDIS_KEY_PREFIX": redis_prefix.rstrip(":"),
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "consumer", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+
+
+def test_parks_of_the_one_index_layout_are_moved_by_migrate_and_drain(
+    steps_db: PgSchema, redis_client: RedisClient, redis_prefix: str, tmp_path: Path
 ) -> None:
-    """Parks an earlier release wrote (one index per route) move over at start-up and drain."""
+    """Parks an earlier release wrote (one index per route) stay put while a consumer starts
+    (it says so), move over when ``inorder-consumer migrate`` runs, and then drain."""
     prefix = redis_prefix.rstrip(":")
     old_index, old_set = f"{prefix}:parkindex:{ss.STREAM}", f"{prefix}:park:{{{ss.STREAM}:a}}"
     redis_client.zadd(old_index, {"a": 1_700_000_000.0})
     redis_client.zadd(old_set, {encode(ss.step(s)): s for s in (3, 4)})
     redis_client.expire(old_set, 600)
-    run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    with structlog.testing.capture_logs() as logs:
+        run = ss.runner(redis_client, redis_prefix, ss.routes_text())
+    assert [e["entities"] for e in logs if e["event"] == "parks_in_old_layout"] == [1]
+    assert redis_client.exists(old_index, old_set) == 2
+    done = _migrate(steps_db, redis_prefix, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"step route {ss.STREAM}: 1 parked entities moved from 0.1.0" in done.stdout
     assert not redis_client.exists(old_index, old_set)
     assert run.lot.parked_seqs(ss.STREAM, "a") == [3, 4]
     assert run.lot.sizes(ss.STREAM) == [("a", 2, 1_700_000_000.0)]
@@ -40,6 +76,8 @@ def test_parks_of_the_one_index_layout_are_adopted_and_drain(
         ss.feed(run, conn, [ss.step(1), ss.step(2)])
     assert ss.applied(steps_db) == [(1, s) for s in range(1, 5)]
     assert run.lot.sizes(ss.STREAM) == []
+    again = _migrate(steps_db, redis_prefix, tmp_path)
+    assert (again.returncode, again.stdout) == (0, "up to date\n")
 
 
 def test_a_changed_bucket_count_stops_start_up_in_one_line(

@@ -11,7 +11,7 @@ parked, skip, held and review in inorder-admin), ``gauges`` (stopped entities).
 """
 
 from consumer.kinds._base import Kind
-from consumer.kinds.steps import commands, duties, gauges, metrics, startup
+from consumer.kinds.steps import commands, duties, gauges, metrics, startup, upgrade
 from consumer.kinds.steps.inspect import StepInspector
 from consumer.kinds.steps.retries import Retry
 from consumer.kinds.steps.route import Handler, StepRoute, parse
@@ -23,6 +23,7 @@ KIND = Kind(
     parse,
     StepApplier,
     check=startup.check,
+    upgrade=upgrade.upgrade,
     settings=(StepRoute, Handler, Retry),
     duties=duties.duties,
     inspector=StepInspector(),

@@ -17,9 +17,10 @@ from consumer.kinds.steps.errors import (
 from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
-from consumer.kinds.steps.lanes import AsyncConn, Lanes
+from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.retries import Action
+from consumer.kinds.steps.single import drive, drive_async, one_step
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
@@ -90,37 +91,10 @@ def _apply_single(
                 "effect; confirm it before the step is retried"
             )
             return False, _stop(conn, store, event.entity_id, event.seq, reason)
-    if handlers.awaited(event):
-        return _await_single(store, handlers, lanes, start, event, external=external), None
-    with conn.transaction():
-        if not store.claim_one(conn, event.entity_id, start, event):
-            return False, None
-        handlers.run(conn, {event.entity_id: [event]})
-        store.log_step(conn, event, called=external)
-    return True, None
-
-
-def _await_single(
-    store: StepStore,
-    handlers: Handlers,
-    lanes: Lanes,
-    start: Progress,
-    event: Event,
-    *,
-    external: bool,
-) -> bool:
-    """One ``async def`` step in its own transaction on an async connection; whether it applied."""
-
-    async def step(aconn: AsyncConn) -> bool:
-        async with aconn.transaction():
-            claimed = await aconn.execute(*store.claim_one_query(event.entity_id, start, event))
-            if await claimed.fetchone() is None:
-                return False
-            await handlers.run_async(aconn, event)
-            await aconn.execute(*store.logged_query(event, called=external))
-        return True
-
-    return lanes.awaiting(step)
+    exchange = one_step(store, start, event, external=external)
+    if handlers.awaited(event):  # on an async connection of the lane's event loop
+        return lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange)), None
+    return drive(conn, handlers, exchange), None
 
 
 def apply_alone(

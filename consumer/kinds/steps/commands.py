@@ -20,7 +20,7 @@ from consumer import held as holding
 from consumer.errors import AdminError
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.steps import gaps
-from consumer.kinds.steps.duties import drain
+from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from consumer import deadletter
 from consumer.kinds._plugin import Answered, Duties, SweepReport
 from consumer.kinds._resources import Resources
 from consumer.kinds.steps import failures, gaps, metrics, traced
 from consumer.kinds.steps.asking import Asker
+from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
@@ -62,8 +62,6 @@ class StepDuties(Duties):
     def sweep(self, report: SweepReport) -> None:
         """One pass over every step route: heal, detect, escalate, request."""
         for route in self.steps:
-            # Parks an older consumer wrote during a rolling upgrade.
-            self.lot.adopt_legacy(route)
             self._heal(route, report)
             self._retry(route, report)
             self._overdue(route, report)
@@ -297,20 +295,6 @@ class StepDuties(Duties):
                 oldest_age = max(oldest_age, self.lot.now(stream) - min(t for _, _, t in sizes))
         metrics.PARKED_CURRENT.set(total)
         metrics.PARKED_OLDEST_AGE.set(oldest_age)
-
-
-def drain(
-    tools: Resources[SweeperSettings], applier: StepApplier, entity_ids: Sequence[str]
-) -> None:
-    """Apply what became due for the entities, outside the loop: letters sent, counts added.
-
-    A step given up on there is dead-lettered from its parked bytes.
-    """
-    outcome = applier.drain(tools.conn, entity_ids)
-    letters = deadletter.unsent(outcome.refused)
-    if letters:
-        deadletter.deliver(tools.conn, tools.producer, tools.settings, letters)
-    outcome.count(applier.route.stream)
 
 
 def duties(routes: Sequence[StepRoute], tools: Resources[SweeperSettings]) -> StepDuties:

@@ -200,6 +200,10 @@ class ParkingLot:
                 ]
             )
 
+    def legacy(self, route: str) -> int:
+        """Entities still parked in 0.1.0's one-index layout (``adopt_legacy`` moves them)."""
+        return int(self.client.zcard(f"{self.prefix}:parkindex:{route}"))
+
     def adopt_legacy(self, route: str) -> int:
         """Move parks kept in 0.1.0's one-index layout; returns entities moved.
 

@@ -130,16 +130,13 @@ class StepStore:
         ).fetchall()
         return {row[0]: Progress(row[1], row[2], row[3]) for row in rows}
 
-    def claim_one(self, conn: Conn, entity_id: str, start: Progress, event: Event) -> bool:
-        """Move an existing progress row from ``start`` to ``event``, locking it; True if it moved.
-
-        One statement: the update locks the row and, should another transaction have
-        moved it meanwhile, checks its condition again on the row that one left.
-        """
-        return conn.execute(*self.claim_one_query(entity_id, start, event)).fetchone() is not None
-
     def claim_one_query(self, entity_id: str, start: Progress, event: Event) -> Query:
-        """``claim_one``'s statement, for a connection of either kind (a row if it moved)."""
+        """Move an existing progress row from ``start`` to ``event``: a row if it moved.
+
+        One statement, for a connection of either kind: the update locks the row and,
+        should another transaction have moved it meanwhile, checks its condition again
+        on the row that one left.
+        """
         return (
             "UPDATE inorder_step_progress SET generation = %s, last_applied = %s, "
             "updated_at = now() WHERE route = %s AND entity_id = %s AND generation = %s "
@@ -295,10 +292,6 @@ class StepStore:
             (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
         ).fetchone()
         return found is not None
-
-    def log_step(self, conn: Conn, event: Event, *, called: bool) -> None:
-        """Log one step applied alone and, ``called``, finish its call's attempt: one statement."""
-        conn.execute(*self.logged_query(event, called=called))
 
     def logged_query(self, event: Event, *, called: bool) -> Query:
         """The statement logging one step (and, ``called``, finishing its call's attempt)."""

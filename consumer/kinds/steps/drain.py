@@ -1,0 +1,26 @@
+"""The step kind's drain outside the loop: the sweeper's and the operator's commands'.
+
+The same applier drain the loop runs after each batch (``StepApplier.drain``), then its
+outcome reported as the loop reports a batch's (``kinds._report``): a step given up on
+is dead-lettered from its parked bytes, and everything is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from consumer.kinds._report import report
+from consumer.kinds.steps.runner import StepApplier
+
+if TYPE_CHECKING:
+    from consumer.kinds._resources import Resources
+    from consumer.settings import ConsumerSettings
+
+
+def drain(
+    resources: Resources[ConsumerSettings], applier: StepApplier, entity_ids: Sequence[str]
+) -> None:
+    """Apply what became due for the entities, then send its letters and count it."""
+    outcome = applier.drain(resources.conn, entity_ids)
+    report(resources.conn, resources.producer, resources.settings, [], {}, [(applier, outcome)])

@@ -1,0 +1,30 @@
+"""The step kind's part of ``inorder-consumer migrate``: parks moved out of 0.1.0's layout.
+
+0.1.0 kept one park index per route; later releases spread each route's parks over
+buckets. The move runs here once, as the tables' migrations do, never on the consumer's
+or the sweeper's path (a consumer finding parks left in the old layout says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from consumer.kinds.steps.parking import lot_of
+from consumer.kinds.steps.route import StepRoute
+
+if TYPE_CHECKING:
+    from consumer.kinds._resources import Resources
+    from consumer.settings import ConsumerSettings
+
+
+def upgrade(routes: Sequence[StepRoute], resources: Resources[ConsumerSettings]) -> list[str]:
+    """Check the park layout and move every route's 0.1.0 parks; one line per route moved."""
+    lot = lot_of(resources)
+    lot.check_layout()
+    done = []
+    for route in routes:
+        moved = lot.adopt_legacy(route.stream)
+        if moved:
+            done.append(f"step route {route.stream}: {moved} parked entities moved from 0.1.0")
+    return done
