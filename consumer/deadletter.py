@@ -346,3 +346,57 @@ def _produce_all(
     if remaining:
         raise DependencyDownError("dead letters not delivered: timed out")
     return refused
+
+
+def record_held(
+    conn: psycopg.Connection[Any], letters: Sequence[DeadLetter], placed: Sequence[Placed | None]
+) -> None:
+    """Record where each held event's copy went (``placed`` as ``send`` says)."""
+    rows = []
+    for dead, where in zip(letters, placed, strict=True):
+        if where is None:
+            continue
+        event = dead.event
+        if event is None:  # pragma: no cover - only events are held
+            continue
+        rows.append(
+            (
+                safe_text(event.entity_type),
+                safe_text(event.entity_id),
+                event.generation,
+                event.seq,
+                safe_text(event.event_id),
+                where.topic,
+                where.partition,
+                where.offset,
+            )
+        )
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO inorder_held_events (route, entity_id, generation, seq, event_id, "
+                "held_topic, held_partition, held_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+
+class PostSettings(LetterSettings, Protocol):
+    """The settings letters and held copies are sent under."""
+
+    @property
+    def held_topic(self) -> str:
+        """Where held copies go."""
+
+
+def post(
+    conn: psycopg.Connection[Any],
+    producer: Producer,
+    settings: PostSettings,
+    refused: Sequence[DeadLetter],
+    held: Sequence[DeadLetter],
+) -> None:
+    """Held copies to the held topic, each recorded where it went; then the letters."""
+    placed = send(producer, settings.held_topic, held, settings.dead_letter_max_value_bytes)
+    record_held(conn, held, placed)
+    deliver(conn, producer, settings, refused)

@@ -13,23 +13,23 @@ import time
 from collections.abc import Mapping, Sequence
 
 import structlog
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 
 from consumer import metrics, tables
 from consumer.kinds import KINDS, Kind, Resources, Route, apply_guarded
 from consumer.loop import tracing
 from consumer.loop.classic import ClassicGroup
 from consumer.loop.late import LateWork
+from consumer.loop.outputs import create_topics, letters_producer
 from consumer.loop.pausing import Pausing
 from consumer.loop.poll import Routing, parts, prepare
 from consumer.loop.settle import settle
 from consumer.loop.source import Source
 from consumer.settings import ConsumerSettings
-from schemas.runtime import kafka_clients, kafka_watch
+from schemas.runtime import kafka_watch
 from schemas.runtime.health import Health
 from schemas.runtime.logs import first_line
 from schemas.runtime.outages import Outages, dependency, down, waited_out
-from schemas.topics import ensure_topics
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,7 @@ class ConsumerService:
         self.routing = Routing.start(routes, kinds)
         self.reading = settings.reading()
         self.resources = Resources(
-            settings, "inorder-consumer", carry=True, producer=self._letters_producer
+            settings, "inorder-consumer", carry=True, producer=lambda: letters_producer(settings)
         )
         topics = [*settings.topics, *self.reading.topics]
         self.source = source or ClassicGroup(settings, topics, health)
@@ -95,46 +95,17 @@ class ConsumerService:
         tables.migrate(self.resources.conn, self._migrations)
         self._connected = True
 
-    def _letters_producer(self) -> Producer:
-        """The producer of dead letters and held copies, flushed right after each batch."""
-        dlq_max = self.settings.dead_letter_max_value_bytes + 262_144  # room for key, headers
-        return kafka_clients.producer(
-            self.settings,
-            "inorder-consumer-dlq",
-            fixed={
-                "message.max.bytes": dlq_max,
-                # A flush sends at once whatever linger.ms says; lingering would only delay
-                # the batch being marked done.
-                "linger.ms": 0,
-            },
-        )
-
     def _start(self) -> None:
-        settings = self.settings
-        if settings.create_topics:
-            route_topics = [t for a in self.routing.appliers for t in a.route.topics]
-            ensure_topics(
-                settings.kafka_config(),
-                [
-                    *settings.topics,
-                    *settings.debezium_topics,
-                    settings.dead_letter_topic,
-                    settings.held_topic,
-                    *route_topics,
-                ],
-                settings.topic_partitions,
-                factor=settings.topic_replication_factor,
-                min_insync=settings.topic_min_insync_replicas,
-            )
+        create_topics(self.settings, [t for a in self.routing.appliers for t in a.route.topics])
         self.resources.producer.poll(0)  # made now: a setting it refuses shows at start
         self.source.start()
         self._started = True
         self.health.cleared("starting")
         log.info(
             "consumer_started",
-            topics=settings.topics,
+            topics=self.settings.topics,
             debezium_topics=self.reading.topics,
-            group=settings.group_id,
+            group=self.settings.group_id,
         )
 
     def _close(self) -> None:

@@ -20,7 +20,6 @@ import structlog
 from confluent_kafka import Message, Producer
 
 from consumer import deadletter, metrics
-from consumer import held as holding
 from consumer.deadletter import DeadLetter
 from consumer.kinds._base import Applier
 from consumer.kinds._outcome import Outcome, Refusal
@@ -47,11 +46,7 @@ def report(
     """
     refused = [*dead, *_letters(by_event, [r for _, o in outcomes for r in o.refused])]
     held = _letters(by_event, [h for _, o in outcomes for h in o.held])
-    placed = deadletter.send(
-        producer, settings.held_topic, held, settings.dead_letter_max_value_bytes
-    )
-    holding.record(conn, held, placed)
-    deadletter.deliver(conn, producer, settings, refused)
+    deadletter.post(conn, producer, settings, refused, held)
     # Latency is per entity: how late its state shows its newest event of this batch
     # (events drained from parking arrived in an earlier batch and have no message here).
     # While tracing, the batch's slowest latency names the trace its event was written in

@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from consumer import held as holding
 from consumer.errors import AdminError
 from consumer.kinds._plugin import AdminTools, Commands
 from consumer.kinds.steps import gaps
+from consumer.kinds.steps import held as holding
 from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of

@@ -1,8 +1,9 @@
-"""Events held for a person (an entity's parking set was full): where the consumer put each.
+"""Events held for a person (an entity's parking set was full), as ``held replay`` takes them.
 
-The consumer writes a held event's copy to the held topic and records here where it went.
-``held replay`` sends back only what is recorded, read at its offset and checked against
-its event id, each once; whatever else the held topic holds is never replayed.
+The consumer writes a held event's copy to the held topic and records where it went
+(``deadletter.post``). ``held replay`` sends back only what is recorded, read at its
+offset and checked against its event id, each once; whatever else the held topic holds
+is never replayed.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import class_row
-
-from consumer.deadletter import DeadLetter, Placed
-from schemas.limits import safe_text
 
 Conn = psycopg.Connection[Any]
 
@@ -31,37 +29,6 @@ class Held:
     held_topic: str
     held_partition: int
     held_offset: int
-
-
-def record(conn: Conn, letters: Sequence[DeadLetter], placed: Sequence[Placed | None]) -> None:
-    """Record where each held event's copy went (``placed`` as ``deadletter.send`` says)."""
-    rows = []
-    for dead, where in zip(letters, placed, strict=True):
-        if where is None:
-            continue
-        event = dead.event
-        if event is None:  # pragma: no cover - only events are held
-            continue
-        rows.append(
-            (
-                safe_text(event.entity_type),
-                safe_text(event.entity_id),
-                event.generation,
-                event.seq,
-                safe_text(event.event_id),
-                where.topic,
-                where.partition,
-                where.offset,
-            )
-        )
-    if rows:
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO inorder_held_events (route, entity_id, generation, seq, event_id, "
-                "held_topic, held_partition, held_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                rows,
-            )
 
 
 def claim(conn: Conn, route: str, entity_id: str) -> list[Held]:
