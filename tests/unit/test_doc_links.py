@@ -44,9 +44,9 @@ def broken(page: Path) -> list[str]:
             continue  # http(s), mailto
         path, _, anchor = target.partition("#")
         where = page if not path else (page.parent / path).resolve()
-        if not where.exists():
-            bad.append(target)
-        elif anchor and where.suffix == ".md" and anchor not in _anchors(where):
+        if not where.exists() or (
+            anchor and where.suffix == ".md" and anchor not in _anchors(where)
+        ):
             bad.append(target)
     return bad
 
@@ -62,6 +62,6 @@ def test_the_check_finds_a_dead_file_and_a_dead_section(tmp_path: Path) -> None:
     (tmp_path / "b.md").write_text("# There\n\n## Is a section\n")
     page = tmp_path / "a.md"
     page.write_text(
-        "[ok](b.md#is-a-section) [gone](c.md) [no](b.md#nowhere) [web](https://x.y/#z)\n"
+        "[ok](b.md#is-a-section) [gone](c.md#x) [no](b.md#nowhere) [web](https://x.y/#z)\n"
     )
-    assert broken(page) == ["c.md", "b.md#nowhere"]
+    assert broken(page) == ["c.md#x", "b.md#nowhere"]
