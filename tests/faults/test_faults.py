@@ -167,6 +167,18 @@ def test_consumer_cut_off_from_postgres_pauses(pipeline: Pipeline, scale: Scale)
     run(pipeline, scale, "postgres stopped for a while", inject)
 
 
+def _run(pipeline: Pipeline, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """One of the new release's programs run once with the pipeline's environment."""
+    return subprocess.run(
+        [tool(program), *args],
+        env=pipeline.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_upgrade_from_0_1_0_under_load(
     pg_schema: PgSchema,
     services: Services,
@@ -202,28 +214,14 @@ def test_upgrade_from_0_1_0_under_load(
             # The documented order: relays stopped, the outbox migrated, new relays started;
             # then each consumer and the sweeper, one at a time, while the load goes on.
             assert pipeline.stop("relay-1") == 0
-            migrated = subprocess.run(
-                [tool("inorder-producer"), "migrate", "--example"],
-                env=pipeline.env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            migrated = _run(pipeline, "inorder-producer", "migrate", "--example")
             assert migrated.returncode == 0, migrated.stderr
             start(pipeline, "relay-1")
             for name in ("consumer-1", "consumer-2"):
                 assert pipeline.stop(name) == 0, f"0.1.0's {name} did not stop cleanly"
                 start(pipeline, name)
             # No 0.1.0 consumer parks any more: the parks it left move to the new layout.
-            moved = subprocess.run(
-                [tool("inorder-consumer"), "migrate"],
-                env=pipeline.env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            moved = _run(pipeline, "inorder-consumer", "migrate")
             # What it moved depends on the race with 0.1.0's sweeper, which may have drained
             # them first; either way none may be left there at the end (checked below).
             assert moved.returncode == 0, moved.stderr

@@ -9,7 +9,7 @@ as psycopg writes each of its exchanges once and drives it both ways.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,35 +52,50 @@ def one_step(store: StepStore, start: Progress, event: Event, *, external: bool)
     return True
 
 
-def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> bool:
-    """Run ``exchange`` in one transaction on ``conn``; what it returned."""
-    with conn.transaction():
-        reply: Any = None
+class Driven:
+    """An exchange as the drivers walk it: each thing asked, the reply set by the driver."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        # What came of the last thing asked (the claim's row), sent back with the next turn.
+        self.reply: Any = None
+        # What the exchange returned (whether the step applied), once it is done.
+        self.result = False
+
+    def __iter__(self) -> Iterator[Statement | Call]:
         while True:
             try:
-                asked = exchange.send(reply)
+                asked = self._exchange.send(self.reply)
             except StopIteration as done:
-                return bool(done.value)
+                self.result = bool(done.value)
+                return
+            self.reply = None
+            yield asked
+
+
+def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> bool:
+    """Run ``exchange`` in one transaction on ``conn``; what it returned."""
+    steps = Driven(exchange)
+    with conn.transaction():
+        for asked in steps:
             if isinstance(asked, Call):
                 handlers.run(conn, {asked.event.entity_id: [asked.event]})
-                reply = None
+            elif asked.rows:
+                steps.reply = conn.execute(*asked.query).fetchone()
             else:
-                cursor = conn.execute(*asked.query)
-                reply = cursor.fetchone() if asked.rows else None
+                conn.execute(*asked.query)
+    return steps.result
 
 
 async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> bool:
     """Run ``exchange`` in one transaction on the async ``aconn``; what it returned."""
+    steps = Driven(exchange)
     async with aconn.transaction():
-        reply: Any = None
-        while True:
-            try:
-                asked = exchange.send(reply)
-            except StopIteration as done:
-                return bool(done.value)
+        for asked in steps:
             if isinstance(asked, Call):
                 await handlers.run_async(aconn, asked.event)
-                reply = None
+            elif asked.rows:
+                steps.reply = await (await aconn.execute(*asked.query)).fetchone()
             else:
-                cursor = await aconn.execute(*asked.query)
-                reply = await cursor.fetchone() if asked.rows else None
+                await aconn.execute(*asked.query)
+    return steps.result
