@@ -27,7 +27,7 @@ from consumer.errors import (
 from consumer.kinds import KINDS, Resources
 from consumer.routes import Route, read_routes
 from consumer.service import ConsumerService
-from consumer.settings import ConsumerSettings, SweeperSettings
+from consumer.settings import ConsumerSettings, RouteSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
 from schemas.errors import TopicSettingsError
 from schemas.runtime import logs, postgres, traces
@@ -37,7 +37,7 @@ from schemas.runtime.outages import down
 from schemas.runtime.payloads import registry_or_exit
 from schemas.runtime.process import arguments, fail, serve, stop_for_operator
 
-_S = TypeVar("_S", bound=ConsumerSettings)
+_S = TypeVar("_S", bound=RouteSettings)
 CONSUMER = "inorder-consumer"
 SWEEPER = "inorder-sweeper"
 ADMIN = "inorder-admin"
@@ -58,7 +58,7 @@ SWEEPER_SUMMARY = (
 _NAMED = (RoutesError, StartupError, TopicSettingsError)
 
 
-def _routes(settings: ConsumerSettings, program: str) -> list[Route]:
+def _routes(settings: RouteSettings, program: str) -> list[Route]:
     try:
         return read_routes(settings.routes_file)
     except RoutesError as exc:

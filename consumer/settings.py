@@ -1,4 +1,4 @@
-"""Typed settings of ``inorder-consumer``, read from the environment only at start-up."""
+"""Typed settings of ``inorder-consumer``, the sweeper and ``inorder-admin``, read at start-up."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from schemas.runtime.reading import Reading
 from schemas.runtime.urls import PostgresUrl, RedisUrl
 
 
-class ConsumerSettings(
+class RouteSettings(
     KafkaClientSettings, PayloadSchemaSettings, DebeziumSettings, StepSettings, ServiceSettings
 ):
-    """Everything the consumer needs; the addresses and the routes file are required.
+    """What every program that runs the routes reads: the consumer, the sweeper, the admin.
 
-    The route kinds' own process settings are composed in (``Kind.process``): the step
-    kind's parking and lanes. A kind from elsewhere reads its own from the environment
-    (``Resources.part``).
+    The addresses and the routes file are required. The route kinds' own process settings
+    are composed in (``Kind.process``): the step kind's parking and lanes. A kind from
+    elsewhere reads its own from the environment (``Resources.part``).
     """
 
     renamed: ClassVar[Mapping[str, str]] = {
@@ -51,10 +51,6 @@ class ConsumerSettings(
         "beside INORDER_TOPICS, each message read as the router writes it (the "
         "INORDER_DEBEZIUM_* settings say where inorder's fields are)",
     )
-    group_id: str = Field(
-        default="inorder-consumer",
-        description="Kafka consumer group; a second deployment side by side needs its own",
-    )
     dead_letter_topic: str = Field(
         default=DEFAULT_TOPICS.dead_letters, description="Where malformed events go, with why"
     )
@@ -66,6 +62,35 @@ class ConsumerSettings(
     )
     held_topic: str = Field(
         default=DEFAULT_TOPICS.held, description="Events refused by a full parking set go here"
+    )
+    max_message_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Larger values are dead-lettered as too large",
+    )
+    dead_letter_max_value_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Dead-letter copies are cut to this size; the original stays in its topic",
+    )
+    create_topics: bool = Field(
+        default=True, description="Create missing topics this process writes at start-up"
+    )
+    http_port: int = Field(
+        default=9401, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
+    )
+
+    def reading(self) -> Reading:
+        """How messages are read into events: the largest, and Debezium's topics and shape."""
+        return Reading(self.max_message_bytes, self.debezium_topics, self.debezium_shape())
+
+
+class ConsumerSettings(RouteSettings):
+    """The consumer's own: its group and how it takes poll batches."""
+
+    group_id: str = Field(
+        default="inorder-consumer",
+        description="Kafka consumer group; a second deployment side by side needs its own",
     )
     poll_max_messages: int = Field(
         default=1000,
@@ -104,30 +129,10 @@ class ConsumerSettings(
         "(estimated from each value's length and its JSON nodes); a larger batch is decoded "
         "and applied in parts, in order",
     )
-    max_message_bytes: int = Field(
-        default=MAX_MESSAGE_BYTES,
-        ge=1024,
-        description="Larger values are dead-lettered as too large",
-    )
-    dead_letter_max_value_bytes: int = Field(
-        default=MAX_MESSAGE_BYTES,
-        ge=1024,
-        description="Dead-letter copies are cut to this size; the original stays in its topic",
-    )
-    create_topics: bool = Field(
-        default=True, description="Create missing topics this process writes at start-up"
-    )
-    http_port: int = Field(
-        default=9401, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics"
-    )
-
-    def reading(self) -> Reading:
-        """How messages are read into events: the largest, and Debezium's topics and shape."""
-        return Reading(self.max_message_bytes, self.debezium_topics, self.debezium_shape())
 
 
-class SweeperSettings(ConsumerSettings, RepairTimingSettings):
-    """The consumer's settings plus the sweeper's; ``inorder-admin`` reads the same."""
+class SweeperSettings(RouteSettings, RepairTimingSettings):
+    """The routes' settings plus the sweeper's own; ``inorder-admin`` reads the same."""
 
     republish_requests_topic: str = Field(
         default=DEFAULT_TOPICS.republish_requests, description="Where republish requests go"

@@ -38,7 +38,7 @@ from consumer import metrics as consumer_metrics  # noqa: E402
 from consumer.admin import cli as admin_cli  # noqa: E402
 from consumer.kinds import KINDS  # noqa: E402
 from consumer.kinds._spec import settings as route_settings  # noqa: E402
-from consumer.settings import ConsumerSettings, SweeperSettings  # noqa: E402
+from consumer.settings import ConsumerSettings, RouteSettings, SweeperSettings  # noqa: E402
 from outbox_relay import __main__ as relay_main  # noqa: E402
 from outbox_relay import metrics as relay_metrics  # noqa: E402
 from outbox_relay.settings import RelaySettings  # noqa: E402
@@ -391,7 +391,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
         ConsumerSettings, (KafkaClientSettings, *_kind_models())
     ),
     "kind-settings": lambda _: kind_settings_table(),
-    "sweeper-settings": lambda _: settings_table(SweeperSettings, (ConsumerSettings,)),
+    "sweeper-settings": lambda _: settings_table(SweeperSettings, (RouteSettings,)),
     "producer-settings": lambda _: settings_table(ProducerSettings),
     "worker-settings": lambda _: settings_table(WorkerSettings, (KafkaClientSettings,)),
     "kafka-settings": lambda _: settings_table(KafkaClientSettings),

@@ -16,12 +16,12 @@ import psycopg
 from psycopg import sql
 
 from consumer.kinds._audit import INORDER_ROWS
-from consumer.settings import ConsumerSettings
+from consumer.settings import RouteSettings
 
 Conn = psycopg.Connection[Any]
 
 
-def _debezium(settings: ConsumerSettings) -> sql.Composed:
+def _debezium(settings: RouteSettings) -> sql.Composed:
     shape, fields = settings.debezium_shape(), settings.debezium_fields()
     generation = (
         sql.SQL("t.{}::bigint").format(sql.Identifier(shape.generation_field))
@@ -51,7 +51,7 @@ def _found(conn: Conn, name: sql.Composable) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def outbox_rows(conn: Conn, settings: ConsumerSettings) -> sql.Composed:
+def outbox_rows(conn: Conn, settings: RouteSettings) -> sql.Composed:
     """The outbox as a relation named ``outbox``: inorder's table where it exists, and the
     Debezium table where Debezium topics are consumed (both, each row once)."""
     mine = _found(conn, sql.Identifier("outbox"))

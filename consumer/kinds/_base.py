@@ -27,7 +27,7 @@ from schemas.runtime.config import InorderSettings
 from schemas.runtime.migrate import MigrationSet
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings, SweeperSettings
+    from consumer.settings import RouteSettings, SweeperSettings
 
 Conn = psycopg.Connection[Any]
 # The route type of a kind's applier.
@@ -44,7 +44,7 @@ class Applier(abc.ABC, Generic[R]):
 
     route: R
 
-    def connect(self, resources: Resources[ConsumerSettings]) -> None:
+    def connect(self, resources: Resources[RouteSettings]) -> None:
         """Check the route against the database (and bind what else the kind uses)."""
 
     @abc.abstractmethod
@@ -72,7 +72,7 @@ class Kind:
     # The consumer's start-up check of what the kind's routes need besides PostgreSQL and
     # Kafka (Redis that keeps parks, a relay on the outbox): raises ``StartupError`` with
     # what to fix, or logs a warning; run once, before any route is connected.
-    check: Callable[[Resources[ConsumerSettings]], None] | None = None
+    check: Callable[[Resources[RouteSettings]], None] | None = None
     # Tables its routes write besides the consumer's own (migrated at start-up).
     migrations: tuple[MigrationSet, ...] = ()
     # The dataclasses whose ``setting`` fields a [[route]] of this kind may set: the
@@ -89,7 +89,7 @@ class Kind:
     gauges: Callable[[Conn], None] | None = None
     # What ``inorder-consumer migrate`` does for the kind's routes besides the tables
     # (moving data an earlier release kept elsewhere); returns what it did, one line each.
-    upgrade: Callable[[Sequence[Any], Resources[ConsumerSettings]], list[str]] | None = None
+    upgrade: Callable[[Sequence[Any], Resources[RouteSettings]], list[str]] | None = None
     # The kind's own process settings (``INORDER_`` variables): composed into the programs'
     # settings, or read from the environment once (``Resources.part``); listed per kind
     # in the settings reference.

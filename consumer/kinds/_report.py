@@ -26,7 +26,7 @@ from consumer.kinds._outcome import Outcome, Refusal
 from schemas import Event, tracing
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +34,7 @@ log = structlog.get_logger(__name__)
 def report(
     conn: psycopg.Connection[Any],
     producer: Producer,
-    settings: ConsumerSettings,
+    settings: RouteSettings,
     dead: Sequence[DeadLetter],
     by_event: Mapping[Event, Message],
     outcomes: Sequence[tuple[Applier[Any], Outcome]],

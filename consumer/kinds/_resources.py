@@ -23,9 +23,9 @@ from schemas.runtime.redis_client import RedisClient
 from schemas.runtime.redis_client import connect as connect_redis
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
-S_co = TypeVar("S_co", bound="ConsumerSettings", covariant=True)
+S_co = TypeVar("S_co", bound="RouteSettings", covariant=True)
 P = TypeVar("P", bound=InorderSettings)
 Conn = psycopg.Connection[Any]
 

@@ -20,7 +20,7 @@ from consumer.loop.source import Source
 from schemas import Event
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
 class LateWork:
@@ -49,7 +49,7 @@ class LateWork:
                 self._waiting.add(event, message)
 
     def gather(
-        self, resources: Resources[ConsumerSettings], wait: float | None
+        self, resources: Resources[RouteSettings], wait: float | None
     ) -> BaseException | None:
         """Collect what finished (waiting up to ``wait``; None: for all), report it, release.
 

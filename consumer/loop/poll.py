@@ -20,7 +20,7 @@ from schemas.runtime.causes import Cause, cause
 from schemas.runtime.reading import Reading
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
 class Routing:
@@ -39,7 +39,7 @@ class Routing:
         ordered = sorted(routes, key=lambda r: order.index(r.kind))
         return cls([kinds[r.kind].start(r) for r in ordered], [kinds[r.kind] for r in ordered])
 
-    def check(self, resources: Resources[ConsumerSettings]) -> None:
+    def check(self, resources: Resources[RouteSettings]) -> None:
         """Each kind's settings read and its start-up check run, once per kind (a bad
         setting, Redis that can lose parks: ``StartupError``; no relay: a warning)."""
         for kind in self.kinds_once:
@@ -53,7 +53,7 @@ class Routing:
         """The routes' kinds, each once, in the order they apply."""
         return list({id(k): k for k in self.kinds}.values())
 
-    def connect(self, resources: Resources[ConsumerSettings]) -> None:
+    def connect(self, resources: Resources[RouteSettings]) -> None:
         """Check every route against the database (and bind what else its kind uses)."""
         for applier in self.appliers:
             applier.connect(resources)

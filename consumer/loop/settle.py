@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from consumer.kinds import Applier, Outcome
 from consumer.kinds._report import report
 from consumer.loop.poll import Prepared
-from consumer.settings import ConsumerSettings
+from consumer.settings import RouteSettings
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 def settle(
     conn: psycopg.Connection[Any],
     producer: Producer,
-    settings: ConsumerSettings,
+    settings: RouteSettings,
     prepared: Prepared,
     outcomes: Sequence[tuple[Applier[Any], Outcome]],
 ) -> None:

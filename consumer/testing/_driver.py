@@ -13,7 +13,7 @@ from consumer import tables
 from consumer.kinds import KINDS, Applier, Arrivals, Kind, Outcome, Resources, Route
 from consumer.loop.poll import Routing
 from consumer.routes import parse_routes, read_routes
-from consumer.settings import ConsumerSettings
+from consumer.settings import RouteSettings
 from schemas import Event, default_event_id, encode
 from schemas.runtime.redis_client import RedisClient
 
@@ -79,7 +79,7 @@ class RouteDriver:
         given: dict[str, Any] = {"redis_key_prefix": key_prefix, "database_url": None}
         given["redis_url"] = None
         self.resources = Resources(
-            ConsumerSettings.model_construct(**given), "inorder-test", conn=conn, redis=client
+            RouteSettings.model_construct(**given), "inorder-test", conn=conn, redis=client
         )
         self.routing.connect(self.resources)
         tables.migrate(conn, tables.migration_sets(self.routing.kinds))

@@ -25,7 +25,7 @@ from confluent_kafka.cimpl import NewTopic
 from consumer.kinds.steps.parking import ParkingLot
 from consumer.routes import parse_routes
 from consumer.service import ConsumerService
-from consumer.settings import SweeperSettings
+from consumer.settings import ConsumerSettings, RouteSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
 from outbox_relay.service import Relay
 from outbox_relay.settings import RelaySettings
@@ -74,17 +74,21 @@ def _settings(url: str, routes: Path, topics: dict[str, str], prefix: str) -> Sw
         held_topic=topics["held"],
         republish_requests_topic=topics["requests"],
         republish_results_topic=topics["results"],
-        group_id=f"c-{uuid.uuid4().hex[:8]}",
         sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
         redis_key_prefix=prefix,
         create_topics=False,
         http_port=0,
-        poll_timeout_ms=100,
         gap_deadline_s=1.0,
         republish_backoff_base_s=1.0,
         sweep_interval_s=0.2,
         lease_ttl_s=3.0,
     )
+
+
+def _consumer(settings: SweeperSettings) -> ConsumerSettings:
+    """The consumer's settings beside the sweeper's: what the routes share, a group of its own."""
+    shared = {name: getattr(settings, name) for name in RouteSettings.model_fields}
+    return ConsumerSettings.model_construct(**shared, group_id=f"c-{uuid.uuid4().hex[:8]}")
 
 
 def _sweep_seconds(sweeper: Sweeper, client: redis.Redis, lot: ParkingLot, entities: int) -> float:
@@ -132,7 +136,7 @@ def _heal_seconds(settings: SweeperSettings, url: str, client: redis.Redis) -> f
     routes = parse_routes(settings.routes_file.read_text())
     lot = ParkingLot(client, settings.redis_key_prefix, settings.park_buckets)
     with ExitStack() as stack, psycopg.connect(url, autocommit=True) as conn:
-        r, c = Relay(relay, Health()), ConsumerService(settings, routes, Health())
+        r, c = Relay(relay, Health()), ConsumerService(_consumer(settings), routes, Health())
         stack.enter_context(serving("relay", r.run, r.stop))
         stack.enter_context(serving("consumer", c.run, c.stop))
         sweeper = Sweeper(settings, routes, Health())

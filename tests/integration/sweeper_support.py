@@ -8,12 +8,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from consumer.routes import parse_routes
-from consumer.settings import SweeperSettings
+from consumer.settings import ConsumerSettings, RouteSettings, SweeperSettings
 from consumer.sweeper.service import Sweeper
 from producer import migrate
 from schemas.runtime.health import Health
@@ -37,12 +37,20 @@ FAST_REPAIR = {
 
 @dataclass(frozen=True)
 class Pipeline:
-    """One test's topics, routes file and settings."""
+    """One test's topics, routes file and settings (the sweeper's, and the consumer's)."""
 
     db: PgSchema
     services: Services
     topics: rs.RelayTopics
     settings: SweeperSettings
+    group_id: str = field(default_factory=lambda: f"c-{uuid.uuid4().hex[:8]}")
+
+    @property
+    def consumer(self) -> ConsumerSettings:
+        """The consumer's settings: every setting the routes share with the sweeper's, and
+        a consumer group of the test's own."""
+        shared = {name: getattr(self.settings, name) for name in RouteSettings.model_fields}
+        return ConsumerSettings.model_construct(**shared, group_id=self.group_id)
 
 
 def pipeline(
@@ -79,12 +87,10 @@ def pipeline(
         held_topic=topic_factory("held"),
         republish_requests_topic=topics.requests,
         republish_results_topic=topics.results,
-        group_id=f"c-{uuid.uuid4().hex[:8]}",
         sweeper_group_id=f"s-{uuid.uuid4().hex[:8]}",
         redis_key_prefix=prefix.rstrip(":"),
         create_topics=False,
         http_port=0,
-        poll_timeout_ms=100,
         **{**FAST_REPAIR, **kw},
     )
     return Pipeline(db, services, topics, settings)
@@ -117,7 +123,7 @@ def running(p: Pipeline, *, sweeper: bool = True) -> Iterator[Sweeper | None]:
     relay = rs.settings_for(p.db, p.services.kafka_bootstrap, p.topics, poll_interval_s=0.2)
     with ExitStack() as stack:
         stack.enter_context(rs.running(relay))
-        stack.enter_context(consumer_running(p.settings))
+        stack.enter_context(consumer_running(p.consumer))
         found = None
         if sweeper:
             found = start_sweeper(p, stack)

@@ -40,7 +40,7 @@ def test_gaps_parked_and_gauges_describe_a_stuck_entity(
 ) -> None:
     """Seq 3 never sent, no relay to ask: the gap, the parked events and the gauges show it."""
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
-    with cs.running(p.settings):
+    with cs.running(p.consumer):
         cs.send_events(
             services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4, 5)]
         )
@@ -147,7 +147,7 @@ def test_held_events_are_listed_and_replayed_once_and_only_as_the_consumer_recor
     p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
     p.settings.routes_file.write_text(ss.routes_text(max_parked=1))
     forged = ss.step(7)
-    with cs.running(p.settings):
+    with cs.running(p.consumer):
         cs.send_events(
             services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4, 5, 6)]
         )

@@ -26,7 +26,7 @@ def _offsets_committed(p: sw.Pipeline) -> bool:
     """Whether the consumer group's committed offsets reached the end of every partition."""
     config = {
         "bootstrap.servers": p.services.kafka_bootstrap,
-        "group.id": p.settings.group_id,
+        "group.id": p.group_id,
         "enable.auto.commit": False,
     }
     probe = Consumer(config)

@@ -80,7 +80,7 @@ def test_prometheus_sees_the_parked_alert_go_pending(
     # Republish requests go unanswered (no relay): keep the gap open through the test.
     env = {
         **sw.env(p),
-        "INORDER_GROUP_ID": p.settings.group_id,
+        "INORDER_GROUP_ID": p.group_id,
         "INORDER_REPUBLISH_MAX_ATTEMPTS": "50",
     }
     config = {

@@ -235,7 +235,7 @@ def test_a_consumer_killed_while_a_retry_waits_loses_nothing(
     p = _pipeline(
         pg_schema, services, topic_factory, tmp_path, redis_prefix, "flaky_while_flagged", retry
     )
-    env = {**cs.consumer_env(p.settings), "PYTHONPATH": str(ROOT)}
+    env = {**cs.consumer_env(p.consumer), "PYTHONPATH": str(ROOT)}
     env["INORDER_TEST_FAIL_FLAG"] = str(flag)
     sw.write_outbox(p, range(1, 9))
     with ExitStack() as stack:

@@ -167,7 +167,7 @@ def test_unanswered_requests_back_off_then_hand_the_gap_to_a_person(
         republish_backoff_base_s=0.5,
         republish_max_attempts=2,
     )
-    with cs.running(p.settings), ExitStack() as stack:
+    with cs.running(p.consumer), ExitStack() as stack:
         cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4)])
         sw.start_sweeper(p, stack)
         wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["unrecoverable"], timeout_s=30)
@@ -233,7 +233,7 @@ def test_forged_results_that_answer_no_open_request_are_counted_and_ignored(
         pg_schema, services, topic_factory, tmp_path, redis_prefix, republish_backoff_base_s=600
     )
     before = _unmatched()
-    with cs.running(p.settings), ExitStack() as stack:
+    with cs.running(p.consumer), ExitStack() as stack:
         cs.send_events(services.kafka_bootstrap, p.topics.events, [ss.step(s) for s in (1, 2, 4)])
         sw.start_sweeper(p, stack)
         wait_until(lambda: [g[0] for g in sw.gap_rows(p)] == ["requested"], timeout_s=30)

@@ -116,9 +116,9 @@ def test_unknown_block_in_a_document_is_refused() -> None:
 
 
 def test_a_programs_table_shows_the_defaults_it_overrides() -> None:
-    """The sweeper's table lists its own port though the field comes from the consumer's."""
-    from consumer.settings import ConsumerSettings, SweeperSettings  # noqa: PLC0415
+    """The sweeper's table lists its own port though the field comes from the routes' settings."""
+    from consumer.settings import RouteSettings, SweeperSettings  # noqa: PLC0415
 
-    table = reference.settings_table(SweeperSettings, (ConsumerSettings,))
+    table = reference.settings_table(SweeperSettings, (RouteSettings,))
     assert "| `INORDER_HTTP_PORT` | 9402 |" in table
     assert "INORDER_ROUTES_FILE" not in table  # inherited unchanged: in the consumer's table

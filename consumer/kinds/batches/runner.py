@@ -33,7 +33,7 @@ from schemas.runtime.logs import first_line
 from schemas.runtime.payloads import default_payload_schemas
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 log = structlog.get_logger(__name__)
 
@@ -157,7 +157,7 @@ class BatchApplier(Applier[BatchRoute]):
         self.route = route
         self.runner = BatchRunner([route])
 
-    def connect(self, links: Resources[ConsumerSettings]) -> None:
+    def connect(self, links: Resources[RouteSettings]) -> None:
         """Nothing to check: the batch tables and the outbox come with the migrations."""
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:

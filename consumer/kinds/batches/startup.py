@@ -9,12 +9,12 @@ import structlog
 
 if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 log = structlog.get_logger(__name__)
 
 
-def check(resources: Resources[ConsumerSettings]) -> None:
+def check(resources: Resources[RouteSettings]) -> None:
     """Warn once when no relay holds a slice of the consumer's own outbox.
 
     A batch route's assembled output and re-dispatched work go through that outbox; with

@@ -27,7 +27,7 @@ from schemas.runtime.causes import Cause, cause
 from schemas.runtime.logs import first_line
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
 def stored_row(conn: Conn, route: ProjectionRoute, entity_id: str) -> dict[str, Any] | None:
@@ -129,7 +129,7 @@ class ProjectionApplier(Applier[ProjectionRoute]):
         self.route = route
         self._table: ProjectionTable | None = None
 
-    def connect(self, links: Resources[ConsumerSettings]) -> None:
+    def connect(self, links: Resources[RouteSettings]) -> None:
         """Check the table (``RoutesError`` if it does not fit) and build the upsert."""
         self._table = check_table(links.conn, self.route)
 

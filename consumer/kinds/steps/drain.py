@@ -18,11 +18,11 @@ from consumer.kinds.steps.runner import StepApplier
 
 if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
 def drain(
-    resources: Resources[ConsumerSettings], applier: StepApplier, entity_ids: Sequence[str]
+    resources: Resources[RouteSettings], applier: StepApplier, entity_ids: Sequence[str]
 ) -> None:
     """Apply what became due for the entities, then send its letters and count it."""
     outcome = applier.drain(resources.conn, entity_ids)

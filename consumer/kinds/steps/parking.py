@@ -39,7 +39,7 @@ from schemas.runtime.redis_client import RedisClient
 
 if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 # KEYS: set, index, bytes. ARGV: member, seq, cap, ttl, entity, cap in bytes.
 # A member already there is only kept longer. Otherwise, unless the set is at its cap in
@@ -364,7 +364,7 @@ class ParkingLot:
         return {e: list(members) for e, members in zip(entity_ids, found, strict=True) if members}
 
 
-def lot_of(resources: Resources[ConsumerSettings]) -> ParkingLot:
+def lot_of(resources: Resources[RouteSettings]) -> ParkingLot:
     """Parked events under the consumers' key prefix and bucket count (their settings)."""
     if not resources.has_redis and resources.settings.redis_url is None:
         raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])

@@ -38,7 +38,7 @@ from schemas.runtime import postgres
 from schemas.runtime.outages import waited_out
 
 if TYPE_CHECKING:
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +109,7 @@ class StepApplier(Applier[StepRoute]):
             )
         return self._lot
 
-    def connect(self, links: Resources[ConsumerSettings]) -> None:
+    def connect(self, links: Resources[RouteSettings]) -> None:
         """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
         lot = lot_of(links)
         self._parked_cap = links.settings.max_message_bytes + tracing.STAMP_ROOM
@@ -141,7 +141,7 @@ class StepApplier(Applier[StepRoute]):
             raise RoutesError([f"route {self.route.stream}: the route is not connected"])
         return self._lanes
 
-    def _bind_lanes(self, links: Resources[ConsumerSettings]) -> Lanes:
+    def _bind_lanes(self, links: Resources[RouteSettings]) -> Lanes:
         """The route's lanes (its own ``lanes``, else the consumer's ``INORDER_STEP_LANES``)."""
         url = links.settings.database_url
         size = self.route.lanes or links.settings.step_lanes
@@ -378,7 +378,7 @@ class _Alone(Applier[StepRoute]):
         self._applier = applier
         self._entity = entity
 
-    def connect(self, links: Resources[ConsumerSettings]) -> None:
+    def connect(self, links: Resources[RouteSettings]) -> None:
         """Nothing: the route it applies for is connected."""
 
     def apply(self, conn: Conn, events: Sequence[Event], raw: Mapping[Event, bytes]) -> Outcome:

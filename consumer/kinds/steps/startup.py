@@ -9,10 +9,10 @@ from schemas.runtime.redis_client import durability_problem
 
 if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
-def check(resources: Resources[ConsumerSettings]) -> None:
+def check(resources: Resources[RouteSettings]) -> None:
     """Connect Redis and refuse one that can lose parks (``StoreNotDurableError``).
 
     With no ``REDIS_URL`` the step routes say so themselves when they are connected.

@@ -15,10 +15,10 @@ from consumer.kinds.steps.route import StepRoute
 
 if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
-    from consumer.settings import ConsumerSettings
+    from consumer.settings import RouteSettings
 
 
-def upgrade(routes: Sequence[StepRoute], resources: Resources[ConsumerSettings]) -> list[str]:
+def upgrade(routes: Sequence[StepRoute], resources: Resources[RouteSettings]) -> list[str]:
     """Check the park layout and move every route's 0.1.0 parks; one line per route moved."""
     lot = lot_of(resources)
     lot.check_layout()
