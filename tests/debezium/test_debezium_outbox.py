@@ -146,7 +146,7 @@ def republish_only(p: sw.Pipeline) -> Iterator[RepublishOnly]:
 def consuming(p: sw.Pipeline) -> Iterator[None]:
     """Consumer, sweeper and the republish-only relay, until the block ends."""
     with ExitStack() as stack:
-        stack.enter_context(cs.running(p.settings))
+        stack.enter_context(cs.running(p.consumer))
         stack.enter_context(republish_only(p))
         sw.start_sweeper(p, stack)
         yield
