@@ -28,7 +28,7 @@ def steps_db(pg_schema: PgSchema) -> PgSchema:
 
 
 def _migrate(
-    steps_db: PgSchema, redis_prefix: str, tmp_path: Path
+    steps_db: PgSchema, redis_prefix: str, tmp_path: Path, **more: str
 ) -> subprocess.CompletedProcess[str]:
     """``inorder-consumer migrate`` as its own process, over the step route of ``ss``."""
     routes = tmp_path / "routes.toml"
@@ -39,7 +39,9 @@ def _migrate(
         "INORDER_ROUTES_FILE": str(routes),
         "INORDER_REDIS_KEY_PREFIX": redis_prefix.rstrip(":"),
         "PYTHONPATH": str(ROOT),
+        **more,
     }
+    env = {k: v for k, v in env.items() if v}
     return subprocess.run(
         [sys.executable, "-m", "consumer", "migrate"],
         env=env,
@@ -78,6 +80,20 @@ def test_parks_of_the_one_index_layout_are_moved_by_migrate_and_drain(
     assert run.lot.sizes(ss.STREAM) == []
     again = _migrate(steps_db, redis_prefix, tmp_path)
     assert (again.returncode, again.stdout) == (0, "up to date\n")
+
+
+def test_migrate_without_redis_migrates_the_tables_and_says_it_did_not_look(
+    steps_db: PgSchema, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A migration Job that owns only the tables (no Redis, or Redis refusing it) ends well,
+    one line saying the old parks were not looked for."""
+    unset = _migrate(steps_db, redis_prefix, tmp_path, REDIS_URL="")
+    assert unset.returncode == 0, unset.stderr
+    assert "parks in 0.1.0's layout not looked for (REDIS_URL is not set)" in unset.stdout
+    refused = _migrate(steps_db, redis_prefix, tmp_path, REDIS_URL="redis://127.0.0.1:1/0")
+    assert refused.returncode == 0, refused.stderr
+    assert "not looked for (cannot connect to Redis:" in refused.stdout
+    assert refused.stdout.startswith("up to date\n")
 
 
 def test_a_changed_bucket_count_stops_start_up_in_one_line(
