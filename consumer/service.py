@@ -67,7 +67,7 @@ class ConsumerService:
         self._connected = False
         self._started = False
         self._gauges = metrics.Gauges(
-            tables=[k.gauges for k in self.routing.kinds_once if k.gauges is not None]
+            tables=[k.gauges for k in self.routing.kinds if k.gauges is not None]
         )
         self._pausing = Pausing(self.source, Outages("consumption", health, lambda: self._stopping))
         self._probe_at = 0.0

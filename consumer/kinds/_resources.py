@@ -118,11 +118,6 @@ class Resources(Generic[S_co]):
             )
         return self._producer
 
-    @property
-    def has_producer(self) -> bool:
-        """Whether the producer was made (without making it)."""
-        return self._producer is not None
-
     def lost(self, dependency: str | None) -> None:
         """Forget a connection an outage broke: the next use opens a new one."""
         if dependency == "postgres" and self._conn is not None:

@@ -39,7 +39,7 @@ class ClassicGroup:
         self.health = health
         self.offsets = Offsets()
         self._consumer: Consumer | None = None
-        self._paused = False
+        self.paused = False
         self._next_commit = 0.0
         self._next_lag = 0.0
         self._lag_labels: set[tuple[str, str]] = set()
@@ -92,7 +92,7 @@ class ClassicGroup:
         log.info("partitions_assigned", partitions=[f"{p.topic}:{p.partition}" for p in partitions])
         self.offsets.assigned(partitions)
         consumer.incremental_assign(partitions)
-        if self._paused:  # a batch waiting on an outage: they wait with it
+        if self.paused:  # a batch waiting on an outage: they wait with it
             consumer.pause(partitions)
         self._ready_if_assigned()
 
@@ -179,16 +179,16 @@ class ClassicGroup:
         assignment = consumer.assignment()
         if assignment:
             consumer.pause(assignment)
-        self._paused = True
+        self.paused = True
 
     def resume(self) -> None:
         """Resume the assignment (a no-op when nothing was paused)."""
-        if not self._paused or self._consumer is None:
+        if not self.paused or self._consumer is None:
             return
         assignment = self._consumer.assignment()
         if assignment:
             self._consumer.resume(assignment)
-        self._paused = False
+        self.paused = False
 
     def idle(self, deadline: float) -> None:
         """Poll while paused: stay in the group, serve rebalances, lose nothing."""

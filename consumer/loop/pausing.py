@@ -19,21 +19,18 @@ class Pausing:
     def __init__(self, source: Source, outages: Outages) -> None:
         self.source = source
         self.outages = outages
-        self.paused = False
 
     def pause(self) -> None:
         """Settle what is done, pause the source, show it in the gauge."""
         self.source.pause()
-        self.paused = True
         metrics.PAUSED.set(1)
 
     def resume(self) -> None:
         """The outage is over: resume the source (a no-op when nothing was paused)."""
         self.outages.recovered()
-        if not self.paused:
+        if not self.source.paused:
             return
         self.source.resume()
-        self.paused = False
         metrics.PAUSED.set(0)
 
     def wait(self, exc: BaseException) -> None:

@@ -29,8 +29,8 @@ class Routing:
     def __init__(self, appliers: Sequence[Applier[Any]], kinds: Sequence[Kind] = ()) -> None:
         self.appliers = list(appliers)
         self.by_stream = {s: a for a in appliers for s in a.route.streams}
-        # The registry entries of the routes' kinds (what they need: Redis, migrations).
-        self.kinds = list(kinds)
+        # The registry entries of the routes' kinds, each once, in the order they apply.
+        self.kinds = list({id(k): k for k in kinds}.values())
 
     @classmethod
     def start(cls, routes: Sequence[Route], kinds: Mapping[str, Kind] = KINDS) -> Routing:
@@ -42,16 +42,11 @@ class Routing:
     def check(self, resources: Resources[RouteSettings]) -> None:
         """Each kind's settings read and its start-up check run, once per kind (a bad
         setting, Redis that can lose parks: ``StartupError``; no relay: a warning)."""
-        for kind in self.kinds_once:
+        for kind in self.kinds:
             if kind.process is not None:
                 resources.part(kind.process)
             if kind.check is not None:
                 kind.check(resources)
-
-    @property
-    def kinds_once(self) -> list[Kind]:
-        """The routes' kinds, each once, in the order they apply."""
-        return list({id(k): k for k in self.kinds}.values())
 
     def connect(self, resources: Resources[RouteSettings]) -> None:
         """Check every route against the database (and bind what else its kind uses)."""

@@ -43,6 +43,10 @@ class Source(Protocol):
     def settle(self, *, idle: bool) -> None:
         """Hand what is done to the transport (at its pace, or now when ``idle``)."""
 
+    @property
+    def paused(self) -> bool:
+        """Whether the source is paused on an outage now."""
+
     def pause(self) -> None:
         """An outage: settle what is done, and take nothing new until ``resume``."""
 

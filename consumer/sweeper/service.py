@@ -79,8 +79,7 @@ class Sweeper:
     def connect(self) -> None:
         """Connect PostgreSQL, Redis and Kafka, and create the tables the sweeper writes."""
         tables.migrate(self.resources.conn, self._migrations)
-        if self.settings.redis_url is None:
-            raise ValueError("REDIS_URL is required by the sweeper")
+        # Without REDIS_URL, ``resources.redis`` names it (``NotConfiguredError``).
         prefix = self.settings.redis_key_prefix
         lease = Lease(
             self.resources.redis, f"{prefix}:sweeper:lease", int(self.settings.lease_ttl_s * 1000)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.commands.core import Script
 
-from consumer.errors import RoutesError
+from consumer.errors import NotConfiguredError, RoutesError
 from schemas.runtime.redis_client import RedisClient
 
 if TYPE_CHECKING:
@@ -366,7 +366,9 @@ class ParkingLot:
 
 def lot_of(resources: Resources[RouteSettings]) -> ParkingLot:
     """Parked events under the consumers' key prefix and bucket count (their settings)."""
-    if not resources.has_redis and resources.settings.redis_url is None:
-        raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"])
+    try:
+        client = resources.redis
+    except NotConfiguredError:
+        raise RoutesError(["the routes file has step routes: set REDIS_URL for parking"]) from None
     settings = resources.settings
-    return ParkingLot(resources.redis, settings.redis_key_prefix, settings.park_buckets)
+    return ParkingLot(client, settings.redis_key_prefix, settings.park_buckets)

@@ -69,16 +69,17 @@ def _add(
 
     ``copies``: each drained event's parked bytes (by ``id``), for a letter without a message.
     """
+    counts = tally(outcome)
     for entity_plan in plans.values():
         outcome.applied += entity_plan.apply
         outcome.stale += entity_plan.stale
-        tally(outcome).stopped += entity_plan.stopped is not None
+        counts.stopped += entity_plan.stopped is not None
         for failure in entity_plan.failed:
             event, verdict = failure.event, failure.verdict
             if verdict.action is Action.RETRY:
-                tally(outcome).retried[event.event_type] += 1
+                counts.retried[event.event_type] += 1
             elif verdict.exhausted:
-                tally(outcome).exhausted[(event.event_type, str(verdict.action))] += 1
+                counts.exhausted[(event.event_type, str(verdict.action))] += 1
             if verdict.action is Action.DEAD_LETTER:
                 copy = None if copies is None else copies.get(id(event))
                 outcome.refused.append(Refusal(event, STEP_FAILED, failure.reason, copy))
@@ -217,11 +218,10 @@ class StepApplier(Applier[StepRoute]):
             self.route.park_ttl_s,
         )
         held = {id(e): size for (_, e), size in zip(early, sizes, strict=True) if size < 0}
-        tally(outcome).parked += [
-            (e, distance) for _, e, distance, _ in parking if id(e) not in held
-        ]
+        counts = tally(outcome)
+        counts.parked += [(e, distance) for _, e, distance, _ in parking if id(e) not in held]
         refused = [e for _, e in early if id(e) in held]
-        tally(outcome).escalated += self._hold(conn, refused)
+        counts.escalated += self._hold(conn, refused)
         outcome.held += [Refusal(e, PARK_CAP_REACHED, _why_held(e, held[id(e)])) for e in refused]
         # Only entities that parked something ahead of where they stood can have parked
         # successors now due (an in-order stream asks Redis nothing). A park another
