@@ -26,6 +26,9 @@ log = structlog.get_logger(__name__)
 UNKNOWN_STREAM = "unknown_stream"
 # A message that raised while it was read (the codec names every problem it knows).
 UNDECODABLE = "undecodable"
+# A share group's record on its last delivery that could not be applied before its
+# acquisition lock ran out (a dependency down, a lane too slow): lettered, not archived.
+DELIVERY_LIMIT = "delivery_limit"
 
 
 class Unsent:

@@ -55,6 +55,32 @@ SWEEP_DURATION = Histogram(
 SWEEPER_ACTIVE = Gauge("sweeper_active", "1 while this sweeper holds the lease")
 LAG = Gauge("consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
 PAUSED = Gauge("consumer_paused", "1 while consumption is paused on a dependency")
+SOURCE = Gauge(
+    "consumer_source_info",
+    "1 for how this consumer reads: mode group (protocol classic or consumer) or share",
+    ["mode", "protocol"],
+)
+SHARE_ACQUIRED = Counter(
+    "share_records_acquired_total",
+    "Records this share-group member acquired, by delivery: first, again (redelivered), or "
+    "last (the group's delivery-count limit reached: a record that cannot be applied before "
+    "its lock runs out is dead-lettered, never left to be archived)",
+    ["delivery"],
+)
+SHARE_RELEASED = Counter(
+    "share_records_released_total",
+    "Records handed back to the share group unapplied, by why: lock (its acquisition lock "
+    "was running out), outage (a dependency stayed down) or close",
+    ["why"],
+)
+SHARE_UNLETTERED = Counter(
+    "share_records_unlettered_total",
+    "Records on their last delivery that could not be dead-lettered before their lock ran "
+    "out (Kafka refused the letter): the broker archives them; page on any",
+)
+SHARE_IN_HAND = Gauge(
+    "share_records_in_hand", "Records acquired by this member and not yet acknowledged"
+)
 
 
 def gauges_due() -> None:

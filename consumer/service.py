@@ -16,14 +16,17 @@ import structlog
 from confluent_kafka import Message
 
 from consumer import metrics, tables
+from consumer.errors import StartupError
 from consumer.kinds import KINDS, Kind, Resources, Route, apply_guarded
 from consumer.loop import tracing
 from consumer.loop.classic import ClassicGroup
+from consumer.loop.last_delivery import letter_last
 from consumer.loop.late import LateWork
 from consumer.loop.outputs import create_topics, letters_producer
 from consumer.loop.pausing import Pausing
 from consumer.loop.poll import Routing, parts, prepare
 from consumer.loop.settle import settle
+from consumer.loop.share import ShareGroup
 from consumer.loop.source import Source
 from consumer.settings import ConsumerSettings
 from schemas.runtime import kafka_watch
@@ -59,8 +62,11 @@ class ConsumerService:
         self.resources = Resources(
             settings, "inorder-consumer", carry=True, producer=lambda: letters_producer(settings)
         )
-        topics = [*settings.topics, *self.reading.topics]
-        self.source = source or ClassicGroup(settings, topics, health)
+        if settings.consumer_mode == "share":
+            unshared = [why for a in self.routing.appliers if (why := a.unshared())]
+            if unshared:
+                raise StartupError("INORDER_CONSUMER_MODE=share: " + "; ".join(unshared))
+        self.source = source or self._source(settings, health)
         self.late = LateWork(self.source, self.routing.appliers)
         self._migrations = tables.migration_sets(self.routing.kinds)
         self._stopping = False
@@ -71,6 +77,18 @@ class ConsumerService:
         )
         self._pausing = Pausing(self.source, Outages("consumption", health, lambda: self._stopping))
         self._probe_at = 0.0
+
+    def _source(self, settings: ConsumerSettings, health: Health) -> Source:
+        """The consumer group the settings name, or a share group (``INORDER_CONSUMER_MODE``)."""
+        topics = [*settings.topics, *self.reading.topics]
+        if settings.consumer_mode == "share":
+            return ShareGroup(
+                settings,
+                topics,
+                health,
+                letter=lambda messages: letter_last(self.resources, self.reading, messages),
+            )
+        return ClassicGroup(settings, topics, health)
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand, mark it done and leave."""

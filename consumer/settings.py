@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from consumer.kinds.steps.settings import StepSettings
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
@@ -15,7 +15,7 @@ from schemas.runtime.config import (
     ServiceSettings,
 )
 from schemas.runtime.debezium import DebeziumSettings
-from schemas.runtime.kafka_settings import KafkaClientSettings
+from schemas.runtime.kafka_settings import CLASSIC_ONLY, KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
 from schemas.runtime.reading import Reading
 from schemas.runtime.urls import PostgresUrl, RedisUrl
@@ -122,6 +122,34 @@ class ConsumerSettings(RouteSettings):
         description="0: apply what has arrived at once; above 0, after its first message a "
         "poll batch waits up to this long to fill (INORDER_BATCH_LINGER_MS before 0.2.0)",
     )
+    consumer_mode: Literal["group", "share"] = Field(
+        default="group",
+        description="`group`: a consumer group (classic or consumer protocol, "
+        "INORDER_KAFKA_GROUP_PROTOCOL), each partition read by one member; `share`: a share "
+        "group (Kafka 4.2 or newer), every member reads every partition and acknowledges "
+        "each record (experimental: the client's share consumer is a preview)",
+    )
+    share_max_poll_records: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="Share mode: most records one member acquires per poll; fewer spread a "
+        "topic over more members",
+    )
+    share_record_lock_ms: int | None = Field(
+        default=None,
+        ge=1000,
+        le=3_600_000,
+        description="Share mode: the group's acquisition lock (share.record.lock.duration.ms), "
+        "set through the admin API at start; unset: the group's or broker's (30 s by default)",
+    )
+    share_lock_margin_ms: int = Field(
+        default=5000,
+        ge=500,
+        le=600_000,
+        description="Share mode: a record not applied this long before its lock runs out is "
+        "released (on its last delivery: dead-lettered) instead of left to expire",
+    )
     poll_max_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1024 * 1024,
@@ -129,6 +157,23 @@ class ConsumerSettings(RouteSettings):
         "(estimated from each value's length and its JSON nodes); a larger batch is decoded "
         "and applied in parts, in order",
     )
+
+    @model_validator(mode="after")
+    def _share_can_work(self) -> Self:
+        if self.consumer_mode != "share":
+            return self
+        refused = [name for name in CLASSIC_ONLY if name in self.kafka_extra]
+        if refused:
+            raise ValueError(
+                f"INORDER_KAFKA_EXTRA sets {', '.join(refused)}, which a share group member "
+                "does not take (the group's configuration has it): remove it"
+            )
+        lock = self.share_record_lock_ms
+        if lock is not None and self.share_lock_margin_ms * 2 > lock:
+            raise ValueError(
+                "INORDER_SHARE_LOCK_MARGIN_MS must be at most half of INORDER_SHARE_RECORD_LOCK_MS"
+            )
+        return self
 
 
 class SweeperSettings(RouteSettings, RepairTimingSettings):

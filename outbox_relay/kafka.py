@@ -65,7 +65,7 @@ def make_request_consumer(settings: RelaySettings) -> Consumer:
         settings,
         "inorder-relay",
         settings.relay_group_id,
-        fixed={"partition.assignment.strategy": "cooperative-sticky"},
+        assignor="cooperative-sticky",
     )
     consumer.subscribe([settings.republish_requests_topic])
     return consumer

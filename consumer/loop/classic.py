@@ -31,7 +31,7 @@ LAG_INTERVAL_S = 5.0
 
 
 class ClassicGroup:
-    """A ``Source`` over a Kafka consumer group with cooperative-sticky assignment."""
+    """A ``Source`` over a Kafka consumer group (cooperative-sticky, or the broker's assignor)."""
 
     def __init__(self, settings: ConsumerSettings, topics: Sequence[str], health: Health) -> None:
         self.settings = settings
@@ -69,11 +69,12 @@ class ClassicGroup:
                 # above it, the next fetch waits fetch.queue.backoff.ms (1 s), which starved
                 # the consumer of full batches (a quarter of the rate) when it was set lower.
             },
-            fixed={
-                "partition.assignment.strategy": "cooperative-sticky",
-                "on_commit": self.offsets.failed,
-            },
+            fixed={"on_commit": self.offsets.failed},
+            assignor="cooperative-sticky",
         )
+        protocol = self.settings.group_protocol
+        metrics.SOURCE.labels("group", protocol).set(1)
+        self.health.note("source", f"consumer group {self.settings.group_id} ({protocol} protocol)")
         self._consumer.subscribe(
             self.topics,
             on_assign=self._on_assign,

@@ -93,6 +93,7 @@ def answer(request: Request | None, health: Health, render: Callable[[str], Repl
     if request.path == "/readyz":
         problems = health.problems
         body = "".join(f"{name}: {reason}\n" for name, reason in problems.items()) or "ready\n"
+        body += "".join(f"{topic}: {text}\n" for topic, text in health.notes.items())
         return Reply(503 if problems else 200, body.encode())
     if request.path == "/metrics":
         return render(request.accept)

@@ -21,6 +21,7 @@ class Health:
         self._stale_after_s = stale_after_s
         self._beat = time.monotonic()
         self._not_ready: dict[str, str] = {"starting": "not started yet"}
+        self._notes: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def beat(self) -> None:
@@ -36,6 +37,17 @@ class Health:
         """``dependency`` works again."""
         with self._lock:
             self._not_ready.pop(dependency, None)
+
+    def note(self, topic: str, text: str) -> None:
+        """What ``/readyz`` says beside ready or not (how the process consumes, what it holds)."""
+        with self._lock:
+            self._notes[topic] = text
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """The notes ``/readyz`` shows after its verdict."""
+        with self._lock:
+            return dict(self._notes)
 
     def sleep(self, seconds: float, stopping: Callable[[], bool], tick_s: float = 0.2) -> None:
         """Wait ``seconds`` while beating; return early once ``stopping()`` is true."""

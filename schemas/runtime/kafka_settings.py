@@ -17,6 +17,17 @@ from schemas.runtime import secrets
 from schemas.runtime.config import InorderSettings
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+GroupProtocol = Literal["classic", "consumer"]
+# Properties of the classic group protocol that a consumer of the new one (KIP-848)
+# refuses: the broker keeps the group's timeouts and assigns its partitions.
+CLASSIC_ONLY = (
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+)
+# What only a consumer in a group reads; a producer's configuration leaves them out.
+GROUP_PROPERTIES = ("group.protocol", "group.remote.assignor")
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 
 
@@ -65,6 +76,16 @@ class KafkaClientSettings(InorderSettings):
     kafka_ssl_key_password: SecretStr | None = Field(
         default=None, description="mTLS: the private key's password, if it has one"
     )
+    kafka_group_protocol: GroupProtocol | None = Field(
+        default=None,
+        description="librdkafka `group.protocol` of every consumer group: `classic`, or "
+        "`consumer` (KIP-848, Kafka 4); unset: what INORDER_KAFKA_EXTRA says, else classic",
+    )
+    kafka_group_remote_assignor: Literal["uniform", "range"] | None = Field(
+        default=None,
+        description="With the `consumer` group protocol: the broker's assignor "
+        "(`group.remote.assignor`); unset: the broker's default",
+    )
     # Hidden in error messages: it may hold credentials (sasl.oauthbearer.config ...).
     kafka_extra: dict[str, str] = Field(
         default_factory=dict,
@@ -97,9 +118,25 @@ class KafkaClientSettings(InorderSettings):
         chosen = self.kafka_sasl_mechanism or self.kafka_extra.get("sasl.mechanism")
         return chosen.upper() if chosen else None
 
+    @property
+    def group_protocol(self) -> str:
+        """The group protocol in force: the setting, else the extra property, else classic."""
+        chosen = self.kafka_group_protocol or self.kafka_extra.get("group.protocol")
+        return (chosen or "classic").lower()
+
+    def group_config(self, assignor: str | None) -> dict[str, str]:
+        """The group protocol's properties; ``assignor``: the classic protocol's client-side one."""
+        if self.group_protocol == "classic":
+            return {"partition.assignment.strategy": assignor} if assignor else {}
+        config = {"group.protocol": "consumer"}
+        remote = self.kafka_group_remote_assignor or self.kafka_extra.get("group.remote.assignor")
+        if remote:
+            config["group.remote.assignor"] = remote
+        return config
+
     @model_validator(mode="after")
     def _security_can_work(self) -> Self:
-        problems = [*self._sasl_problems(), *self._tls_problems()]
+        problems = [*self._sasl_problems(), *self._tls_problems(), *self._group_problems()]
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -131,6 +168,29 @@ class KafkaClientSettings(InorderSettings):
         if not (has_user and has_password):
             return [
                 f"SASL {mechanism}: set INORDER_KAFKA_SASL_USERNAME and INORDER_KAFKA_SASL_PASSWORD"
+            ]
+        return []
+
+    def _group_problems(self) -> list[str]:
+        protocol = self.group_protocol
+        if protocol not in ("classic", "consumer"):
+            return [
+                f"group.protocol {protocol!r}: set INORDER_KAFKA_GROUP_PROTOCOL to "
+                "classic or consumer"
+            ]
+        if protocol == "classic":
+            if self.kafka_group_remote_assignor:
+                return [
+                    "INORDER_KAFKA_GROUP_REMOTE_ASSIGNOR needs the consumer group protocol: "
+                    "set INORDER_KAFKA_GROUP_PROTOCOL=consumer or unset it"
+                ]
+            return []
+        refused = [name for name in CLASSIC_ONLY if name in self.kafka_extra]
+        if refused:
+            return [
+                f"INORDER_KAFKA_EXTRA sets {', '.join(refused)}, which the consumer group "
+                "protocol does not take (the broker keeps the group's timeouts and "
+                "assignment): remove it, or use the classic protocol"
             ]
         return []
 
@@ -170,7 +230,7 @@ class KafkaClientSettings(InorderSettings):
 
     def kafka_config(self) -> dict[str, str]:
         """librdkafka properties for any client of this cluster."""
-        config = dict(self.kafka_extra)
+        config = {k: v for k, v in self.kafka_extra.items() if k not in GROUP_PROPERTIES}
         config["bootstrap.servers"] = self.kafka_bootstrap_servers
         config["security.protocol"] = self.protocol.lower()
         if self.kafka_sasl_mechanism:

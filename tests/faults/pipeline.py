@@ -123,6 +123,49 @@ class Process:
     paused: bool = False
 
 
+def share_lag(bootstrap: str, group: str, topic: str) -> int:
+    """Records of ``topic`` share group ``group`` has not acknowledged (Kafka's own tool).
+
+    A partition the group holds no state for yet counts whole.
+    """
+    described = subprocess.run(
+        [
+            str(ROOT / "deploy/local/stack"),
+            "kafka-tool",
+            "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            group,
+            "--offsets",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-lag"})
+    try:
+        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        reader.close()
+    lag = dict(ends)
+    for line in described.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 5 and fields[1] == topic and fields[2].isdigit():
+            lag[int(fields[2])] = (
+                int(fields[4]) if fields[4].lstrip("-").isdigit() else ends[int(fields[2])]
+            )
+    if described.returncode != 0:
+        raise KafkaException(f"share group lag not read: {described.stderr.strip()[-300:]}")
+    return sum(max(0, n) for n in lag.values())
+
+
 class Pipeline:
     """Relays, consumers and sweepers of one test, and what to do to them."""
 
@@ -135,13 +178,14 @@ class Pipeline:
         *,
         routes: str = effects.ROUTES,
         release: Path | None = None,
+        partitions: int = 6,
         **overrides: str,
     ) -> None:
         self.db = db
         self.services = services
         self.logs = logs
         self.prefix = f"fault{uuid.uuid4().hex[:8]}"
-        self.events_topic = topic_factory("events", partitions=6)
+        self.events_topic = topic_factory("events", partitions=partitions)
         self.group = f"faults-{uuid.uuid4().hex[:8]}"
         routes_file = logs / "routes.toml"
         routes_file.write_text(routes)
@@ -374,8 +418,16 @@ class Pipeline:
         """The consumer group's committed offset per partition of the events topic."""
         return {tp.partition: tp.offset for tp, _ in self._offsets()}
 
+    @property
+    def share(self) -> bool:
+        """Whether the consumers read as a share group."""
+        return self.env.get("INORDER_CONSUMER_MODE") == "share"
+
     def lag(self, topic: str | None = None, group: str | None = None) -> int:
-        """Messages of a topic (the events') a group (the consumers') has not committed past."""
+        """Messages of a topic (the events') a group (the consumers') has not committed past
+        (in share mode: not yet acknowledged)."""
+        if self.share and group is None:
+            return share_lag(self.services.kafka_bootstrap, self.group, topic or self.events_topic)
         return sum(high - max(tp.offset, 0) for tp, high in self._offsets(topic, group))
 
     def _offsets(
