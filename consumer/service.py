@@ -16,7 +16,6 @@ import structlog
 from confluent_kafka import Message
 
 from consumer import metrics, tables
-from consumer.errors import StartupError
 from consumer.kinds import KINDS, Kind, Resources, Route, apply_guarded
 from consumer.loop import tracing
 from consumer.loop.classic import ClassicGroup
@@ -63,9 +62,8 @@ class ConsumerService:
             settings, "inorder-consumer", carry=True, producer=lambda: letters_producer(settings)
         )
         if settings.consumer_mode == "share":
-            unshared = [why for a in self.routing.appliers if (why := a.unshared())]
-            if unshared:
-                raise StartupError("INORDER_CONSUMER_MODE=share: " + "; ".join(unshared))
+            for applier in self.routing.appliers:
+                applier.share()
         self.source = source or self._source(settings, health)
         self.late = LateWork(self.source, self.routing.appliers)
         self._migrations = tables.migration_sets(self.routing.kinds)

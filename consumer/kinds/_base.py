@@ -61,10 +61,9 @@ class Applier(abc.ABC, Generic[R]):
     def close(self) -> None:
         """Let go of what the applier holds beyond the program's connection (nothing here)."""
 
-    def unshared(self) -> str | None:
-        """Why two consumers may not apply one entity's events at the same moment (a share
-        group's members do); None: they may."""
-        return None
+    def share(self) -> None:
+        """Other consumers apply the same entities' events at the same moment (a share
+        group): serialize what must not run twice at once (nothing here)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import psycopg
 import structlog
 
+from consumer.kinds.steps.entity_lock import entity_held
 from consumer.kinds.steps.errors import (
     ManyFailedError,
     PipelinedError,
@@ -121,6 +122,20 @@ def apply_alone(
         else:
             seen.add(copy)
             pending.append(event)
+    with entity_held(conn, store.route.stream, entity_id, shared=store.shared):
+        return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
+
+
+def _apply_pending(
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    entity_id: str,
+    pending: list[Event],
+    done: Plan,
+) -> Plan:
+    """``apply_alone`` past its copies: progress read once, then each step claimed from it."""
     with conn.transaction():
         progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
     while pending:

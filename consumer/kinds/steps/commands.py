@@ -127,7 +127,9 @@ class StepCommands:
         route, entity_id = self.tools.routed(ref)
         if route.stream not in self.steps:
             raise AdminError(f"{route.stream!r} is a {route.kind} route; this command is for steps")
-        return StepApplier(self.steps[route.stream]), entity_id
+        applier = StepApplier(self.steps[route.stream])
+        applier.share()  # the consumers apply this entity's events meanwhile
+        return applier, entity_id
 
     def progress_row(self, applier: StepApplier, entity_id: str) -> tuple[int, int, int | None]:
         """Lock and return (generation, last_applied, stopped_at_seq) of a known entity."""

@@ -51,6 +51,8 @@ class StepDuties(Duties):
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
         for applier in self.steps.values():
+            applier.share()  # the consumers apply these entities meanwhile
+        for applier in self.steps.values():
             applier.connect(tools)
 
     def close(self) -> None:

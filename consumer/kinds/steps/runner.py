@@ -159,16 +159,9 @@ class StepApplier(Applier[StepRoute]):
             )
         return Lanes(size, pool, dsn=dsn, program=program)
 
-    def unshared(self) -> str | None:
-        """External calls: a second member would take one in flight for a crashed one."""
-        external = sorted(t for t, (h, _) in self.handlers.functions.items() if h.external)
-        if not external:
-            return None
-        return (
-            f"route {self.route.stream}: its external handlers ({', '.join(external)}) cannot "
-            "run in a share group yet: another member would take a call in flight for one a "
-            "crash cut, and stop the entity for review"
-        )
+    def share(self) -> None:
+        """An entity's one-by-one steps (external calls) run under its lock from now on."""
+        self.store.shared = True
 
     def close(self) -> None:
         """Close the lanes' connections (the consumer is stopping; ``collect`` came first)."""

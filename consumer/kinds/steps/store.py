@@ -79,6 +79,9 @@ class StepStore:
 
     def __init__(self, route: StepRoute) -> None:
         self.route = route
+        # Set when other consumers apply this route's entities at the same moment (a
+        # share group): an entity's one-by-one steps then run under its lock.
+        self.shared = False
 
     def lock(
         self, conn: Conn, first_events: Mapping[str, Event], sync: Sync | None = None
