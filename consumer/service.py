@@ -200,6 +200,8 @@ class ConsumerService:
                     log.warning("consumer_stopping_with_unapplied_batch", messages=len(messages))
                     return False
                 messages = [m for m in messages if self.source.ours(m)]
+                if not messages:  # all handed back meanwhile: nothing new until it answers
+                    self._check_dependencies()
         return True
 
     def _apply(self, messages: list[Message]) -> None:

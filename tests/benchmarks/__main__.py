@@ -42,6 +42,7 @@ SUITES = (
     "e2e",
     "latency",
     "scaleout",
+    "share",
     "tracing",
     "debezium",
 )

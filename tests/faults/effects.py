@@ -83,7 +83,10 @@ def send_mail(conn: psycopg.Connection[Any], event: Event) -> None:
     """
     outside = getattr(_outside, "conn", None)
     if outside is None or outside.closed:
-        outside = _outside.conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+        # The world outside is not behind the consumer's own link to PostgreSQL (a fault
+        # proxy may stand there): FAULT_OUTSIDE_URL when the pipeline gives it.
+        url = os.environ.get("FAULT_OUTSIDE_URL") or os.environ["DATABASE_URL"]
+        outside = _outside.conn = psycopg.connect(url, autocommit=True)
     outside.execute(
         "INSERT INTO fault_calls (entity_id, seq) VALUES (%s, %s)", (event.entity_id, event.seq)
     )

@@ -193,6 +193,7 @@ class Pipeline:
         self.env.update(
             PYTHONPATH=str(ROOT),
             DATABASE_URL=db.url,
+            FAULT_OUTSIDE_URL=db.url,
             REDIS_URL=services.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=services.kafka_bootstrap,
             INORDER_ROUTES_FILE=str(routes_file),

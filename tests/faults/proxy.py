@@ -36,9 +36,15 @@ _KEEPALIVE = (
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with a RST, as a link that is torn down does, not a polite FIN."""
+    """Close with a RST, as a link that is torn down does, not a polite FIN.
+
+    Shut down first: a pump thread blocked reading the socket keeps it open through a
+    bare close, and the link would live on unseen by both ends.
+    """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()
 

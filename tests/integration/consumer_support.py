@@ -21,6 +21,7 @@ from consumer.settings import ConsumerSettings
 from schemas import Event, encode
 from schemas.runtime.health import Health
 from tests.conftest import PgSchema
+from tests.support.group_protocol import on_protocol
 from tests.support.services import Services
 from tests.support.threads import serving
 
@@ -97,7 +98,7 @@ def settings_for(
         "poll_timeout_ms": 100,
         **overrides,
     }
-    return ConsumerSettings(**values)
+    return ConsumerSettings(**on_protocol(values, bootstrap, values["group_id"]))
 
 
 def parking_settings_for(
@@ -148,6 +149,8 @@ def consumer_env(settings: ConsumerSettings) -> dict[str, str]:
     )
     if settings.redis_url is not None:
         env["REDIS_URL"] = settings.redis_url.get_secret_value()
+    if settings.kafka_group_protocol is not None:
+        env["INORDER_KAFKA_GROUP_PROTOCOL"] = settings.kafka_group_protocol
     return env
 
 

@@ -19,6 +19,7 @@ from outbox_relay.weighing import Bounds
 from producer import OutboxEvent, emit_many, migrate
 from schemas.runtime.health import Health
 from tests.conftest import PgSchema
+from tests.support.group_protocol import on_protocol
 from tests.support.threads import serving
 
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
@@ -107,7 +108,7 @@ def settings_for(
         "payload_schemas": TEST_SCHEMAS,
         **overrides,
     }
-    return RelaySettings(**values)
+    return RelaySettings(**on_protocol(values, bootstrap, values["relay_group_id"]))
 
 
 @contextmanager

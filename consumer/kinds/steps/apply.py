@@ -122,7 +122,12 @@ def apply_alone(
         else:
             seen.add(copy)
             pending.append(event)
-    with entity_held(conn, store.route.stream, entity_id, shared=store.shared):
+    with entity_held(conn, store.route.stream, entity_id, shared=store.shared) as held:
+        if not held:  # another consumer runs the entity now: it drains these after
+            with conn.transaction():
+                done.end = store.lock(conn, firsts({entity_id: pending}))[entity_id]
+            done.park += pending
+            return done
         return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
 
 

@@ -230,8 +230,12 @@ class StepApplier(Applier[StepRoute]):
         # Only entities that parked something ahead of where they stood can have parked
         # successors now due (an in-order stream asks Redis nothing). A park another
         # consumer makes meanwhile, or a leftover of a crash, is the sweeper's to drain.
+        # Consumers sharing entities park what they find held by another: every entity a
+        # run went through may have parks now (the mark was read before they were made).
+        shared = self.store.shared
         advanced = self.lot.indexed(
-            self.route.stream, sorted(e for e, p in plans.items() if p.apply and _may_wait(p))
+            self.route.stream,
+            sorted(e for e, p in plans.items() if shared or (p.apply and _may_wait(p))),
         )
         drain = sorted(set(advanced) | {e.entity_id for _, e in early})
         self._drain(conn, drain, outcome, carry=carry)
@@ -366,11 +370,13 @@ class StepApplier(Applier[StepRoute]):
                 done.setdefault(event.entity_id, []).append(members[id(event)])
             self.lot.remove(route, done)
             # Again: a full window may hold more that is due, and an entity that moved on
-            # past a failed step has its successors due now.
+            # past a failed step has its successors due now. Consumers sharing entities
+            # look again after any step: another may have parked one meanwhile.
+            shared = self.store.shared
             candidates = [
                 e
                 for e, p in plans.items()
-                if (p.apply and len(fetched[e]) == DRAIN_WINDOW) or p.moved_on
+                if (p.apply and (shared or len(fetched[e]) == DRAIN_WINDOW)) or p.moved_on
             ]
 
 
