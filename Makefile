@@ -9,7 +9,7 @@ CODE := schemas producer outbox_relay consumer
 WITH_STACK_ENV = eval "$$($(STACK) env)" &&
 WITH_STACK_ENV_ABS = eval "$$($(CURDIR)/$(STACK) env)" &&
 
-.PHONY: help venv up down status lint rules reference test bench-short test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed test-debezium image lock bench demo
+.PHONY: help venv up down status lint rules reference test test-group-protocol bench-short test-faults test-nemesis test-image test-cluster test-secure test-secure-cluster test-installed test-debezium image lock bench demo
 
 help:
 	@echo "make demo   the example service end to end: load, reordering, a lost event, audit"
@@ -66,6 +66,13 @@ test: venv up
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory rules
 	$(WITH_STACK_ENV) $(BIN)/pytest
+	$(MAKE) --no-print-directory test-group-protocol
+
+# The consumer's and the relay's integration tests again, every group joined by
+# KIP-848's consumer protocol (the broker assigns; timeouts set on the group).
+test-group-protocol: venv up
+	$(WITH_STACK_ENV) INORDER_TEST_GROUP_PROTOCOL=consumer $(BIN)/pytest -q \
+	  tests/integration/test_consumer.py tests/integration/test_relay.py
 
 # The fault suite at full scale (make test runs it short): every part killed or
 # restarted under load, 30,000 fuzzed messages, 50,000 boundary inputs (events, outbox

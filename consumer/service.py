@@ -122,6 +122,10 @@ class ConsumerService:
             topics=self.settings.topics,
             debezium_topics=self.reading.topics,
             group=self.settings.group_id,
+            mode=self.settings.consumer_mode,
+            protocol="share"
+            if self.settings.consumer_mode == "share"
+            else self.settings.group_protocol,
         )
 
     def _close(self) -> None:

@@ -27,6 +27,7 @@ from tests.faults.conftest import Scale, report
 from tests.faults.pipeline import STEP_STREAM, Pipeline, unpack_release
 from tests.integration import consumer_support as cs
 from tests.integration.sweeper_support import tool
+from tests.support.group_protocol import group_timeouts
 from tests.support.services import Services, stack_control
 
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
@@ -59,8 +60,14 @@ def start(pipeline: Pipeline, *names: str) -> None:
             pipeline.wait_for(f"{name} up", lambda n=name: pipeline.http(n, "/healthz")[0] == 200)
 
 
-def test_consumer_killed_repeatedly(pipeline: Pipeline, scale: Scale) -> None:
-    """kill -9 of a consumer at random moments, restarted each time: nothing lost or doubled."""
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_killed_repeatedly(pipeline: Pipeline, scale: Scale, protocol: str) -> None:
+    """kill -9 of a consumer at random moments, restarted each time, on either group
+    protocol: nothing lost or doubled."""
+    if protocol == "consumer":
+        pipeline.env.update(INORDER_KAFKA_GROUP_PROTOCOL="consumer", INORDER_KAFKA_EXTRA="{}")
+        # A killed member's partitions move on within seconds: the group's own timeout.
+        group_timeouts(pipeline.services.kafka_bootstrap, pipeline.group, 6000)
     start(pipeline, *STANDARD)
     rng = random.Random(11)
 
@@ -70,7 +77,7 @@ def test_consumer_killed_repeatedly(pipeline: Pipeline, scale: Scale) -> None:
             pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
         return scale.consumer_kills
 
-    run(pipeline, scale, "consumer kill -9", inject)
+    run(pipeline, scale, f"consumer kill -9 ({protocol} protocol)", inject)
 
 
 def test_relay_killed_mid_batch(pipeline: Pipeline, scale: Scale) -> None:
