@@ -92,3 +92,8 @@ def send_mail(conn: psycopg.Connection[Any], event: Event) -> None:
     )
     time.sleep(0.1)
     _record(conn, event)
+
+
+def always_down(conn: psycopg.Connection[Any], event: Event) -> None:
+    """A step whose database is always away: the consumer waits it out, never refuses it."""
+    raise psycopg.OperationalError(f"the ledger of {event.entity_id} is away")

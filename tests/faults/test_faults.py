@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from schemas import Event
-from schemas.batches import BatchItem, BatchTopics, create_batch
 from tests.conftest import PgSchema, TopicFactory
+from tests.faults import batches as fault_batches
 from tests.faults import effects
 from tests.faults.conftest import Scale, report
 from tests.faults.pipeline import STEP_STREAM, Pipeline, unpack_release
@@ -297,75 +297,45 @@ def test_consumer_killed_while_batches_assemble(
 ) -> None:
     """kill -9 of consumers while results come back: each batch assembled once, in order."""
     work, output = topic_factory("work"), topic_factory("output")
-    route = (
-        f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
-        f'work_topic = "{work}"\n'
-    )
     pipeline = Pipeline(
         pg_schema,
         services,
         topic_factory,
         tmp_path,
-        routes=effects.ROUTES + route,
+        routes=effects.ROUTES + fault_batches.route(work, output),
         INORDER_WORK_TOPIC=work,
     )
     pipeline.env["INORDER_EVENTS_TOPIC"] = pipeline.events_topic  # where results go
     rng = random.Random(12)
     batches = [f"fault-batch-{n:03d}" for n in range(scale.entities)]
-    keys = [f"item-{i:02d}" for i in range(1, 11)]
     try:
         start(pipeline, *STANDARD, "worker-1")
         started = time.monotonic()
-        where = BatchTopics(topic=pipeline.events_topic, work_topic=work)
-        with pipeline.db.connect() as conn:
-            for batch_id in batches:
-                with conn.transaction():
-                    create_batch(
-                        conn,
-                        batch_id,
-                        [BatchItem(k, {"k": k}) for k in keys],
-                        where=where,
-                        deadline_s=600,
-                    )
+        fault_batches.create(pipeline, work, batches)
         for _ in range(scale.consumer_kills):
             time.sleep(rng.uniform(0.3, 1.5))
             pipeline.restart(rng.choice(("consumer-1", "consumer-2")))
-        pipeline.wait_for("every batch complete", lambda: _complete(pipeline) == len(batches), 180)
+        pipeline.wait_for(
+            "every batch complete", lambda: fault_batches.complete(pipeline) == len(batches), 180
+        )
         pipeline.settle(timeout=180)
-        with pipeline.db.connect() as conn:
-            outputs = conn.execute(
-                "SELECT entity_id, payload FROM outbox WHERE event_type = 'batch.assembled'"
-            ).fetchall()
-            produced = conn.execute("SELECT count(*) FROM outbox").fetchone()
-        per_batch = Counter(entity for entity, _ in outputs)
-        in_order = [(i, k) for i, k in enumerate(keys, start=1)]
-        wrong = [
-            e
-            for e, p in outputs
-            if [(r["position"], r["item_key"]) for r in p["results"]] != in_order
-            or p["complete"] is not True
-        ]
+        found = fault_batches.assembled(pipeline)
+        produced = pipeline.count("SELECT count(*) FROM outbox")
         verdict = pipeline.verdict()
-        lost = len(batches) - len(per_batch) + len(wrong) + verdict.lost
-        twice = sum(n - 1 for n in per_batch.values()) + verdict.applied_twice
+        lost = found.missing(batches) + len(found.wrong) + verdict.lost
+        twice = found.twice + verdict.applied_twice
         report(
             "consumer kill -9 (batches)",
             scale.consumer_kills,
-            replace(
-                verdict, produced=produced[0] if produced else 0, lost=lost, applied_twice=twice
-            ),
+            replace(verdict, produced=produced, lost=lost, applied_twice=twice),
             time.monotonic() - started,
         )
-        assert sorted(per_batch) == sorted(batches), "a batch was never assembled"
-        assert twice == 0, f"assembled more than once: {per_batch.most_common(3)}"
-        assert not wrong, f"out of order or incomplete: {wrong[:3]}"
+        assert found.missing(batches) == 0, "a batch was never assembled"
+        assert twice == 0, f"assembled more than once: {found.per_batch.most_common(3)}"
+        assert not found.wrong, f"out of order or incomplete: {found.wrong[:3]}"
         assert verdict.clean, verdict
     finally:
         pipeline.close()
-
-
-def _complete(pipeline: Pipeline) -> int:
-    return pipeline.count("SELECT count(*) FROM inorder_batches WHERE status = 'complete'")
 
 
 def test_kafka_stopped_for_a_while(pipeline: Pipeline, scale: Scale) -> None:

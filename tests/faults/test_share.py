@@ -19,20 +19,33 @@ from pathlib import Path
 
 import pytest
 
-from schemas.batches import BatchItem, BatchTopics, create_batch
+from schemas import headers
 from tests.conftest import PgSchema, TopicFactory
+from tests.faults import batches as fault_batches
 from tests.faults import effects
 from tests.faults.conftest import Scale, report
 from tests.faults.pipeline import Pipeline
 from tests.faults.proxy import FaultProxy
-from tests.faults.test_faults import _complete, _mail, _mail_done, start
+from tests.faults.test_faults import _mail, _mail_done, start
 from tests.integration import consumer_support as cs
+from tests.support.group_protocol import group_configs
+from tests.support.kafka import drain
 from tests.support.services import Services
 
 pytestmark = [pytest.mark.faults, pytest.mark.services, pytest.mark.timeout(900)]
 
 MEMBERS = tuple(f"consumer-{n}" for n in range(1, 13))
 LOCK_MS = 8000
+# Share mode with a short lock, so the faults outlast it within the test.
+SHARE = {
+    "INORDER_CONSUMER_MODE": "share",
+    "INORDER_SHARE_RECORD_LOCK_MS": str(LOCK_MS),
+    "INORDER_SHARE_MAX_POLL_RECORDS": "5",
+    "INORDER_SHARE_LOCK_MARGIN_MS": "2000",
+    "INORDER_KAFKA_EXTRA": "{}",
+}
+# Two lanes each: twelve members' lanes and their calls' connections fit PostgreSQL.
+MAIL_ROUTE = effects.MAIL_ROUTE.replace("lanes = 16", "lanes = 2")
 
 
 def test_twelve_share_members_killed_and_frozen_stay_correct(
@@ -44,35 +57,25 @@ def test_twelve_share_members_killed_and_frozen_stay_correct(
 ) -> None:
     """12 share members, 3 partitions, every kind; 2 killed, 1 frozen past its lock: all once."""
     work, output = topic_factory("work"), topic_factory("output")
-    batch_route = (
-        f'[[route]]\nstream = "batch"\nkind = "batch"\noutput_topic = "{output}"\n'
-        f'work_topic = "{work}"\n'
-    )
     pipeline = Pipeline(
         pg_schema,
         services,
         topic_factory,
         tmp_path,
-        # Two lanes each: twelve members' lanes and their calls' connections fit PostgreSQL.
-        routes=effects.ROUTES + effects.MAIL_ROUTE.replace("lanes = 16", "lanes = 2") + batch_route,
+        routes=effects.ROUTES + MAIL_ROUTE + fault_batches.route(work, output),
         partitions=3,
         INORDER_WORK_TOPIC=work,
-        INORDER_CONSUMER_MODE="share",
-        INORDER_SHARE_RECORD_LOCK_MS=str(LOCK_MS),
-        INORDER_SHARE_MAX_POLL_RECORDS="5",
-        INORDER_SHARE_LOCK_MARGIN_MS="2000",
-        INORDER_KAFKA_EXTRA="{}",
+        **SHARE,
     )
     pipeline.env["INORDER_EVENTS_TOPIC"] = pipeline.events_topic  # where results go
     batches = [f"share-batch-{n:03d}" for n in range(scale.entities)]
-    keys = [f"item-{i:02d}" for i in range(1, 11)]
     mailed = [f"m{n:04d}" for n in range(scale.entities * 10)]
     try:
         start(pipeline, "relay-1", "worker-1", *MEMBERS)
         _start_sweeper_without_republish(pipeline, topic_factory)
         started = time.monotonic()
         load = pipeline.load(scale.entities, scale.ops_per_entity, scale.rate, seed=5)
-        _create_batches(pipeline, work, batches, keys)
+        fault_batches.create(pipeline, work, batches)
         pipeline.wait_for("load under way", lambda: load.written > scale.entities * 2)
         # Mail steps out of order and twice, straight to the topic, in small batches so
         # that every member takes some.
@@ -89,39 +92,21 @@ def test_twelve_share_members_killed_and_frozen_stay_correct(
         time.sleep(LOCK_MS / 1000 + 3)
         pipeline.resume(frozen)
         load.join()
-        pipeline.wait_for("every batch complete", lambda: _complete(pipeline) == len(batches), 240)
+        pipeline.wait_for(
+            "every batch complete", lambda: fault_batches.complete(pipeline) == len(batches), 240
+        )
         pipeline.wait_for("every mail step", lambda: _mail_done(pipeline) == len(mailed), 240)
         pipeline.settle(timeout=240)
+        found = fault_batches.assembled(pipeline)
         with pipeline.db.connect() as conn:
-            outputs = conn.execute(
-                "SELECT entity_id, payload FROM outbox WHERE event_type = 'batch.assembled'"
-            ).fetchall()
             calls = Counter(conn.execute("SELECT entity_id, seq FROM fault_calls").fetchall())
-            mail = Counter(
-                conn.execute(
-                    "SELECT entity_id, seq FROM fault_effects WHERE entity_id LIKE 'm%'"
-                ).fetchall()
-            )
-            stopped = dict(
-                conn.execute(
-                    "SELECT entity_id, stopped_at_seq FROM inorder_step_progress "
-                    "WHERE route = 'mail' AND stopped_at_seq IS NOT NULL"
-                ).fetchall()
-            )
-        per_batch = Counter(entity for entity, _ in outputs)
-        in_order = list(enumerate(keys, start=1))
-        wrong = [
-            e
-            for e, p in outputs
-            if [(r["position"], r["item_key"]) for r in p["results"]] != in_order
-            or p["complete"] is not True
-        ]
+        mail, stopped = _mail_applied(pipeline)
         verdict = pipeline.verdict()
         expected_mail = {
             (e, s) for e in mailed for s in (1, 2, 3) if e not in stopped or s < stopped[e]
         }
-        twice = sum(n - 1 for n in [*per_batch.values(), *calls.values(), *mail.values()])
-        lost = len(batches) - len(per_batch) + len(expected_mail - set(mail))
+        twice = found.twice + sum(n - 1 for n in [*calls.values(), *mail.values()])
+        lost = found.missing(batches) + len(expected_mail - set(mail))
         report(
             "share group: 12 members, 2 killed, 1 frozen past its lock",
             3,
@@ -132,9 +117,9 @@ def test_twelve_share_members_killed_and_frozen_stay_correct(
             ),
             time.monotonic() - started,
         )
-        assert sorted(per_batch) == sorted(batches), "a batch was never assembled"
-        assert twice == 0, f"twice: {per_batch.most_common(2)}, {calls.most_common(2)}"
-        assert not wrong, f"out of order or incomplete: {wrong[:3]}"
+        assert found.missing(batches) == 0, "a batch was never assembled"
+        assert twice == 0, f"twice: {found.per_batch.most_common(2)}, {calls.most_common(2)}"
+        assert not found.wrong, f"out of order or incomplete: {found.wrong[:3]}"
         assert expected_mail <= set(mail), "a mail step was lost"
         # Only a call a kill cut is unknown: that entity stops for a person, at most one
         # per lane of each member killed.
@@ -142,21 +127,6 @@ def test_twelve_share_members_killed_and_frozen_stay_correct(
         assert verdict.clean, f"{verdict}; logs in {pipeline.logs}"
     finally:
         pipeline.close()
-
-
-def _create_batches(pipeline: Pipeline, work: str, batches: list[str], keys: list[str]) -> None:
-    """Each batch created as a producer does, its items going to the worker."""
-    where = BatchTopics(topic=pipeline.events_topic, work_topic=work)
-    with pipeline.db.connect() as conn:
-        for batch_id in batches:
-            with conn.transaction():
-                create_batch(
-                    conn,
-                    batch_id,
-                    [BatchItem(k, {"k": k}) for k in keys],
-                    where=where,
-                    deadline_s=600,
-                )
 
 
 def _busiest(pipeline: Pipeline) -> list[str]:
@@ -178,13 +148,9 @@ def test_a_member_cut_off_from_postgres_hands_its_records_back(
         services,
         topic_factory,
         tmp_path,
-        routes=effects.ROUTES + effects.MAIL_ROUTE.replace("lanes = 16", "lanes = 2"),
+        routes=effects.ROUTES + MAIL_ROUTE,
         partitions=3,
-        INORDER_CONSUMER_MODE="share",
-        INORDER_SHARE_RECORD_LOCK_MS=str(LOCK_MS),
-        INORDER_SHARE_MAX_POLL_RECORDS="5",
-        INORDER_SHARE_LOCK_MARGIN_MS="2000",
-        INORDER_KAFKA_EXTRA="{}",
+        **SHARE,
     )
     proxy = FaultProxy(pipeline.db.url)
     mailed = [f"m{n:04d}" for n in range(scale.entities * 20)]
@@ -214,14 +180,10 @@ def test_a_member_cut_off_from_postgres_hands_its_records_back(
         load.join()
         pipeline.wait_for("every mail step", lambda: _mail_done(pipeline) == len(mailed), 240)
         pipeline.settle(timeout=240)
-        with pipeline.db.connect() as conn:
-            mail = Counter(
-                conn.execute(
-                    "SELECT entity_id, seq FROM fault_effects WHERE entity_id LIKE 'm%'"
-                ).fetchall()
-            )
+        mail, stopped = _mail_applied(pipeline)
         verdict = pipeline.verdict()
-        lost = len({(e, s) for e in mailed for s in (1, 2, 3)} - set(mail))
+        expected = {(e, s) for e in mailed for s in (1, 2, 3) if e not in stopped or s < stopped[e]}
+        lost = len(expected - set(mail))
         twice = sum(n - 1 for n in mail.values())
         report(
             "share group: a member cut off from PostgreSQL past its lock",
@@ -230,6 +192,9 @@ def test_a_member_cut_off_from_postgres_hands_its_records_back(
             time.monotonic() - started,
         )
         assert (lost, twice) == (0, 0), (lost, twice)
+        # A call the cut caught in flight is unknown: that entity stops for a person, at
+        # most one per lane.
+        assert len(stopped) <= 2, stopped
         assert verdict.clean, f"{verdict}; logs in {pipeline.logs}"
     finally:
         proxy.close()
@@ -250,3 +215,60 @@ def _start_sweeper_without_republish(pipeline: Pipeline, topic_factory: TopicFac
     nowhere = topic_factory("nowhere")
     pipeline.start("sweeper-1", env={"INORDER_REPUBLISH_REQUESTS_TOPIC": nowhere})
     pipeline.wait_for("sweeper-1 up", lambda: pipeline.http("sweeper-1", "/healthz")[0] == 200)
+
+
+def test_a_record_on_its_last_delivery_is_dead_lettered_not_archived(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    """Two deliveries allowed, a step whose database stays away: lettered, never archived."""
+    down = (
+        '[[route]]\nstream = "mail"\nkind = "step"\n[route.handlers]\n'
+        '"mail.sent" = "tests.faults.effects:always_down"\n'
+    )
+    pipeline = Pipeline(
+        pg_schema, services, topic_factory, tmp_path, routes=down, partitions=3, **SHARE
+    )
+    group_configs(services.kafka_bootstrap, pipeline.group, {"share.delivery.count.limit": "2"})
+    try:
+        start(pipeline, "consumer-1")
+        cs.send_events(services.kafka_bootstrap, pipeline.events_topic, [_mail("d1", 1)])
+        # Handed back as its first lock runs out, taken again on its last delivery, and
+        # lettered before that lock runs out too.
+        pipeline.wait_for(
+            "the letter recorded",
+            lambda: (
+                pipeline.count(
+                    "SELECT count(*) FROM inorder_dead_letters WHERE reason = 'delivery_limit'"
+                )
+                == 1
+            ),
+            timeout=3 * LOCK_MS / 1000 + 30,
+        )
+        letters = drain(services.kafka_bootstrap, pipeline.env["INORDER_DEAD_LETTER_TOPIC"])
+        assert [dict(m.headers() or [])[headers.DLQ_REASON] for m in letters] == [b"delivery_limit"]
+        acquired = pipeline.samples(("consumer-1",), "share_records_acquired_total")
+        taken = {labels["delivery"]: value for labels, value in acquired}
+        assert (taken.get("first"), taken.get("last")) == (1, 1)
+        assert pipeline.metric("consumer-1", "share_records_unlettered_total") == 0
+    finally:
+        pipeline.close()
+
+
+def _mail_applied(pipeline: Pipeline) -> tuple[Counter[tuple[str, int]], dict[str, int]]:
+    """Each mail step applied (how often), and the entities stopped for a person (at which seq)."""
+    with pipeline.db.connect() as conn:
+        mail = Counter(
+            conn.execute(
+                "SELECT entity_id, seq FROM fault_effects WHERE entity_id LIKE 'm%'"
+            ).fetchall()
+        )
+        stopped = dict(
+            conn.execute(
+                "SELECT entity_id, stopped_at_seq FROM inorder_step_progress "
+                "WHERE route = 'mail' AND stopped_at_seq IS NOT NULL"
+            ).fetchall()
+        )
+    return mail, stopped

@@ -348,3 +348,34 @@ def test_a_command_with_a_refused_password_says_so_in_one_line(
     lines = [line for line in done.stderr.splitlines() if line.startswith(f"{program}:")]
     assert len(lines) == 1, said
     assert "password" in lines[0].lower() or "authentication" in lines[0].lower(), lines[0]
+
+
+def test_a_share_member_that_may_not_configure_its_group_says_so_in_one_line(
+    prepared: Run,
+) -> None:
+    """Share mode without ALTER_CONFIGS on its group: one line names where the group starts
+    and the fix, and the member joins anyway."""
+    run = prepared
+    port = _free_port()
+    run.start(
+        "consumer",
+        "inorder-consumer",
+        "consumer",
+        INORDER_HTTP_PORT=str(port),
+        INORDER_CONSUMER_MODE="share",
+    )
+    log = run.tmp / "consumer.log"
+    try:
+        wait_until(lambda: '"share_group_not_configured"' in log.read_text(), timeout_s=60)
+        lines = [
+            line for line in log.read_text().splitlines() if "share_group_not_configured" in line
+        ]
+        assert len(lines) == 1, lines
+        assert "share.auto.offset.reset=earliest" in lines[0]
+        assert "kafka-configs" in lines[0]
+        wait_until(lambda: (_readyz(port) or (0, ""))[0] == 200, timeout_s=60)
+        status = _readyz(port)
+        assert status is not None
+        assert "share group" in status[1], status
+    finally:
+        run.stop()

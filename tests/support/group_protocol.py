@@ -37,17 +37,22 @@ def on_protocol(values: dict[str, Any], bootstrap: str, group: str) -> dict[str,
 
 def group_timeouts(bootstrap: str, group: str, session_ms: int) -> None:
     """Set a consumer-protocol group's session timeout (and a heartbeat that fits it)."""
+    heartbeat = max(1000, session_ms // 3)
+    group_configs(
+        bootstrap,
+        group,
+        {
+            "consumer.session.timeout.ms": str(session_ms),
+            "consumer.heartbeat.interval.ms": str(heartbeat),
+        },
+    )
+
+
+def group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """Set a group's configuration through the admin API (before its first member joins)."""
     entries = [
-        ConfigEntry(
-            "consumer.session.timeout.ms",
-            str(session_ms),
-            incremental_operation=AlterConfigOpType.SET,
-        ),
-        ConfigEntry(
-            "consumer.heartbeat.interval.ms",
-            str(max(1000, session_ms // 3)),
-            incremental_operation=AlterConfigOpType.SET,
-        ),
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()
     ]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource("GROUP", group, incremental_configs=entries)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -9,6 +14,7 @@ from schemas.errors import OperatorError
 from schemas.runtime import kafka_clients
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.kafka_settings import CLASSIC_ONLY, KafkaClientSettings
+from tests.support.services import ROOT
 
 
 def _settings(**values: object) -> KafkaClientSettings:
@@ -82,3 +88,40 @@ def test_a_share_member_that_is_given_a_session_timeout_is_refused_in_one_line()
         kafka_clients.share_consumer(
             _settings(kafka_extra={"session.timeout.ms": "6000"}), "c", "g"
         )
+
+
+@pytest.mark.parametrize(
+    ("program", "extra"),
+    [
+        ("consumer", {"INORDER_KAFKA_GROUP_PROTOCOL": "consumer"}),
+        ("outbox_relay", {"INORDER_KAFKA_GROUP_PROTOCOL": "consumer"}),
+        ("consumer", {"INORDER_CONSUMER_MODE": "share"}),
+    ],
+)
+def test_a_program_given_a_property_its_group_refuses_stops_with_one_line(
+    tmp_path: Path, program: str, extra: dict[str, str]
+) -> None:
+    """session.timeout.ms beside the consumer protocol or a share group: exit 2, one line."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[route]]\nstream = "x"\nkind = "projection"\ntable = "x"\nkey = "id"\n')
+    env = {
+        "PATH": os.environ["PATH"],
+        "DATABASE_URL": "postgresql://inorder@127.0.0.1:1/inorder",
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "INORDER_ROUTES_FILE": str(routes),
+        "INORDER_KAFKA_EXTRA": '{"session.timeout.ms": "6000"}',
+        **extra,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "session.timeout.ms" in lines[0]
