@@ -127,6 +127,11 @@ def deliver(
         producer, settings.dead_letter_topic, letters, settings.dead_letter_max_value_bytes
     )
     record(conn, letters, placed)
+    logged(letters)
+
+
+def logged(letters: Sequence[DeadLetter]) -> None:
+    """One line per letter sent: why, and where its message was."""
     for dead in letters:
         log.warning(
             "event_dead_lettered",

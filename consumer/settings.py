@@ -15,7 +15,7 @@ from schemas.runtime.config import (
     ServiceSettings,
 )
 from schemas.runtime.debezium import DebeziumSettings
-from schemas.runtime.kafka_settings import CLASSIC_ONLY, KafkaClientSettings
+from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
 from schemas.runtime.reading import Reading
 from schemas.runtime.urls import PostgresUrl, RedisUrl
@@ -162,7 +162,7 @@ class ConsumerSettings(RouteSettings):
     def _share_can_work(self) -> Self:
         if self.consumer_mode != "share":
             return self
-        refused = [name for name in CLASSIC_ONLY if name in self.kafka_extra]
+        refused = self.classic_only()
         if refused:
             raise ValueError(
                 f"INORDER_KAFKA_EXTRA sets {', '.join(refused)}, which a share group member "

@@ -83,12 +83,5 @@ def letter_last(
             letters=[f"{p.topic}:{p.partition}@{p.offset}" for p in placed if p is not None],
             error=unrecorded,
         )
-    for dead in letters:
-        log.warning(
-            "event_dead_lettered",
-            reason=dead.reason,
-            topic=dead.message.topic(),
-            partition=dead.message.partition(),
-            offset=dead.message.offset(),
-        )
+    deadletter.logged(letters)
     return list(messages)

@@ -130,8 +130,10 @@ class ShareGroup:
     # ------------------------------------------------------------------ records
 
     def take(self, most: int, wait_s: float, linger_s: float) -> list[Message]:
-        """The next records; none while the last poll's are still in hand, or while paused."""
-        self._expire()
+        """The next records; none while the last poll's are still in hand, or while paused.
+
+        Records whose locks run out are handed back by ``tick``, once per poll.
+        """
         if self._in_hand or self.paused:
             time.sleep(min(wait_s, IN_HAND_WAIT_S))
             return []

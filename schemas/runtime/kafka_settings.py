@@ -171,6 +171,10 @@ class KafkaClientSettings(InorderSettings):
             ]
         return []
 
+    def classic_only(self) -> list[str]:
+        """The classic group protocol's properties INORDER_KAFKA_EXTRA sets (``CLASSIC_ONLY``)."""
+        return [name for name in CLASSIC_ONLY if name in self.kafka_extra]
+
     def _group_problems(self) -> list[str]:
         protocol = self.group_protocol
         if protocol not in ("classic", "consumer"):
@@ -185,7 +189,7 @@ class KafkaClientSettings(InorderSettings):
                     "set INORDER_KAFKA_GROUP_PROTOCOL=consumer or unset it"
                 ]
             return []
-        refused = [name for name in CLASSIC_ONLY if name in self.kafka_extra]
+        refused = self.classic_only()
         if refused:
             return [
                 f"INORDER_KAFKA_EXTRA sets {', '.join(refused)}, which the consumer group "

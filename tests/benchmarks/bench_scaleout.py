@@ -21,14 +21,12 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from psycopg import sql
 
 from schemas import encode
@@ -42,7 +40,7 @@ from tests.benchmarks.bench_relay import (
 )
 from tests.benchmarks.fixtures import (
     Pipeline,
-    delete_topics,
+    fresh_topic,
     pipeline_env,
     service_process,
     temp_schema,
@@ -56,17 +54,6 @@ ENTITIES = sized(12_000, 600)
 VERSIONS = sized(25, 5)
 TOTAL = ENTITIES * VERSIONS
 COUNTS = sized((1, 2, 3), (1, 2))
-
-
-@contextmanager
-def _topic(bootstrap: str) -> Iterator[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    name = f"bench.scaleout.{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=30)
-    try:
-        yield name
-    finally:
-        delete_topics(bootstrap, name)
 
 
 def _produce(bootstrap: str, topic: str) -> None:
@@ -168,7 +155,7 @@ def run() -> list[BenchResult]:
         tempfile.TemporaryDirectory() as workdir,
     ):
         for count in COUNTS:
-            with _topic(bootstrap) as topic:
+            with fresh_topic(bootstrap, "bench.scaleout.", PARTITIONS) as topic:
                 rate, cores = _consumers(schema_url, bootstrap, topic, Path(workdir), count)
             rates[count] = rate
             how = f"{count} consumer process(es), one group, {PARTITIONS} partitions"

@@ -36,12 +36,11 @@ from subprocess import DEVNULL, Popen
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from psycopg import sql
 
 from schemas import Event, encode
 from tests.benchmarks import bench_consumer, bench_steps
-from tests.benchmarks.fixtures import Pipeline, delete_topics, pipeline_env, temp_schema
+from tests.benchmarks.fixtures import Pipeline, fresh_topic, pipeline_env, temp_schema
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 from tests.integration.relay_support import free_port
@@ -58,17 +57,6 @@ kind = "step"
 [route.handlers]
 "ledger.added" = "tests.integration.step_handlers:slow_call"
 """
-
-
-@contextmanager
-def _topic(bootstrap: str) -> Iterator[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    name = f"bench.share.{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(timeout=30)
-    try:
-        yield name
-    finally:
-        delete_topics(bootstrap, name)
 
 
 def _produce(bootstrap: str, topic: str, events: list[Event]) -> None:
@@ -149,7 +137,7 @@ def _wait(what: str, check: Callable[[], bool], timeout: float = 120) -> None:
 
 def _rate(url: str, bootstrap: str, folder: Path, mode: str, work: Workload) -> float:
     """Events/s of the members in ``mode`` (group or share) until all of ``work`` is applied."""
-    with _topic(bootstrap) as topic:
+    with fresh_topic(bootstrap, "bench.share.", PARTITIONS) as topic:
         group = f"bench-share-{uuid.uuid4().hex[:8]}"
         routes_file = folder / f"{group}.toml"
         routes_file.write_text(work.routes)

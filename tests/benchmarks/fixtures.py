@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from psycopg import sql
 
 from consumer.routes import parse_routes
@@ -36,6 +37,18 @@ def delete_topics(bootstrap: str, prefix: str) -> None:
     if names:
         for future in admin.delete_topics(names).values():
             future.result(timeout=30)
+
+
+@contextmanager
+def fresh_topic(bootstrap: str, prefix: str, partitions: int) -> Iterator[str]:
+    """A new topic named ``prefix`` and a random tail, deleted with its services' at the end."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    try:
+        yield name
+    finally:
+        delete_topics(bootstrap, name)
 
 
 @contextmanager

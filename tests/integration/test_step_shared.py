@@ -20,17 +20,8 @@ from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
 
-SLOW = (
-    '[route.handlers."ledger.mailed"]\n'
-    'function = "tests.integration.step_handlers:slow_call"\nexternal = true\n'
-)
-
-
-def _text(lanes: int) -> str:
-    # Not idempotent: a call a second member took for a cut one would stop the entity.
-    return ss.routes_text(extra=SLOW).replace(
-        'kind = "step"\n', f'kind = "step"\nlanes = {lanes}\n'
-    )
+# Not idempotent: a call a second member took for a cut one would stop the entity.
+from tests.integration.test_step_lanes import _text
 
 
 @pytest.fixture
@@ -86,7 +77,11 @@ def test_members_sharing_entities_apply_each_step_once_in_order(
     runs = []
     for _ in range(members):
         run = ss.runner(
-            redis_client, redis_prefix, _text(lanes), database_url=steps_db.url, carry=True
+            redis_client,
+            redis_prefix,
+            _text(lanes, idempotent=False),  # a call taken twice would stop the entity
+            database_url=steps_db.url,
+            carry=True,
         )
         run.share()
         runs.append(run)
