@@ -32,3 +32,27 @@ def test_a_sweeper_that_read_the_gap_before_another_asked_claims_nothing(
         stale = gaps.get(conn, after.id)
         assert stale is not None
         assert not gaps.requested(conn, stale, "r3", 8.0, None)  # a healed gap is never asked for
+
+
+def test_a_skip_and_a_heal_meeting_on_one_gap_leave_the_first_decision(
+    pg_schema: PgSchema,
+) -> None:
+    """The sweeper read the gap before a person skipped it: its heal changes nothing after."""
+    ss.prepare(pg_schema)
+    with pg_schema.connect(autocommit=True) as conn:
+        assert gaps.open_gap(conn, ss.STREAM, "a", (1, 3, 3), "ledger.step")
+        opened = gaps.find(conn, ss.STREAM, "a")
+        assert opened is not None
+        unrecoverable = gaps.GapStatus.UNRECOVERABLE
+        assert gaps.resolve(conn, opened, unrecoverable, "sweeper", "purged", [3])
+        seen_by_sweeper = gaps.find(conn, ss.STREAM, "a")
+        seen_by_person = gaps.find(conn, ss.STREAM, "a")
+        assert seen_by_sweeper is not None
+        assert seen_by_person is not None
+        assert not gaps.resolve(conn, opened, unrecoverable, "sweeper", "again", [3])  # stale
+        assert gaps.resolve(conn, seen_by_person, gaps.GapStatus.SKIPPED, "ana", "lost upstream")
+        assert not gaps.resolve(conn, seen_by_sweeper, gaps.GapStatus.HEALED, "sweeper", "late")
+        final = gaps.get(conn, opened.id)
+        assert final is not None
+        decided = (final.status, final.resolved_by, final.reason)
+        assert decided == ("skipped", "ana", "lost upstream")

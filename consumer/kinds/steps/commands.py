@@ -190,7 +190,8 @@ class StepCommands:
                 raise AdminError(f"{ref} moved since the gap was recorded; list the gaps again")
             applier.store.skip(conn, entity_id, (generation, gap.from_seq, through), by, reason)
             if through == gap.to_seq:
-                gaps.resolve(conn, gap, GapStatus.SKIPPED, by, reason)
+                if not gaps.resolve(conn, gap, GapStatus.SKIPPED, by, reason):
+                    raise AdminError(f"{ref}'s gap changed meanwhile; list the gaps again")
             else:
                 gaps.narrow(conn, gap, through + 1)
         self._drain(applier, entity_id)

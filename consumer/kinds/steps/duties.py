@@ -95,7 +95,8 @@ class StepDuties(Duties):
             if gap.status == GapStatus.UNRECOVERABLE:
                 self._passed(gap, report)
                 continue
-            gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied")
+            if not gaps.resolve(conn, gap, GapStatus.HEALED, "sweeper", "range applied"):
+                continue  # a person skipped it meanwhile
             traced.healed(gap)
             seconds = (gaps.clock(conn) - gap.first_seen).total_seconds()
             metrics.GAP_HEAL_TIME.observe(seconds)
@@ -114,7 +115,8 @@ class StepDuties(Duties):
         else:
             by, why = "snapshot", f"moved past by the snapshot at seq {at}"
         with conn.transaction():
-            gaps.resolve(conn, gap, GapStatus.HEALED, by, why)
+            if not gaps.resolve(conn, gap, GapStatus.HEALED, by, why):
+                return  # a person skipped it meanwhile, and released the entity so
             self.steps[gap.route].store.release(conn, gap.entity_id)
         report["healed"] += 1
         log.info("gap_healed", route=gap.route, entity=gap.entity_id, by=by, reason=why)
@@ -247,7 +249,8 @@ class StepDuties(Duties):
             asked = self._asker.ask(gap.route, gap.entity_id, f"gap {gap.id}: {reason}")
             reason += "; a snapshot was requested" if asked else ""
         with conn.transaction():
-            gaps.resolve(conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing)
+            if not gaps.resolve(conn, gap, GapStatus.UNRECOVERABLE, "sweeper", reason, missing):
+                return  # healed or skipped meanwhile: nothing to hold
             self.steps[gap.route].store.hold(conn, gap.entity_id)
         log.error(
             "gap_unrecoverable",

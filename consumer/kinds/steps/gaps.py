@@ -199,17 +199,22 @@ def answered(conn: Conn, gap: Gap, trace: str) -> None:
 
 def resolve(
     conn: Conn, gap: Gap, status: GapStatus, by: str, reason: str, missing: list[int] | None = None
-) -> None:
+) -> bool:
     """Close a gap as healed or skipped, or mark it unrecoverable, saying who and why.
 
     An unrecoverable gap stays unresolved (no ``resolved_at``): it waits for a person.
+    The change is made only if the gap is still as the caller read it (unresolved, in
+    the status read): a person's skip and the sweeper's heal may meet on one gap, and
+    the one that comes second is told so (False) instead of writing over the first.
     """
     resolved = status != GapStatus.UNRECOVERABLE
-    conn.execute(
+    changed = conn.execute(
         "UPDATE inorder_gaps SET status = %s, resolved_at = CASE WHEN %s THEN now() END, "
-        "resolved_by = %s, reason = %s, missing = coalesce(%s, missing) WHERE id = %s",
-        (status, resolved, by, reason, missing, gap.id),
+        "resolved_by = %s, reason = %s, missing = coalesce(%s, missing) "
+        "WHERE id = %s AND status = %s AND resolved_at IS NULL",
+        (status, resolved, by, reason, missing, gap.id, gap.status),
     )
+    return changed.rowcount == 1
 
 
 def move(conn: Conn, gap: Gap, span: tuple[int, int, int]) -> None:
