@@ -19,6 +19,7 @@ help:
 	@echo "make test-secure   every program over TLS with its own least-privilege credentials"
 	@echo "make test-secure-cluster  the same on three SASL_SSL brokers and a TLS Redis Cluster"
 	@echo "make bench  benchmarks; writes bench-results.json and prints a table"
+	@echo "make bench BASELINE=<commit>  the same, each suite side by side with that commit"
 	@echo "make bench-short  every benchmark suite on small sizes (CI: none may break)"
 	@echo "make image  build deploy/Dockerfile (docker, or podman installed from Debian)"
 	@echo "make test-image  build, then run migrate, relay, consumer and sweeper as containers"
@@ -158,8 +159,9 @@ $(BIN)/.bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
+# BASELINE=<commit>: each suite also measured at that commit, just before, side by side.
 bench: venv up $(BIN)/.bench
-	$(WITH_STACK_ENV) $(BIN)/python -m tests.benchmarks
+	$(WITH_STACK_ENV) INORDER_BENCH_BASELINE=$(BASELINE) $(BIN)/python -m tests.benchmarks
 
 # Every suite on small sizes, each within 5 minutes: CI's check that none has broken.
 # Its figures are not judged (bench-results.short.json).

@@ -21,6 +21,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from tests.benchmarks.baseline import checked_out
 from tests.benchmarks.machine import CpuTimes, during
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import SHORT, SUITE_LIMIT_S
@@ -56,22 +57,34 @@ def _machine() -> dict[str, object]:
     }
 
 
-def _merge(results: list[BenchResult]) -> dict[str, object]:
+def _merge(results: list[BenchResult], before: dict[str, float], commit: str) -> dict[str, object]:
     existing = orjson.loads(OUTPUT.read_bytes()) if OUTPUT.exists() else {}
     figures = dict(existing.get("results", {}))
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     for result in results:
         figures[result.name] = {**asdict(result), "measured_at": stamp}
+        if result.name in before:
+            figures[result.name] |= {"baseline": before[result.name], "baseline_commit": commit}
     return {"machine": _machine(), "results": dict(sorted(figures.items()))}
 
 
-def _table(results: list[BenchResult]) -> Table:
-    table = Table(title="inorder benchmarks")
-    for column in ("benchmark", "value", "unit", "how"):
-        table.add_column(column, justify="right" if column == "value" else "left")
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.3g}"
+
+
+def _table(results: list[BenchResult], before: dict[str, float], commit: str) -> Table:
+    table = Table(title="inorder benchmarks" + (f" (baseline {commit})" if commit else ""))
+    columns = ("benchmark", "value", *(("baseline", "ratio") if commit else ()), "unit", "how")
+    for column in columns:
+        table.add_column(column, justify="right" if column in columns[1:-2] else "left")
     for r in results:
-        value = f"{r.value:,.0f}" if r.value >= 1000 else f"{r.value:,.3g}"
-        table.add_row(r.name, value, r.unit, r.note)
+        then = before.get(r.name)
+        compared = (
+            (_figure(then), f"{r.value / then:.2f}" if then else "-")
+            if then is not None
+            else ("-", "-")
+        )
+        table.add_row(r.name, _figure(r.value), *(compared if commit else ()), r.unit, r.note)
     return table
 
 
@@ -98,14 +111,19 @@ def main(argv: list[str]) -> None:
     if unknown:
         raise SystemExit(f"unknown benchmark suite(s) {sorted(unknown)}; choose from {SUITES}")
     results: list[BenchResult] = []
-    for suite in chosen:
-        module = importlib.import_module(f"tests.benchmarks.bench_{suite}")
-        before = CpuTimes.now()
-        with limited(suite, SUITE_LIMIT_S):
-            results.extend(module.run())
-        results.extend(during(suite, before, CpuTimes.now()))
-    OUTPUT.write_bytes(orjson.dumps(_merge(results), option=orjson.OPT_INDENT_2))
-    Console().print(_table(results))
+    then: dict[str, float] = {}
+    with checked_out() as baseline:
+        commit = baseline.commit if baseline else ""
+        for suite in chosen:
+            if baseline is not None:  # just before, so both are measured minutes apart
+                then |= baseline.run(suite)
+            module = importlib.import_module(f"tests.benchmarks.bench_{suite}")
+            before = CpuTimes.now()
+            with limited(suite, SUITE_LIMIT_S):
+                results.extend(module.run())
+            results.extend(during(suite, before, CpuTimes.now()))
+    OUTPUT.write_bytes(orjson.dumps(_merge(results, then, commit), option=orjson.OPT_INDENT_2))
+    Console(width=160).print(_table(results, then, commit))
     print(f"written to {OUTPUT}")
 
 
