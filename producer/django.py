@@ -13,7 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections
 
 from schemas import PayloadSchemas
 from schemas.errors import NotInTransactionError
-from schemas.outbox.events import INSERT_TEXT, OutboxEvent, checked, duplicate_of, values
+from schemas.outbox.events import INSERT_RECORDS, OutboxEvent, checked, duplicate_of, records
 
 
 def emit_many(
@@ -34,9 +34,11 @@ def emit_many(
             f"`with transaction.atomic(using={using!r}):`"
         )
     batch = checked(events, schemas)
+    if not batch:
+        return
     try:
-        with connection.cursor() as cursor:
-            cursor.executemany(INSERT_TEXT, [values(e) for e in batch])
+        with connection.cursor() as cursor:  # the batch in one statement, whatever its size
+            cursor.execute(INSERT_RECORDS, [records(batch)])
     except IntegrityError as exc:
         raise duplicate_of(exc) or exc from exc
 

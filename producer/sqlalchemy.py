@@ -21,9 +21,9 @@ from producer.errors import EntityNotFoundError, ProducerError
 from producer.versioning import Version
 from schemas import PayloadSchemas
 from schemas.errors import NotInTransactionError
-from schemas.outbox.events import INSERT_NAMED, OutboxEvent, checked, duplicate_of, named
+from schemas.outbox.events import INSERT_RECORDS_NAMED, OutboxEvent, checked, duplicate_of, records
 
-_INSERT = text(INSERT_NAMED)
+_INSERT = text(INSERT_RECORDS_NAMED)  # the batch in one statement, whatever its size
 _NOT_IN_TRANSACTION = (
     "emit needs the session's transaction that holds the state change: call it inside "
     "`with session.begin():` or after the statement that changed the entity"
@@ -80,8 +80,10 @@ def emit_many(
     """
     batch = checked(events, schemas)
     connection = _connection(session)
+    if not batch:
+        return
     try:
-        connection.execute(_INSERT, [named(e) for e in batch])
+        connection.execute(_INSERT, {"records": records(batch)})
     except sa_exc.IntegrityError as exc:
         raise _duplicate_raised(exc) from exc
 
@@ -100,8 +102,10 @@ async def emit_many_async(
     """``emit_many`` for an ``AsyncSession``."""
     batch = checked(events, schemas)
     connection = await _async_connection(session)
+    if not batch:
+        return
     try:
-        await connection.execute(_INSERT, [named(e) for e in batch])
+        await connection.execute(_INSERT, {"records": records(batch)})
     except sa_exc.IntegrityError as exc:
         raise _duplicate_raised(exc) from exc
 

@@ -28,7 +28,6 @@ from schemas.codec import (
     INVALID_UTF8,
     MAX_MESSAGE_BYTES,
     MISSING_FIELD,
-    NOT_JSON,
     NOT_OBJECT,
     OUT_OF_RANGE,
     WRONG_TYPE,
@@ -37,7 +36,7 @@ from schemas.codec import (
 )
 from schemas.errors import DecodeError
 from schemas.event import Event
-from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, TOO_DEEP, text_problem
+from schemas.limits import MAX_DEPTH, MAX_PAYLOAD_DEPTH, NOT_JSON, TOO_DEEP, text_problem
 
 SPECVERSION = "1.0"
 PREFIX = "ce_"

@@ -24,6 +24,7 @@ from schemas.files import ecma_pattern, envelope_schema
 from schemas.limits import (  # the reason codes are the codec's too
     LONE_SURROGATE,
     MAX_DEPTH,
+    NOT_JSON,
     NUL_IN_TEXT,  # noqa: F401
     TOO_DEEP,
     string_problem,
@@ -43,7 +44,6 @@ _escape: Callable[[str], str] = encode_basestring
 EMPTY = "empty"
 TOO_LARGE = "too_large"
 INVALID_UTF8 = "invalid_utf8"
-NOT_JSON = "not_json"
 NOT_OBJECT = "not_object"
 MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"

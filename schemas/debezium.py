@@ -36,11 +36,10 @@ from schemas.codec import (
     INVALID_UTF8,
     MAX_MESSAGE_BYTES,
     MISSING_FIELD,
-    NOT_JSON,
     check_size,
 )
 from schemas.errors import DecodeError
-from schemas.limits import MAX_PAYLOAD_DEPTH, TOO_DEEP, text_problem
+from schemas.limits import MAX_PAYLOAD_DEPTH, NOT_JSON, TOO_DEEP, text_problem
 
 # Where the router's topic replacement puts the route-by field's value.
 ROUTED = "${routedByValue}"

@@ -15,6 +15,7 @@ value, without recursion.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ NUL_IN_TEXT: Final = "nul_in_text"
 LONE_SURROGATE: Final = "lone_surrogate"
 TOO_DEEP: Final = "too_deep"
 OUT_OF_RANGE: Final = "out_of_range"
+NOT_JSON: Final = "not_json"
 
 # What a 64-bit JSON writer (orjson) can write of a Python int, signed or unsigned. Read
 # from text, a longer integer is the nearest double (jsonb prints the float 1.5e20 as
@@ -64,29 +66,55 @@ def _short(path: str) -> str:
     return path if len(path) <= 100 else f"{path[:60]}...{path[-30:]}"
 
 
+# Where a value sits, kept as a link to its parent and built into text only for a
+# value that has a problem: walking a payload builds no strings.
+_Trail = tuple[Any, ...]  # (parent trail, key or index), or (root name,)
+
+
+def _path(trail: _Trail) -> str:
+    parts: list[str] = []
+    while len(trail) == 2:
+        trail, step = trail
+        parts.append(safe_text(step[:40]) if type(step) is str else str(step))
+    parts.append(trail[0])
+    return _short("/".join(reversed(parts)))
+
+
+def _scalar_problem(item: Any, kind: type, trail: _Trail) -> Problem | None:
+    if kind is str:
+        if "\x00" in item or _SURROGATE.search(item) is not None:
+            return string_problem(item, _path(trail))
+    elif kind is int and not WIDEST_INTEGERS[0] <= item <= WIDEST_INTEGERS[1]:
+        return OUT_OF_RANGE, f"{_path(trail)} is an integer past 64 bits, which no writer takes"
+    elif kind is float and not math.isfinite(item):
+        # orjson would write null in its place, the json module a token no JSON reader takes
+        return NOT_JSON, f"{_path(trail)} is {item}, which JSON cannot hold"
+    return None
+
+
 def value_problem(value: Any, max_depth: int = MAX_DEPTH, where: str = "") -> Problem | None:
     """Why a parsed JSON value cannot pass every store and serializer, or None."""
-    stack: list[tuple[Any, int, str]] = [(value, 1, where or "(document)")]
+    stack: list[tuple[Any, int, _Trail]] = [(value, 1, (where or "(document)",))]
     while stack:
-        item, depth, path = stack.pop()
+        item, depth, trail = stack.pop()
         kind = type(item)
-        if kind is str:
-            problem = string_problem(item, _short(path))
-            if problem is not None:
-                return problem
-        elif kind is int and not WIDEST_INTEGERS[0] <= item <= WIDEST_INTEGERS[1]:
-            return OUT_OF_RANGE, f"{_short(path)} is an integer past 64 bits, which no writer takes"
-        elif kind is dict or kind is list:
+        if kind is dict or kind is list:
             if depth > max_depth:
-                return TOO_DEEP, f"{_short(path)} nests deeper than {max_depth} levels"
+                return TOO_DEEP, f"{_path(trail)} nests deeper than {max_depth} levels"
             if kind is dict:
                 for key, child in item.items():
-                    problem = string_problem(key, f"a key of {_short(path)}")
-                    if problem is not None:
-                        return problem
-                    stack.append((child, depth + 1, f"{path}/{safe_text(key[:40])}"))
+                    if type(key) is not str:
+                        name = type(key).__name__
+                        return NOT_JSON, f"a key of {_path(trail)} is not a string: {name}"
+                    if "\x00" in key or _SURROGATE.search(key) is not None:
+                        return string_problem(key, f"a key of {_path(trail)}")
+                    stack.append((child, depth + 1, (trail, key)))
             else:
-                stack.extend((child, depth + 1, f"{path}/{i}") for i, child in enumerate(item))
+                stack.extend((child, depth + 1, (trail, i)) for i, child in enumerate(item))
+        else:
+            problem = _scalar_problem(item, kind, trail)
+            if problem is not None:
+                return problem
     return None
 
 

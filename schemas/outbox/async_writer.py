@@ -10,8 +10,8 @@ from psycopg import errors as pg_errors
 from psycopg.pq import PipelineStatus
 
 from schemas import PayloadSchemas
-from schemas.outbox.events import INSERT, OutboxEvent, checked, duplicate_of
-from schemas.outbox.writer import refuse_outside, row
+from schemas.outbox.events import OutboxEvent, checked, duplicate_of
+from schemas.outbox.writer import refuse_outside, statement
 
 
 async def emit_many_async(
@@ -26,12 +26,10 @@ async def emit_many_async(
             pass
     refuse_outside(conn.info.transaction_status)
     batch = checked(events, schemas)
+    if not batch:
+        return
     try:
-        async with conn.cursor() as cur:
-            if len(batch) == 1:
-                await cur.execute(INSERT, row(batch[0]))
-            else:
-                await cur.executemany(INSERT, [row(e) for e in batch])
+        await conn.execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

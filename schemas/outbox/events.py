@@ -39,14 +39,32 @@ def _insert(placeholders: tuple[str, ...]) -> str:
 
 
 _IDENTITY = COLUMNS[:-2]  # the columns before payload and headers
-# For psycopg, which binds payload and headers as ``Jsonb``.
-INSERT = _insert(("%s",) * len(COLUMNS))
-# For drivers reached through another library: JSON as text, cast by the statement.
+# One row, JSON as text cast by the statement (psycopg's ``emit`` of one event).
 INSERT_TEXT = _insert((*("%s" for _ in _IDENTITY), "%s::jsonb", "%s::jsonb"))
-# The same with named parameters (SQLAlchemy's ``text()``).
-INSERT_NAMED = _insert(
-    (*(f":{c}" for c in _IDENTITY), "CAST(:payload AS jsonb)", "CAST(:headers AS jsonb)")
+# Many rows in one statement: the rows as one JSON array of objects, inserted in the
+# array's order (so ``id``, which the table assigns row by row, keeps the writer's
+# order). One statement costs the server one execution and the writer one parameter,
+# where a statement per row costs each again for every row: a batch of 200 is written
+# about twice as fast as by 200 statements, and faster than one array per column.
+_RECORD = (
+    "topic text, entity_type text, entity_id text, generation bigint, seq bigint, "
+    "event_type text, event_id text, payload jsonb, headers jsonb"
 )
+
+
+def _insert_records(placeholder: str) -> str:
+    names = ", ".join(COLUMNS)
+    # Only the constant column names and the placeholder are formatted in.
+    return (
+        f"INSERT INTO outbox ({names}) SELECT {names} "  # noqa: S608
+        f"FROM ROWS FROM (json_to_recordset(CAST({placeholder} AS json)) AS ({_RECORD})) "
+        f"WITH ORDINALITY AS r({names}, n) ORDER BY n"
+    )
+
+
+# For psycopg and DB-API drivers, and for SQLAlchemy's ``text()``.
+INSERT_RECORDS = _insert_records("%s")
+INSERT_RECORDS_NAMED = _insert_records(":records")
 _UNIQUE_VIOLATION = "23505"
 # Headers are a few trace and routing values; the table refuses more than 64 KiB of them
 # (migration 0005), and a writer is told here first, counting characters (a character
@@ -143,9 +161,24 @@ def values(event: OutboxEvent) -> tuple[Any, ...]:
     )
 
 
-def named(event: OutboxEvent) -> dict[str, Any]:
-    """The row's values by column name, for ``INSERT_NAMED``."""
-    return dict(zip(COLUMNS, values(event), strict=True))
+def records(batch: list[OutboxEvent]) -> str:
+    """The batch as the JSON array ``INSERT_RECORDS`` takes, one object per row."""
+    return orjson.dumps(
+        [
+            {
+                "topic": e.topic,
+                "entity_type": e.entity_type,
+                "entity_id": e.entity_id,
+                "generation": e.generation,
+                "seq": e.seq,
+                "event_type": e.event_type,
+                "event_id": e.resolved_event_id,
+                "payload": dict(e.payload),
+                "headers": dict(e.headers),
+            }
+            for e in batch
+        ]
+    ).decode()
 
 
 def duplicate_of(exc: BaseException) -> DuplicateEventError | None:

@@ -8,11 +8,18 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg.types.json import Jsonb
 
 from schemas import PayloadSchemas
 from schemas.errors import NotInTransactionError
-from schemas.outbox.events import INSERT, OutboxEvent, checked, duplicate_of, identity
+from schemas.outbox.events import (
+    INSERT_RECORDS,
+    INSERT_TEXT,
+    OutboxEvent,
+    checked,
+    duplicate_of,
+    records,
+    values,
+)
 
 
 def refuse_outside(status: TransactionStatus) -> None:
@@ -33,9 +40,15 @@ def _require_transaction(conn: psycopg.Connection[Any]) -> None:
     refuse_outside(conn.info.transaction_status)
 
 
-def row(event: OutboxEvent) -> tuple[Any, ...]:
-    """The row's values as psycopg binds them (payload and headers as jsonb)."""
-    return (*identity(event), Jsonb(event.payload), Jsonb(dict(event.headers)))
+def statement(batch: list[OutboxEvent]) -> tuple[str, Any]:
+    """The one statement that writes ``batch`` and its parameters.
+
+    One event goes as one row's values; more go as one JSON array of rows, so a batch
+    of any size is one statement, prepared once and run once.
+    """
+    if len(batch) == 1:
+        return INSERT_TEXT, values(batch[0])
+    return INSERT_RECORDS, (records(batch),)
 
 
 def emit_many(
@@ -44,19 +57,17 @@ def emit_many(
     *,
     schemas: PayloadSchemas | None = None,
 ) -> None:
-    """Write events to the outbox in the caller's open transaction, in one round trip.
+    """Write events to the outbox in the caller's open transaction, in one statement.
 
     Each event is checked against the envelope and its payload schema first. The
     transaction stays the caller's: this never commits or rolls back.
     """
     _require_transaction(conn)
     batch = checked(events, schemas)
+    if not batch:
+        return
     try:
-        with conn.cursor() as cur:
-            if len(batch) == 1:  # one round trip without executemany's pipeline set-up
-                cur.execute(INSERT, row(batch[0]))
-            else:
-                cur.executemany(INSERT, [row(e) for e in batch])
+        conn.execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

@@ -1,7 +1,10 @@
 """emit_per_s: outbox writes with one event per transaction against many per transaction.
 
 All three variants write the same kind of event into the same table in one run,
-in a schema of their own that is dropped afterwards.
+in a schema of their own that is dropped afterwards. ``outbox_sql_us_per_row``: what
+a producer writing plain SQL pays the table for each row (its checks, its stamp, its
+indexes), in one multi-row ``INSERT .. SELECT``, with the table's rules as shipped and
+with the rules of migration 0006 put back in a second schema, side by side.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +23,15 @@ from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 
 SINGLE = sized(2000, 100)
+SQL_ROWS = sized(20000, 1000)
+MIGRATIONS = Path(__file__).resolve().parents[2] / "schemas" / "outbox" / "migrations"
+_PLAIN_INSERT = (
+    "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload, "
+    "headers) SELECT 'events', 'subscription', %(tag)s || g, 1, 'subscription.plan_changed', "
+    '%(tag)s || g, \'{"plan": "pro", "price_cents": 2900}\', '
+    '\'{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}\' '
+    "FROM generate_series(1, %(rows)s) g"
+)
 BATCHED = sized(20000, 400)
 PER_TX = 200
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
@@ -58,17 +71,47 @@ def _rate(
     return len(events) / (time.perf_counter() - started)
 
 
+def _rules_of_0006() -> str:
+    """The row trigger's function as migration 0006 made it."""
+    text = (MIGRATIONS / "0006_rules_on_insert.sql").read_text()
+    start = text.index("CREATE OR REPLACE FUNCTION inorder_outbox_stamp()")
+    return text[start : text.index("$$;", start) + 3]
+
+
+def _sql_us_per_row(conn: psycopg.Connection[Any], tag: str) -> float:
+    """Microseconds a row of one multi-row plain SQL insert takes, best of three."""
+    best = float("inf")
+    for attempt in range(3):
+        started = time.perf_counter()
+        conn.execute(_PLAIN_INSERT, {"tag": f"{tag}-{attempt}-", "rows": SQL_ROWS})
+        best = min(best, time.perf_counter() - started)
+    return best / SQL_ROWS * 1e6
+
+
 def run() -> list[BenchResult]:
     """Rates of the three ways to write the outbox, measured side by side."""
+    url = os.environ["DATABASE_URL"]
     with (
-        temp_schema(os.environ["DATABASE_URL"], "bench_emit") as url,
-        psycopg.connect(url, autocommit=True) as conn,
+        temp_schema(url, "bench_emit") as here,
+        temp_schema(url, "bench_emit_0006") as before,
+        psycopg.connect(here, autocommit=True) as conn,
+        psycopg.connect(before, autocommit=True) as old,
     ):
         migrate.apply(conn)
+        migrate.apply(old)
+        old.execute(_rules_of_0006().encode())
         single = _rate(conn, _one_per_tx, _events("single", SINGLE))
         batched = _rate(conn, _emit_per_event, _events("batched", BATCHED))
         many = _rate(conn, _emit_many, _events("many", BATCHED))
+        sql_then = _sql_us_per_row(old, "then")
+        sql_now = _sql_us_per_row(conn, "now")
     return [
+        BenchResult(
+            "outbox_sql_us_per_row.shipped", sql_now, "us/row", f"INSERT .. SELECT of {SQL_ROWS}"
+        ),
+        BenchResult(
+            "outbox_sql_us_per_row.rules_of_0006", sql_then, "us/row", "the same, 0006's trigger"
+        ),
         BenchResult("emit_per_s.one_per_tx", single, "rows/s", f"{SINGLE} transactions of 1"),
         BenchResult(
             "emit_per_s.emit_in_tx", batched, "rows/s", f"emit() x{PER_TX} per transaction"

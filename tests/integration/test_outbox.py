@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -142,6 +143,36 @@ def test_emit_many_writes_all_events_in_one_call(outbox: PgSchema) -> None:
     assert [row[3] for row in _rows(outbox)] == list(range(1, 51))
 
 
+def test_emit_many_keeps_the_order_it_was_given_across_entities(outbox: PgSchema) -> None:
+    """One statement for the batch: rows take ids in the order of the list, whatever entity."""
+    events = [
+        _event(seq=seq, entity_id=f"s{entity}", event_id=f"e-{entity}-{seq}")
+        for seq in (3, 1, 2)
+        for entity in (2, 9, 1)
+    ]
+    with outbox.connect() as conn, conn.transaction():
+        emit_many(conn, events[:1])
+        emit_many(conn, events[1:])
+    assert [(r[1], r[3]) for r in _rows(outbox)] == [(e.entity_id, e.seq) for e in events]
+
+
+def test_emit_many_refuses_the_whole_batch_on_one_row_the_table_refuses(
+    outbox: PgSchema,
+) -> None:
+    """A topic Kafka refuses in the middle of a batch: the table's rule is named, nothing lands."""
+    events = [_event(seq=1), _event(seq=2, topic="bad topic"), _event(seq=3)]
+    with outbox.connect() as conn:
+        with pytest.raises(psycopg.errors.CheckViolation) as refused, conn.transaction():
+            emit_many(conn, events)
+        with conn.transaction():
+            emit(conn, _event(seq=5))
+            with pytest.raises(DuplicateEventError) as duplicate:
+                emit_many(conn, [_event(seq=4), _event(seq=5, event_id="other")])
+    assert refused.value.diag.constraint_name == "outbox_topic_legal"
+    assert duplicate.value.constraint == "outbox_entity_seq_key"
+    assert _rows(outbox) == []
+
+
 def test_insert_notifies_listeners_on_commit(outbox: PgSchema) -> None:
     """A committed insert sends one NOTIFY on inorder_outbox naming the schema."""
     with outbox.connect(autocommit=True) as listener:
@@ -273,6 +304,9 @@ def test_outbox_refuses_topics_kafka_refuses_and_headers_that_are_not_strings(
         ({"headers": {"big": "x" * 40_000}}, "characters"),
         ({"headers": {f"h{i}": "x" * 1000 for i in range(40)}}, "characters"),
         ({"event_type": "x.y", "payload": {"d": nested_dict(200)}}, "deeper"),
+        ({"event_type": "x.y", "payload": {"ratio": float("nan")}}, "JSON cannot hold"),
+        ({"event_type": "x.y", "payload": {"a": [float("-inf")]}}, "JSON cannot hold"),
+        ({"event_type": "x.y", "payload": {"a": {1: "x"}}}, "not a string: int"),
     ],
 )
 def test_emit_refuses_what_no_store_holds(
@@ -292,6 +326,10 @@ def test_emit_refuses_what_no_store_holds(
     with outbox.connect() as conn, conn.transaction(), pytest.raises(InvalidEventError) as refused:
         emit(conn, event)
     assert word in str(refused.value)
+    with outbox.connect() as conn, conn.transaction(), pytest.raises(InvalidEventError) as refused:
+        emit_many(conn, [_event(seq=1), replace(event, seq=2)])
+    assert word in str(refused.value)
+    assert _rows(outbox) == []
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,8 @@ def test_unsent_rows_of_the_previous_release_go_first_and_once(
             conn.execute(statement.encode())
         applied = migrate.apply(conn)
         legacy = conn.execute("SELECT count(*) FROM outbox_resend").fetchone()
-    assert [m.version for m in applied] == [2, 3, 4, 5, 6]
+    shipped = [m.version for m in migrate.available(migrate.OUTBOX)]
+    assert [m.version for m in applied] == shipped[1:]
     assert legacy == (17,)
     with pg_schema.connect() as conn, conn.transaction():
         emit_many(

@@ -5,9 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 
-from schemas.outbox.events import OutboxEvent, duplicate_of, named
+from schemas.outbox.events import COLUMNS, OutboxEvent, duplicate_of, records
 
 
 class _WrappedError(Exception):
@@ -62,9 +63,15 @@ def test_other_errors_are_not_duplicates(raised: BaseException) -> None:
     assert duplicate_of(raised) is None
 
 
-def test_named_values_carry_json_as_text() -> None:
-    """Payload and headers go as JSON text for the statement to cast; the id defaults."""
-    row = named(OutboxEvent("order", "o-1", 3, "order.created", {"t": 1}, headers={"h": "v"}))
-    assert row["payload"] == '{"t":1}'
-    assert row["headers"] == '{"h":"v"}'
-    assert row["event_id"] == "order:o-1:1:3"
+def test_records_carry_every_column_in_the_order_given() -> None:
+    """A batch goes as one JSON array of rows, in order; payload and headers nested; ids default."""
+    batch = [
+        OutboxEvent("order", "o-1", 3, "order.created", {"t": 1}, headers={"h": "v"}),
+        OutboxEvent("order", "o-0", 1, "order.created", {}, event_id="mine"),
+    ]
+    rows = orjson.loads(records(batch))
+    assert [r["entity_id"] for r in rows] == ["o-1", "o-0"]
+    assert rows[0]["payload"] == {"t": 1}
+    assert rows[0]["headers"] == {"h": "v"}
+    assert [r["event_id"] for r in rows] == ["order:o-1:1:3", "mine"]
+    assert set(rows[1]) == set(COLUMNS)
