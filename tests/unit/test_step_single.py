@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from consumer.kinds.steps.plan import Progress
-from consumer.kinds.steps.single import Call, Statement, drive, drive_async, one_step
+from consumer.kinds.steps.single import Became, Call, Send, drive, drive_async, one_step
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
 
@@ -25,29 +28,47 @@ def _store() -> StepStore:
     return StepStore(_Route())  # type: ignore[arg-type]
 
 
-def test_a_claimed_step_is_called_then_logged() -> None:
-    """Claim (a row back), call, log: three exchanges, and the step applied."""
+def test_an_external_step_is_attempted_and_claimed_together_then_called_then_logged() -> None:
+    """Attempt (alone) with the claim, call, log: three exchanges, and the step applied."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=True)
-    claim = next(exchange)
-    assert isinstance(claim, Statement)
-    assert claim.rows
+    first = next(exchange)
+    assert isinstance(first, Send)
+    attempt, claim = first.statements
+    assert (attempt.alone, attempt.rows) == (True, True)
+    assert "inorder_step_attempts" in attempt.query[0]
+    assert (claim.alone, claim.rows) == (False, True)
     assert "UPDATE inorder_step_progress" in claim.query[0]
-    assert exchange.send((1,)) == Call(EVENT)
+    assert exchange.send([(1,), (1,)]) == Call(EVENT)
     logged = exchange.send(None)
-    assert isinstance(logged, Statement)
-    assert not logged.rows
+    assert isinstance(logged, Send)
+    assert not any(s.rows or s.alone for s in logged.statements)
     with pytest.raises(StopIteration) as done:
-        exchange.send(None)
-    assert done.value.value is True
+        exchange.send([None])
+    assert done.value.value is Became.APPLIED
 
 
 def test_a_step_someone_else_claimed_is_never_called() -> None:
     """No row back from the claim: the function is not called, nothing is logged."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=False)
-    next(exchange)
+    assert len(next(exchange).statements) == 1  # type: ignore[union-attr]
     with pytest.raises(StopIteration) as done:
-        exchange.send(None)
-    assert done.value.value is False
+        exchange.send([None])
+    assert done.value.value is Became.CLAIMED_ELSEWHERE
+
+
+@pytest.mark.parametrize(("idempotent", "became"), [(False, None), (True, "call")])
+def test_an_unfinished_earlier_call_is_made_again_only_when_idempotent(
+    idempotent: bool, became: str | None
+) -> None:
+    """The attempt found one before it: a call that may have taken effect is not repeated."""
+    exchange = one_step(_store(), Progress(1, 4), EVENT, external=True, idempotent=idempotent)
+    next(exchange)
+    if became is None:
+        with pytest.raises(StopIteration) as done:
+            exchange.send([None, (1,)])
+        assert done.value.value is Became.UNFINISHED_CALL
+    else:
+        assert exchange.send([None, (1,)]) == Call(EVENT)
 
 
 class _Cursor:
@@ -58,31 +79,66 @@ class _Cursor:
         return self.row
 
 
-class _Transaction:
-    def __enter__(self) -> None: ...
-    def __exit__(self, *_: object) -> None: ...
-    async def __aenter__(self) -> None: ...
-    async def __aexit__(self, *_: object) -> None: ...
+class _Block:
+    """A transaction or a pipeline block, recorded as it opens and closes."""
+
+    def __init__(self, asked: list[str], name: str) -> None:
+        self.asked, self.name = asked, name
+
+    def __enter__(self) -> _Block:
+        self.asked.append(f"<{self.name}")
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> bool:
+        self.asked.append(f"{self.name}>")
+        return kind is psycopg.Rollback
+
+    async def __aenter__(self) -> _Block:
+        return self.__enter__()
+
+    async def __aexit__(self, kind: object, *_: object) -> bool:
+        return self.__exit__(kind)
 
 
 class _Conn:
-    """Records what each driver asks of a connection; the claim answers ``claimed``."""
+    """Records what each driver asks of a connection; the claim answers ``claimed``.
 
-    def __init__(self, claimed: bool) -> None:
-        self.claimed = claimed
+    ``autocommit``: idle in autocommit (the driver pipelines and sends BEGIN and COMMIT
+    itself), else psycopg's transactions, statement by statement.
+    """
+
+    closed = False
+
+    def __init__(self, claimed: bool, autocommit: bool) -> None:
+        self.claimed, self.autocommit = claimed, autocommit
         self.asked: list[str] = []
+        self.info = SimpleNamespace(transaction_status=TransactionStatus.IDLE)
+        self.pgconn = SimpleNamespace(pipeline_status=PipelineStatus.OFF)
 
-    def transaction(self) -> _Transaction:
-        self.asked.append("begin")
-        return _Transaction()
+    def transaction(self) -> _Block:
+        return _Block(self.asked, "tx")
 
-    def execute(self, query: str, params: Any) -> _Cursor:
+    def pipeline(self) -> Any:
+        conn = self
+
+        class _Pipeline(_Block):
+            def __enter__(self) -> _Block:
+                conn.pgconn.pipeline_status = PipelineStatus.ON
+                return super().__enter__()
+
+            def __exit__(self, kind: object, *_: object) -> bool:
+                conn.pgconn.pipeline_status = PipelineStatus.OFF
+                return super().__exit__(kind)
+
+        return _Pipeline(self.asked, "pipeline")
+
+    def execute(self, query: str, params: Any = None) -> _Cursor:
         self.asked.append(query.split(maxsplit=1)[0])
-        return _Cursor((1,) if self.claimed and query.startswith("UPDATE") else None)
+        return _Cursor((1,) if self.claimed and query.startswith(("UPDATE", "INSERT")) else None)
 
 
 class _AsyncConn(_Conn):
-    async def execute(self, query: str, params: Any) -> Any:  # type: ignore[override]
+    async def execute(self, query: str, params: Any = None) -> Any:  # type: ignore[override]
         found = _Conn.execute(self, query, params)
 
         class _Async:
@@ -103,14 +159,50 @@ class _Handlers:
         self.conn.asked.append("call")
 
 
+PIPELINED = {
+    True: [
+        "<pipeline",
+        "BEGIN",
+        "INSERT",
+        "COMMIT",
+        "BEGIN",
+        "UPDATE",
+        "pipeline>",
+        "call",
+        "<pipeline",
+        "WITH",
+        "COMMIT",
+        "pipeline>",
+    ],
+    False: [
+        "<pipeline",
+        "BEGIN",
+        "INSERT",
+        "COMMIT",
+        "BEGIN",
+        "UPDATE",
+        "pipeline>",
+        "<pipeline",
+        "ROLLBACK",
+        "pipeline>",
+    ],
+}
+PLAIN = {
+    True: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "call", "WITH", "tx>"],
+    False: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "tx>"],
+}
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
 @pytest.mark.parametrize("claimed", [True, False])
-def test_both_drivers_ask_the_same_of_their_connection(claimed: bool) -> None:
-    """Sync and async, the same statements and the same call, in the same order."""
-    sync, aio = _Conn(claimed), _AsyncConn(claimed)
-    a = drive(sync, _Handlers(sync), one_step(_store(), Progress(1, 4), EVENT, external=False))  # type: ignore[arg-type]
-    b = asyncio.run(
-        drive_async(aio, _Handlers(aio), one_step(_store(), Progress(1, 4), EVENT, external=False))  # type: ignore[arg-type]
-    )
-    assert a is b is claimed
+def test_both_drivers_ask_the_same_of_their_connection(claimed: bool, autocommit: bool) -> None:
+    """Sync and async, the same statements and the same call, in the same order: pipelined,
+    two round trips besides the call, when the connection is idle in autocommit."""
+    sync, aio = _Conn(claimed, autocommit), _AsyncConn(claimed, autocommit)
+    step = one_step(_store(), Progress(1, 4), EVENT, external=True)
+    a = drive(sync, _Handlers(sync), step)  # type: ignore[arg-type]
+    step = one_step(_store(), Progress(1, 4), EVENT, external=True)
+    b = asyncio.run(drive_async(aio, _Handlers(aio), step))  # type: ignore[arg-type]
+    assert a is b is (Became.APPLIED if claimed else Became.CLAIMED_ELSEWHERE)
     assert sync.asked == aio.asked
-    assert sync.asked == (["begin", "UPDATE", "call", "INSERT"] if claimed else ["begin", "UPDATE"])
+    assert sync.asked == (PIPELINED if autocommit else PLAIN)[claimed]

@@ -21,7 +21,7 @@ from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.retries import Action
-from consumer.kinds.steps.single import drive, drive_async, one_step
+from consumer.kinds.steps.single import Became, drive, drive_async, one_step
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
@@ -80,22 +80,20 @@ def _apply_single(
     """
     entry = handlers.entry(event)
     external = entry is not None and entry[0].external
-    if entry is not None and external:
-        if conn.autocommit:  # one statement commits by itself: one round trip
-            fresh = store.begin_attempt(conn, event)
-        else:
-            with conn.transaction():
-                fresh = store.begin_attempt(conn, event)
-        if not fresh and not entry[0].idempotent:
-            reason = (
-                f"needs_review: an earlier call of {entry[0].function} may have taken "
-                "effect; confirm it before the step is retried"
-            )
-            return False, _stop(conn, store, event.entity_id, event.seq, reason)
-    exchange = one_step(store, start, event, external=external)
+    idempotent = entry is None or entry[0].idempotent
+    exchange = one_step(store, start, event, external=external, idempotent=idempotent)
     if handlers.awaited(event):  # on an async connection of the lane's event loop
-        return lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange)), None
-    return drive(conn, handlers, exchange), None
+        became = lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange))
+    else:
+        became = drive(conn, handlers, exchange)
+    if became is Became.UNFINISHED_CALL:
+        assert entry is not None
+        reason = (
+            f"needs_review: an earlier call of {entry[0].function} may have taken "
+            "effect; confirm it before the step is retried"
+        )
+        return False, _stop(conn, store, event.entity_id, event.seq, reason)
+    return became is Became.APPLIED, None
 
 
 def apply_alone(
@@ -124,8 +122,8 @@ def apply_alone(
             pending.append(event)
     with entity_held(conn, store.route.stream, entity_id, shared=store.shared) as held:
         if not held:  # another consumer runs the entity now: it drains these after
-            with conn.transaction():
-                done.end = store.lock(conn, firsts({entity_id: pending}))[entity_id]
+            with pipelined_transaction(conn) as sync:
+                done.end = store.lock(conn, firsts({entity_id: pending}), sync)[entity_id]
             done.park += pending
             return done
         return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
@@ -141,8 +139,8 @@ def _apply_pending(
     done: Plan,
 ) -> Plan:
     """``apply_alone`` past its copies: progress read once, then each step claimed from it."""
-    with conn.transaction():
-        progress = store.lock(conn, firsts({entity_id: pending}))[entity_id]
+    with pipelined_transaction(conn) as sync:  # one round trip to read, one to commit
+        progress = store.lock(conn, firsts({entity_id: pending}), sync)[entity_id]
     while pending:
         step_plan = plan(progress, pending, baseline=store.route.baseline)
         done.stale += step_plan.stale

@@ -287,14 +287,14 @@ class StepStore:
         ).fetchone()
         return found is not None
 
-    def begin_attempt(self, conn: Conn, event: Event) -> bool:
-        """Record an external call before making it; False if an earlier one never finished."""
-        found = conn.execute(
+    def attempt_query(self, event: Event) -> Query:
+        """Record an external call before making it: a row back, unless an earlier one of
+        the same step never finished."""
+        return (
             "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
             (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
-        ).fetchone()
-        return found is not None
+        )
 
     def logged_query(self, event: Event, *, called: bool) -> Query:
         """The statement logging one step (and, ``called``, finishing its call's attempt)."""
