@@ -247,9 +247,7 @@ async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) 
     return steps.result
 
 
-async def _drive_plain_async(
-    aconn: AsyncConn, handlers: Handlers, exchange: Exchange
-) -> Became:
+async def _drive_plain_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
     """``drive_async`` statement by statement, in psycopg's transactions."""
     steps = Driven(exchange)
     async with AsyncExitStack() as stack:
