@@ -65,6 +65,7 @@ from tests.benchmarks.fixtures import (
     service_process,
     temp_schema,
 )
+from tests.benchmarks.machine import backends, cpu_s
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 from tests.integration.relay_support import PAYLOAD, free_port
@@ -79,7 +80,6 @@ LATENCY_S = sized(10.0, 2.0)
 # waits for its metadata and the first reads for their plans (steady state, not start-up).
 WARM_UP_S = 1.0
 LONG_TX_S = sized(5.0, 1.0)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 _T = TypeVar("_T")
 
@@ -130,26 +130,6 @@ def _in_kafka(reader: Consumer, topic: str) -> int:
     )
 
 
-def _cpu_s(pids: set[int]) -> float:
-    """CPU seconds used so far by these processes (user + system), from /proc."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
-
-
-def _backends(url: str, app: str) -> set[int]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
-        ).fetchall()
-    return {row[0] for row in rows}
-
-
 def publish_backlog(
     url: str,
     bootstrap: str,
@@ -183,7 +163,7 @@ def publish_backlog(
         with psycopg.connect(url) as conn, conn.transaction():
             for start in range(0, BACKLOG, 5000):
                 emit_many(conn, _events(topic, start, 5000, tag, traced=traced))
-        return timed_backlog(bootstrap, topic, {p.pid for p in processes} | _backends(url, app))
+        return timed_backlog(bootstrap, topic, {p.pid for p in processes} | backends(url, app))
 
 
 def _slices_split(ports: list[int]) -> bool:
@@ -212,13 +192,13 @@ def timed_backlog(bootstrap: str, topic: str, pids: set[int]) -> tuple[float, fl
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
     while _in_kafka(reader, topic) == 0:
         time.sleep(0.005)
-    cpu0 = _cpu_s(pids)
+    cpu0 = cpu_s(pids)
     while _in_kafka(reader, topic) < BACKLOG:
         time.sleep(0.1)
-    cpu_s = _cpu_s(pids) - cpu0
+    used = cpu_s(pids) - cpu0
     reader.close()
     rows, seconds = append_span(bootstrap, topic, BACKLOG)
-    return rows / seconds, cpu_s * 1e6 / rows
+    return rows / seconds, used * 1e6 / rows
 
 
 def append_span(bootstrap: str, topic: str, count: int) -> tuple[int, float]:

@@ -33,8 +33,6 @@ from schemas import encode
 from tests.benchmarks.bench_consumer import ROUTES, VIEW, _event
 from tests.benchmarks.bench_relay import (
     BACKLOG,
-    _backends,
-    _cpu_s,
     publish_backlog,
     topics_for,
 )
@@ -45,6 +43,7 @@ from tests.benchmarks.fixtures import (
     service_process,
     temp_schema,
 )
+from tests.benchmarks.machine import backends, cpu_s
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 from tests.integration.relay_support import free_port
@@ -127,12 +126,12 @@ def _consumers(
             assert time.monotonic() < deadline, f"{count} consumers did not settle"
             time.sleep(0.2)
         _produce(bootstrap, topic)
-        pids = {p.pid for p in processes} | _backends(url, app)
-        cpu0, started = _cpu_s(pids), time.perf_counter()
+        pids = {p.pid for p in processes} | backends(url, app)
+        cpu0, started = cpu_s(pids), time.perf_counter()
         while _applied(url, table) < TOTAL:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
-        cpu = _cpu_s(pids) - cpu0
+        cpu = cpu_s(pids) - cpu0
     return TOTAL / elapsed, cpu / elapsed
 
 

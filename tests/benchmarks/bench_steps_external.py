@@ -7,6 +7,9 @@ entities (it would take five minutes for 2,000). After each run every step must 
 applied once, in seq order per entity. Time runs from the first call to the end of the
 last (the consumer's start and group join are left out).
 
+Each run also reports the CPU time one external step costs: the consumer process and
+its PostgreSQL backends (sampled from ``/proc`` while it runs), over the same span.
+
 A last run at 32 lanes makes one entity in 100 answer in 1 s instead: the slow ones
 should hold their own lanes only, so the figure stays near what the same work would
 take spread evenly (the ratio to the even 32-lane figure, and the steps/s).
@@ -16,13 +19,17 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
+from types import TracebackType
 
 import psycopg
 
 from tests.benchmarks.bench_steps import _event, _fresh_tables, _topic
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
+from tests.benchmarks.machine import backends, cpu_s
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 from tests.integration import step_handlers
@@ -56,9 +63,59 @@ FROM (SELECT entity_id, seq, row_number() OVER (PARTITION BY entity_id ORDER BY 
 """
 
 
+class _Cpu:
+    """CPU seconds this process and the consumer's PostgreSQL backends have used, sampled
+    every 0.2 s while the consumer runs; ``between`` reads the span of the steps."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._seen: dict[int, float] = {}
+        self._first: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, CPU seconds)
+
+    def _read(self) -> None:
+        for pid in backends(self.url, "inorder%"):
+            self._seen[pid] = max(cpu_s({pid}), self._seen.get(pid, 0.0))
+        theirs = sum(used - self._first.get(pid, 0.0) for pid, used in self._seen.items())
+        self.samples.append((time.monotonic(), time.process_time() + theirs))
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self._read()
+
+    def __enter__(self) -> _Cpu:
+        for pid in backends(self.url, "inorder%"):  # already there: counted from now
+            self._first[pid] = self._seen[pid] = cpu_s({pid})
+        self._read()
+        self._sampler.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._sampler.join()
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds used from ``start`` to ``end`` (monotonic), read between samples."""
+        return self._at(end) - self._at(start)
+
+    def _at(self, when: float) -> float:
+        before = [s for s in self.samples if s[0] <= when] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= when] or self.samples[-1:]
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 <= t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+
+
 def _steps_per_s(
     url: str, lanes: int, entities: int, folder: Path, function: str = "slow_call"
-) -> float:
+) -> tuple[float, float]:
+    """Steps per second, and CPU milliseconds per step."""
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     routes = Path(folder, f"lanes{lanes}-{function}.toml")
     routes.write_text(ROUTES.format(lanes=lanes, function=function))
@@ -68,11 +125,13 @@ def _steps_per_s(
         prefix = f"bench.{uuid.uuid4().hex[:6]}"
         settings = consumer_settings(url, topic, routes, redis_key_prefix=prefix)
         step_handlers.SLOW_CALLS.clear()
-        consume_until(settings, url, _DONE, entities)
+        with _Cpu(url) as cpu:
+            consume_until(settings, url, _DONE, entities)
         calls = list(step_handlers.SLOW_CALLS)
     # From the first call to the end of the last, as a user timing their API would see it
     # (the consumer's start and group join are left out).
-    seconds = max(end for *_, end in calls) - min(start for _, _, start, _ in calls)
+    first, last = min(start for _, _, start, _ in calls), max(end for *_, end in calls)
+    seconds = last - first
     with psycopg.connect(url) as conn:
         out_of_order, twice = conn.execute(_CHECK).fetchone() or (0, 0)
         total = conn.execute("SELECT count(*) FROM applied_steps").fetchone()
@@ -81,20 +140,21 @@ def _steps_per_s(
             f"lanes={lanes}: {out_of_order} steps out of order, {twice} applied twice, "
             f"{total} rows for {entities * STEPS} steps"
         )
-    return entities * STEPS / seconds
+    return entities * STEPS / seconds, cpu.between(first, last) * 1000 / (entities * STEPS)
 
 
 def run() -> list[BenchResult]:
     """Steps per second with 1, 8, 32 and 128 lanes; the best against one lane."""
     figures: dict[int, float] = {}
+    cpu_ms: dict[int, float] = {}
     with (
         temp_schema(os.environ["DATABASE_URL"], "bench_lanes") as url,
         tempfile.TemporaryDirectory() as folder,
     ):
         for lanes in LANES:
             entities = ONE_LANE_ENTITIES if lanes == 1 else ENTITIES
-            figures[lanes] = _steps_per_s(url, lanes, entities, Path(folder))
-        uneven = _steps_per_s(url, SLOW_LANES, ENTITIES, Path(folder), "slow_now_and_then")
+            figures[lanes], cpu_ms[lanes] = _steps_per_s(url, lanes, entities, Path(folder))
+        uneven, _ = _steps_per_s(url, SLOW_LANES, ENTITIES, Path(folder), "slow_now_and_then")
     best = max(figures, key=lambda n: figures[n])
     how = f"{ENTITIES:,} entities x {STEPS} steps, 50 ms external handler"
     results = [
@@ -105,6 +165,21 @@ def run() -> list[BenchResult]:
             how if n > 1 else f"{ONE_LANE_ENTITIES} entities x {STEPS} steps, same handler",
         )
         for n, v in figures.items()
+    ]
+    results += [
+        BenchResult(
+            f"steps_external_lanes_{n}_vs_ideal", v / (n / 0.05), "x", "of lanes x 20 calls/s"
+        )
+        for n, v in figures.items()
+    ]
+    results += [
+        BenchResult(
+            f"steps_external_cpu_ms_per_step.lanes_{n}",
+            v,
+            "ms",
+            "the consumer process and its PostgreSQL backends, first call to last",
+        )
+        for n, v in cpu_ms.items()
     ]
     results += [
         BenchResult(

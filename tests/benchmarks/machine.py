@@ -8,12 +8,16 @@ next to its figures, so a slow run can be told from a slow change.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg
 
 from tests.benchmarks.result import BenchResult
 
 STAT = Path("/proc/stat")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +57,24 @@ def during(suite: str, before: CpuTimes, after: CpuTimes) -> list[BenchResult]:
             f"machine.{suite}.steal_pct", 100 * steal / total, "%", "CPU time the hypervisor took"
         ),
     ]
+
+
+def cpu_s(pids: set[int]) -> float:
+    """CPU seconds used so far by these processes (user + system), from /proc."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def backends(url: str, app: str) -> set[int]:
+    """The PostgreSQL backends of the sessions named ``app`` (a LIKE pattern)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s", (app,)
+        ).fetchall()
+    return {row[0] for row in rows}
