@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
+import weakref
 from typing import Any
 
 import orjson
@@ -112,20 +115,50 @@ def connect(
     return conn
 
 
+# A connection given back to a pool this recently is taken again without a check: a
+# check is a round trip, and a lane takes a connection for every entity it applies. One
+# that broke meanwhile fails its first statement, which the caller takes for an outage.
+RECENT_S = 2.0
+
+
+class _Returned:
+    """When each connection of a pool was last given back (a pool's ``reset`` hook)."""
+
+    def __init__(self) -> None:
+        self._at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def note(self, conn: Any) -> None:
+        with self._lock:
+            self._at[conn] = time.monotonic()
+
+    def recent(self, conn: Any) -> bool:
+        with self._lock:
+            at = self._at.get(conn)
+        return at is not None and time.monotonic() - at < RECENT_S
+
+
 def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> ConnectionPool:
-    """Up to ``size`` connections opened as ``connect`` opens them, each checked when taken.
+    """Up to ``size`` connections opened as ``connect`` opens them, each checked when taken
+    (unless given back within ``RECENT_S``).
 
     Autocommit, as the program's own connection; opened on demand (none at first) and
     closed after ten idle minutes, so a quiet route holds no connection it does not use.
     """
+    returned = _Returned()
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(orjson.loads, conn)
 
+    def check(conn: psycopg.Connection[Any]) -> None:
+        if not returned.recent(conn):
+            ConnectionPool.check_connection(conn)
+
     return ConnectionPool(
         conninfo(url, program, **libpq),
         configure=configure,
-        check=ConnectionPool.check_connection,
+        check=check,
+        reset=returned.note,
         open=True,
         **_sized(program, size),
     )
@@ -134,13 +167,23 @@ def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> Connect
 def async_pool(url: str | SecretStr, program: str, size: int) -> AsyncConnectionPool:
     """``pool``'s asyncio twin, not yet open: ``await`` its ``open()`` on the loop that uses it."""
 
+    returned = _Returned()
+
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
         set_json_loads(orjson.loads, conn)
+
+    async def check(conn: psycopg.AsyncConnection[Any]) -> None:
+        if not returned.recent(conn):
+            await AsyncConnectionPool.check_connection(conn)
+
+    async def reset(conn: psycopg.AsyncConnection[Any]) -> None:
+        returned.note(conn)
 
     return AsyncConnectionPool(
         conninfo(url, program),
         configure=configure,
-        check=AsyncConnectionPool.check_connection,
+        check=check,
+        reset=reset,
         open=False,
         **_sized(program, size),
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.pq import PipelineStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.single import Became, Call, Send, drive, drive_async, one_step
@@ -103,8 +103,7 @@ class _Block:
 class _Conn:
     """Records what each driver asks of a connection; the claim answers ``claimed``.
 
-    ``autocommit``: idle in autocommit (the driver pipelines and sends BEGIN and COMMIT
-    itself), else psycopg's transactions, statement by statement.
+    ``autocommit``: idle in autocommit (an attempt commits by itself), or not.
     """
 
     closed = False
@@ -113,24 +112,9 @@ class _Conn:
         self.claimed, self.autocommit = claimed, autocommit
         self.asked: list[str] = []
         self.info = SimpleNamespace(transaction_status=TransactionStatus.IDLE)
-        self.pgconn = SimpleNamespace(pipeline_status=PipelineStatus.OFF)
 
     def transaction(self) -> _Block:
         return _Block(self.asked, "tx")
-
-    def pipeline(self) -> Any:
-        conn = self
-
-        class _Pipeline(_Block):
-            def __enter__(self) -> _Block:
-                conn.pgconn.pipeline_status = PipelineStatus.ON
-                return super().__enter__()
-
-            def __exit__(self, kind: object, *_: object) -> bool:
-                conn.pgconn.pipeline_status = PipelineStatus.OFF
-                return super().__exit__(kind)
-
-        return _Pipeline(self.asked, "pipeline")
 
     def execute(self, query: str, params: Any = None) -> _Cursor:
         self.asked.append(query.split(maxsplit=1)[0])
@@ -159,45 +143,16 @@ class _Handlers:
         self.conn.asked.append("call")
 
 
-PIPELINED = {
-    True: [
-        "<pipeline",
-        "BEGIN",
-        "INSERT",
-        "COMMIT",
-        "BEGIN",
-        "UPDATE",
-        "pipeline>",
-        "call",
-        "<pipeline",
-        "WITH",
-        "COMMIT",
-        "pipeline>",
-    ],
-    False: [
-        "<pipeline",
-        "BEGIN",
-        "INSERT",
-        "COMMIT",
-        "BEGIN",
-        "UPDATE",
-        "pipeline>",
-        "<pipeline",
-        "ROLLBACK",
-        "pipeline>",
-    ],
-}
-PLAIN = {
-    True: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "call", "WITH", "tx>"],
-    False: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "tx>"],
-}
+# Idle in autocommit the attempt commits by itself; else in a transaction of its own.
+ALONE = {True: ["INSERT"], False: ["<tx", "INSERT", "tx>"]}
+STEP = {True: ["<tx", "UPDATE", "call", "WITH", "tx>"], False: ["<tx", "UPDATE", "tx>"]}
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
 @pytest.mark.parametrize("claimed", [True, False])
 def test_both_drivers_ask_the_same_of_their_connection(claimed: bool, autocommit: bool) -> None:
-    """Sync and async, the same statements and the same call, in the same order: pipelined,
-    two round trips besides the call, when the connection is idle in autocommit."""
+    """Sync and async, the same statements and the same call, in the same order; the attempt
+    committed before the step's transaction begins."""
     sync, aio = _Conn(claimed, autocommit), _AsyncConn(claimed, autocommit)
     step = one_step(_store(), Progress(1, 4), EVENT, external=True)
     a = drive(sync, _Handlers(sync), step)  # type: ignore[arg-type]
@@ -205,4 +160,4 @@ def test_both_drivers_ask_the_same_of_their_connection(claimed: bool, autocommit
     b = asyncio.run(drive_async(aio, _Handlers(aio), step))  # type: ignore[arg-type]
     assert a is b is (Became.APPLIED if claimed else Became.CLAIMED_ELSEWHERE)
     assert sync.asked == aio.asked
-    assert sync.asked == (PIPELINED if autocommit else PLAIN)[claimed]
+    assert sync.asked == ALONE[autocommit] + STEP[claimed]

@@ -122,8 +122,7 @@ def apply_alone(
             pending.append(event)
     with entity_held(conn, store.route.stream, entity_id, shared=store.shared) as held:
         if not held:  # another consumer runs the entity now: it drains these after
-            with pipelined_transaction(conn) as sync:
-                done.end = store.lock(conn, firsts({entity_id: pending}), sync)[entity_id]
+            done.end = store.made(conn, firsts({entity_id: pending})[entity_id])
             done.park += pending
             return done
         return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
@@ -139,8 +138,9 @@ def _apply_pending(
     done: Plan,
 ) -> Plan:
     """``apply_alone`` past its copies: progress read once, then each step claimed from it."""
-    with pipelined_transaction(conn) as sync:  # one round trip to read, one to commit
-        progress = store.lock(conn, firsts({entity_id: pending}), sync)[entity_id]
+    progress = store.made(conn, firsts({entity_id: pending})[entity_id])
+    # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
+    done.start = progress
     while pending:
         step_plan = plan(progress, pending, baseline=store.route.baseline)
         done.stale += step_plan.stale

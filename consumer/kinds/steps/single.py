@@ -7,22 +7,27 @@ an async one (an ``async def`` step's lane): the attempt, the claim, the call an
 are written here once, as psycopg writes each of its exchanges once and drives it both
 ways.
 
-Statements sent together travel in one pipeline with the transaction's BEGIN and COMMIT,
-so a step whose function calls outside PostgreSQL takes two round trips of its own: the
-attempt (committed on its own) with the claim, then the log with the COMMIT. The
-function itself runs outside the pipeline, as any code on a connection expects to.
+Statements are sent one by one. (Sent in one pipeline with BEGIN and COMMIT, a step
+took two round trips where it takes six, but cost more CPU in the driver: with many
+lanes on two cores, the steps per second fell by a fifth to a third.)
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Generator, Iterator
-from contextlib import AsyncExitStack, ExitStack, suppress
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    ExitStack,
+    nullcontext,
+)
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import PipelineStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
@@ -43,7 +48,7 @@ class Statement:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Statements sent together; sent back the first row of each that reads one, else None."""
+    """Statements to send; sent back the first row of each that reads one, else None."""
 
     statements: tuple[Statement, ...]
 
@@ -111,76 +116,17 @@ class Driven:
             yield asked
 
 
-def _pipelined(conn: Conn | AsyncConn) -> bool:
-    """Whether the driver may send BEGIN and COMMIT itself: autocommit, and idle."""
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-
-
-def _ending(result: Became) -> str:
-    return "COMMIT" if result is Became.APPLIED else "ROLLBACK"
-
-
-def _reads(send: Send) -> bool:
-    return any(statement.rows for statement in send.statements)
+def _alone(conn: Conn) -> AbstractContextManager[Any]:
+    """Where a statement commits on its own: by itself in autocommit, else in a transaction."""
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    return nullcontext() if conn.autocommit and idle else conn.transaction()
 
 
 def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
-    """Run ``exchange`` in one transaction on ``conn``; what became of the step.
+    """Run ``exchange`` in one transaction on ``conn`` (a savepoint inside one already
+    open); what became of the step.
 
-    Statements wait in an open pipeline until a row must be read, the function is
-    called or the transaction ends; then the pipeline is synced (one round trip).
-    """
-    if not _pipelined(conn):
-        return _drive_plain(conn, handlers, exchange)
-    steps = Driven(exchange)
-    begun = False
-    with ExitStack() as pipeline:
-        try:
-            for asked in steps:
-                if isinstance(asked, Call):
-                    pipeline.close()  # sent and answered: the function runs as usual
-                    handlers.run(conn, {asked.event.entity_id: [asked.event]})
-                    continue
-                if pipeline_closed(conn):
-                    pipeline.enter_context(conn.pipeline())
-                cursors: list[psycopg.Cursor[Any] | None] = []
-                for statement in asked.statements:
-                    if statement.alone or not begun:
-                        conn.execute("BEGIN")
-                        begun = begun or not statement.alone
-                    cursor = conn.execute(*statement.query)
-                    cursors.append(cursor if statement.rows else None)
-                    if statement.alone:
-                        conn.execute("COMMIT")
-                if _reads(asked):
-                    pipeline.close()  # synced: every row asked for is here
-                steps.reply = [c.fetchone() if c is not None else None for c in cursors]
-            if begun:
-                if pipeline_closed(conn):
-                    pipeline.enter_context(conn.pipeline())
-                conn.execute(_ending(steps.result))
-            pipeline.close()
-        except BaseException:
-            with suppress(psycopg.Error):
-                pipeline.close()
-            # A failed statement leaves the transaction aborted, and an exception anywhere
-            # leaves it open: either way it ends here. A lost connection has nothing to end.
-            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                with suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-            raise
-    return steps.result
-
-
-def pipeline_closed(conn: Conn | AsyncConn) -> bool:
-    """Whether ``conn`` is outside pipeline mode."""
-    return conn.pgconn.pipeline_status == PipelineStatus.OFF
-
-
-def _drive_plain(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
-    """``drive`` statement by statement, in psycopg's transactions (a savepoint inside one).
-
-    An attempt is committed in a transaction of its own, before the step's begins.
+    An attempt is committed on its own before the step's transaction begins.
     """
     steps = Driven(exchange)
     with ExitStack() as stack:
@@ -192,7 +138,7 @@ def _drive_plain(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
             rows = []
             for statement in asked.statements:
                 if statement.alone:
-                    with conn.transaction():
+                    with _alone(conn):
                         rows.append(conn.execute(*statement.query).fetchone())
                     continue
                 if step is None:
@@ -205,50 +151,13 @@ def _drive_plain(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
     return steps.result
 
 
+def _alone_async(aconn: AsyncConn) -> AbstractAsyncContextManager[Any]:
+    idle = aconn.info.transaction_status == TransactionStatus.IDLE
+    return nullcontext() if aconn.autocommit and idle else aconn.transaction()
+
+
 async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
-    """Run ``exchange`` in one transaction on the async ``aconn``; what became of the step."""
-    if not _pipelined(aconn):
-        return await _drive_plain_async(aconn, handlers, exchange)
-    steps = Driven(exchange)
-    begun = False
-    async with AsyncExitStack() as pipeline:
-        try:
-            for asked in steps:
-                if isinstance(asked, Call):
-                    await pipeline.aclose()
-                    await handlers.run_async(aconn, asked.event)
-                    continue
-                if pipeline_closed(aconn):
-                    await pipeline.enter_async_context(aconn.pipeline())
-                cursors: list[psycopg.AsyncCursor[Any] | None] = []
-                for statement in asked.statements:
-                    if statement.alone or not begun:
-                        await aconn.execute("BEGIN")
-                        begun = begun or not statement.alone
-                    cursor = await aconn.execute(*statement.query)
-                    cursors.append(cursor if statement.rows else None)
-                    if statement.alone:
-                        await aconn.execute("COMMIT")
-                if _reads(asked):
-                    await pipeline.aclose()
-                steps.reply = [await c.fetchone() if c is not None else None for c in cursors]
-            if begun:
-                if pipeline_closed(aconn):
-                    await pipeline.enter_async_context(aconn.pipeline())
-                await aconn.execute(_ending(steps.result))
-            await pipeline.aclose()
-        except BaseException:
-            with suppress(psycopg.Error):
-                await pipeline.aclose()
-            if not aconn.closed and aconn.info.transaction_status != TransactionStatus.IDLE:
-                with suppress(psycopg.Error):
-                    await aconn.execute("ROLLBACK")
-            raise
-    return steps.result
-
-
-async def _drive_plain_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
-    """``drive_async`` statement by statement, in psycopg's transactions."""
+    """``drive`` on the async ``aconn``: the same statements and call, in the same order."""
     steps = Driven(exchange)
     async with AsyncExitStack() as stack:
         step: psycopg.AsyncTransaction | None = None
@@ -259,7 +168,7 @@ async def _drive_plain_async(aconn: AsyncConn, handlers: Handlers, exchange: Exc
             rows = []
             for statement in asked.statements:
                 if statement.alone:
-                    async with aconn.transaction():
+                    async with _alone_async(aconn):
                         rows.append(await (await aconn.execute(*statement.query)).fetchone())
                     continue
                 if step is None:

@@ -9,6 +9,7 @@ decisions (skip, confirm, retry, release) are statements here too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import orjson
@@ -119,6 +120,29 @@ class StepStore:
             row[0]: Progress(row[1], row[2], row[3], None if row[4] is None else (row[4], row[5]))
             for row in rows
         }
+
+    def made(self, conn: Conn, event: Event) -> Progress:
+        """One entity's progress with its park mark, its row made if missing; no lock.
+
+        One statement: the row is inserted when missing, else read. For an entity applied
+        alone, whose every step's claim checks the progress again, a lock held only for
+        this read would cost a write and a commit for nothing.
+        """
+        with conn.transaction() if not conn.autocommit else nullcontext():
+            row = conn.execute(
+                "WITH ins AS (INSERT INTO inorder_step_progress "
+                "(route, entity_id, generation, last_applied) VALUES (%(r)s, %(e)s, %(g)s, 0) "
+                "ON CONFLICT DO NOTHING RETURNING generation, last_applied, false, "
+                "NULL::bigint, NULL::bigint) "
+                "SELECT * FROM ins UNION ALL SELECT generation, last_applied, "
+                "stopped_at_seq IS NOT NULL, parked_generation, parked_through "
+                "FROM inorder_step_progress WHERE route = %(r)s AND entity_id = %(e)s",
+                {"r": self.route.stream, "e": event.entity_id, "g": event.generation},
+            ).fetchone()
+        if row is None:  # made meanwhile by another transaction, not yet in this snapshot
+            with conn.transaction():
+                return self.lock(conn, {event.entity_id: event})[event.entity_id]
+        return Progress(row[0], row[1], row[2], None if row[3] is None else (row[3], row[4]))
 
     def read(self, conn: Conn, entity_ids: Sequence[str]) -> dict[str, Progress]:
         """Progress of the given entities, without locking them."""
