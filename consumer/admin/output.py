@@ -2,10 +2,16 @@
 
 A table is sized to the terminal; piped into a file or a pager it would be cut to 80
 columns, so there every value is printed in full, tab-separated under a header line.
+
+What a row holds was often written by a producer (a letter's detail, a trace id, an
+entity id): it is printed as text, never read as rich's markup, and its control
+characters are shown escaped, so no value can restyle, hide or rewrite what the
+operator's terminal shows.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,14 +19,29 @@ from typing import Any
 import orjson
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+# C0 and C1 controls and DEL (a terminal's escape sequences start with one), and the
+# marks that reorder what follows them on screen.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or f"\\u{ord(char):04x}"
+
+
+def plain(text: str) -> str:
+    """``text`` on one line with every control character shown escaped (``\\n``, ``\\u001b``)."""
+    return _CONTROL.sub(_escaped, text.replace("\\", "\\\\"))
 
 
 def _cell(value: Any) -> str:
-    """A value on one line (times in ISO 8601): tabs and newlines escaped, None empty."""
+    """A value on one line (times in ISO 8601), control characters escaped, None empty."""
     if value is None:
         return ""
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+    return plain(value.isoformat() if isinstance(value, datetime) else str(value))
 
 
 def json_line(value: Any) -> str:
@@ -35,17 +56,17 @@ def show(console: Console, title: str, rows: Sequence[dict[str, Any]], as_json: 
             console.file.write(json_line(row))
         return
     if not console.is_terminal:
-        lines = [f"# {title}"]
+        lines = [f"# {plain(title)}"]
         if rows:
-            lines.append("\t".join(rows[0]))
+            lines.append("\t".join(plain(str(name)) for name in rows[0]))
             lines.extend("\t".join(_cell(v) for v in row.values()) for row in rows)
         console.file.write("\n".join(lines) + "\n")
         return
-    table = Table(title=title)
+    table = Table(title=Text(plain(title)))
     for column in rows[0] if rows else ["(none)"]:
-        table.add_column(column)
+        table.add_column(Text(plain(str(column))))
     for row in rows:
-        table.add_row(*(_shown(v) for v in row.values()))
+        table.add_row(*(Text(_shown(v)) for v in row.values()))
     console.print(table)
 
 
@@ -56,4 +77,4 @@ def _shown(value: Any) -> str:
     if isinstance(value, datetime):
         utc = value.astimezone(UTC) if value.tzinfo else value
         return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-    return str(value)
+    return plain(str(value))
