@@ -15,7 +15,7 @@ from typing import NoReturn, Protocol
 
 import structlog
 
-from schemas.runtime import traces
+from schemas.runtime import secrets, traces
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.config import InorderSettings
 from schemas.runtime.endpoints import serve as serve_http
@@ -48,9 +48,10 @@ class Service(Protocol):
 
 
 def fail(program: str, lines: Sequence[str], code: int = 2) -> NoReturn:
-    """Stop with one line per problem on stderr, each naming the program."""
+    """Stop with one line per problem on stderr, each naming the program; any secret the
+    settings registered is hidden, as in every log line."""
     for line in lines:
-        sys.stderr.write(f"{program}: {line}\n")
+        sys.stderr.write(f"{program}: {secrets.redact(line)}\n")
     raise SystemExit(code)
 
 

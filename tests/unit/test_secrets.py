@@ -16,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from redis.connection import parse_url
 
 from consumer.settings import SweeperSettings
-from schemas.runtime import secrets
+from schemas.runtime import process, secrets
 from schemas.runtime.config import load_or_exit
 
 # Made-up passwords with every character a URL reserves, not credentials of anything.
@@ -183,3 +183,18 @@ def test_uncaught_tracebacks_and_logged_exceptions_never_print_a_password(passwo
     assert '"caught"' in done.stderr
     assert password not in done.stderr
     assert encoded not in done.stderr
+
+
+def test_a_line_a_program_stops_with_hides_every_registered_secret(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """process.fail writes its lines redacted, whatever a caller put in them."""
+    secrets.register("s3cr%t/pa#ss")
+    with pytest.raises(SystemExit) as stopped:
+        process.fail(
+            "inorder-test", ["cannot connect as app:s3cr%t/pa#ss@db", "s3cr%25t%2Fpa%23ss"]
+        )
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert "s3cr" not in err
+    assert err.count(secrets.HIDDEN) == 2
