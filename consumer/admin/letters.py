@@ -68,6 +68,11 @@ def add(sub: Any) -> None:
                 help="ask the relay for the original rows instead of sending the copies (the "
                 "only way for a copy cut to size)",
             )
+        cmd.add_argument(
+            "--all",
+            action="store_true",
+            help="every open letter: needed when no ID and no filter names the letters",
+        )
         cmd.add_argument("--dry-run", action="store_true", help="show what would be done, only")
         cmd.add_argument("--why", required=True, help="why (required, not empty)")
         cmd.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
@@ -309,9 +314,20 @@ class Letters:
             )
 
 
+# What names the letters a replay or a discard acts on, besides ``--all``.
+_NAMING = ("ids", "reason", "stream", "entity", "event_type", "since", "until", "status")
+
+
 def _why(args: argparse.Namespace) -> None:
+    """Refuse a decision without a reason, or one that names no letter (unless ``--all``)."""
     if not args.why.strip():
         raise AdminError("--why must say why these letters are replayed or discarded")
+    named = any(getattr(args, name, None) for name in _NAMING)
+    if not (named or args.all or args.dry_run):
+        raise AdminError(
+            f"name the letters to {args.action}: IDs or a filter (--reason, --stream, --entity, "
+            "--type, --since, --until, --status), or --all for every open letter"
+        )
 
 
 def _row(chosen: Chosen) -> dict[str, Any]:

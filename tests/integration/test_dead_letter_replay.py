@@ -148,7 +148,7 @@ def test_a_letter_cut_to_size_is_replayed_from_the_outbox(
             "its copy was cut to size: replay it with --from-outbox"
         }
         assert {x["status"] for x in _letters(p)} == {"new"}
-        done = sw.admin(p, "--json", "dead-letters", "replay", "--from-outbox", *why)
+        done = sw.admin(p, "--json", "dead-letters", "replay", "--from-outbox", "--all", *why)
         assert done.returncode == 0, done.stderr
         assert {x["from"] for x in _json(done)} == {"outbox"}
         wait_until(lambda: _all_applied(p), timeout_s=60)
@@ -170,7 +170,10 @@ def test_a_letter_refused_again_counts_its_replays_and_stops_looping(
     why = ("--why", "try again")
     with sw.running(p, sweeper=False):
         wait_until(lambda: len(_letters(p)) == 3, timeout_s=60)
-        done = sw.admin(p, "--json", "dead-letters", "replay", *why)
+        unnamed = sw.admin(p, "--json", "dead-letters", "replay", *why)
+        assert (unnamed.returncode, "or --all for every open letter" in unnamed.stderr) == (1, True)
+        assert {x["status"] for x in _letters(p)} == {"new"}
+        done = sw.admin(p, "--json", "dead-letters", "replay", "--all", *why)
         assert done.returncode == 0, done.stderr
         wait_until(lambda: len(_letters(p)) == 6, timeout_s=60)
     again = [x for x in _letters(p) if x["status"] == "new"]
@@ -178,17 +181,19 @@ def test_a_letter_refused_again_counts_its_replays_and_stops_looping(
     with p.db.connect() as conn:
         conn.execute("UPDATE inorder_dead_letters SET replays = 3 WHERE status = 'new'")
         conn.commit()
-    looped = sw.admin(p, "--json", "dead-letters", "replay", *why)
+    looped = sw.admin(p, "--json", "dead-letters", "replay", "--all", *why)
     assert looped.returncode == 1
     assert all("replayed 3 times already" in x["refused"] for x in _json(looped))
     dry = sw.admin(p, "--json", "dead-letters", "discard", "--dry-run", "--why", "no such stream")
     assert len(_json(dry)) == 3
+    unnamed = sw.admin(p, "--json", "dead-letters", "discard", "--why", "no such stream")
+    assert unnamed.returncode == 1
     gone = sw.admin(
-        p, "--json", "dead-letters", "discard", "--why", "no such stream", "--by", "ops"
+        p, "--json", "dead-letters", "discard", "--all", "--why", "no such stream", "--by", "ops"
     )
     assert gone.returncode == 0, gone.stderr
     assert sorted(x["status"] for x in _letters(p)) == ["discarded"] * 3 + ["replayed"] * 3
-    assert sw.admin(p, "--json", "dead-letters", "replay", *why).stdout == ""
+    assert sw.admin(p, "--json", "dead-letters", "replay", "--all", *why).stdout == ""
     shown = _json(sw.admin(p, "--json", "dead-letters", "show", str(again[0]["id"])))
     assert shown[0]["status"] == "discarded"
     assert (shown[1]["decision"], shown[1]["done_by"]) == ("discarded", "ops")
