@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from consumer.admin.replay import Letter
+from consumer.admin.replay import Letter, is_copy_of
 from consumer.kinds._resources import Resources
 from schemas.runtime import kafka_clients
 
@@ -21,15 +21,18 @@ if TYPE_CHECKING:
 COPY_READ_S = 30.0
 
 
-def read(tools: Resources[SweeperSettings], letters: Sequence[Letter]) -> dict[int, Message]:
-    """Each letter's copy (by letter id), read from the dead-letter topic where it was placed."""
-    wanted: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
+def read(
+    tools: Resources[SweeperSettings], letters: Sequence[Letter]
+) -> tuple[dict[int, Message], set[int]]:
+    """Each letter's copy (by letter id), read from the dead-letter topic where it was placed;
+    and the letters whose place holds another message (``is_copy_of``)."""
+    wanted: dict[tuple[str, int], dict[int, Letter]] = defaultdict(dict)
     for letter in letters:
         assert letter.placed is not None  # ``choose`` refused the rest
         topic, partition, offset = letter.placed
-        wanted[(topic, partition)][offset] = letter.id
+        wanted[(topic, partition)][offset] = letter
     if not wanted:
-        return {}
+        return {}, set()
     reader = kafka_clients.consumer(
         tools.settings, "inorder-admin", f"inorder-admin-{uuid.uuid4().hex[:8]}"
     )
@@ -39,11 +42,20 @@ def read(tools: Resources[SweeperSettings], letters: Sequence[Letter]) -> dict[i
         _read(reader, wanted, found)
     finally:
         reader.close()
-    return found
+    strangers = {
+        letter_id
+        for letter_id, message in found.items()
+        if not is_copy_of(_by_id(wanted)[letter_id], message.headers() or [], message.value())
+    }
+    return {k: v for k, v in found.items() if k not in strangers}, strangers
+
+
+def _by_id(wanted: dict[tuple[str, int], dict[int, Letter]]) -> dict[int, Letter]:
+    return {letter.id: letter for offsets in wanted.values() for letter in offsets.values()}
 
 
 def _read(
-    reader: Consumer, wanted: dict[tuple[str, int], dict[int, int]], found: dict[int, Message]
+    reader: Consumer, wanted: dict[tuple[str, int], dict[int, Letter]], found: dict[int, Message]
 ) -> None:
     """Read each partition from its first wanted offset to its last, keeping the copies."""
     deadline = time.monotonic() + COPY_READ_S
@@ -54,8 +66,8 @@ def _read(
             if message.error() is not None or topic is None or partition is None:
                 continue
             key = (topic, partition)
-            letter_id = None if offset is None else wanted.get(key, {}).get(offset)
-            if letter_id is not None:
-                found[letter_id] = message
+            letter = None if offset is None else wanted.get(key, {}).get(offset)
+            if letter is not None:
+                found[letter.id] = message
             if key in left and offset is not None and offset >= left[key]:
                 del left[key]

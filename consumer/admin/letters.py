@@ -33,9 +33,13 @@ from schemas.runtime import kafka_watch
 # Letters taken per transaction by a replay.
 CHUNK = 200
 LOST_COPY = "its copy is no longer in the dead-letter topic: replay it with --from-outbox"
+OTHER_COPY = (
+    "its place in the dead-letter topic holds another message (the topic recreated?): "
+    "replay it with --from-outbox"
+)
 _FIELDS = (
     "id, entity_type, entity_id, generation, seq, event_id, reason, topic, letter_topic, "
-    "letter_partition, letter_offset, cut, replays"
+    "letter_partition, letter_offset, cut, replays, kafka_partition, kafka_offset"
 )
 
 
@@ -175,13 +179,17 @@ class Letters:
         row = self.tools.conn.execute("SELECT max(id) FROM inorder_dead_letters").fetchone()
         through = row[0] if row and row[0] is not None else 0
         while taking := self._take(args, through, refused, done, from_outbox=from_outbox):
-            found = copies.read(self.tools, [c.letter for c in taking if c.source is Source.COPY])
+            copied = [c.letter for c in taking if c.source is Source.COPY]
+            found, strangers = copies.read(self.tools, copied)
             lost = [c for c in taking if c.source is Source.COPY and c.letter.id not in found]
-            if lost:  # back to new: the retention of the topic removed the copy
+            if lost:  # back to new: the copy is gone, or its place holds another message
                 with self.tools.conn.transaction():
                     self._mark(lost, Status.NEW)
                 refused |= {c.letter.id for c in lost}
-                done += [_row(replace(c, refused=LOST_COPY)) for c in lost]
+                done += [
+                    _row(replace(c, refused=OTHER_COPY if c.letter.id in strangers else LOST_COPY))
+                    for c in lost
+                ]
                 taking = [c for c in taking if c not in lost]
             self._send(taking, found)
             with self.tools.conn.transaction():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import headers
+from schemas import DecodeError, decode, headers
 
 # A letter whose event was replayed this many times already is not replayed again by
 # itself: something keeps refusing it, and another replay would only loop.
@@ -61,6 +61,9 @@ class Letter:
     letter_offset: int | None
     cut: bool
     replays: int
+    # Where the refused message was read (its copy's headers say the same).
+    kafka_partition: int | None = None
+    kafka_offset: int | None = None
 
     @property
     def placed(self) -> tuple[str, int, int] | None:
@@ -98,6 +101,35 @@ def choose(letters: Sequence[Letter], *, from_outbox: bool) -> list[Chosen]:
             refused = "where its copy is was not recorded: replay it with --from-outbox"
         chosen.append(Chosen(letter, source, refused))
     return chosen
+
+
+def is_copy_of(
+    letter: Letter, pairs: Sequence[tuple[str, Any]] | dict[str, Any], value: bytes | None
+) -> bool:
+    """Whether a message found at a letter's place is that letter's copy.
+
+    A copy names the place of the message it stands for (``inorder-dlq-topic``,
+    ``-partition``, ``-offset``); a letter recorded without one is matched by the event id
+    its copy decodes to. Anything else sits there because the topic was recreated or
+    written by another client, and is never sent as this letter.
+    """
+    named = dict(pairs)
+    if letter.kafka_partition is not None and letter.kafka_offset is not None:
+        place = (letter.topic, str(letter.kafka_partition), str(letter.kafka_offset))
+        return tuple(_text(named.get(h)) for h in _PLACE) == place
+    try:
+        return decode(value).event_id == letter.event_id
+    except DecodeError:
+        return False
+
+
+_PLACE = (headers.DLQ_TOPIC, headers.DLQ_PARTITION, headers.DLQ_OFFSET)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
 
 
 def replayed_headers(pairs: Sequence[tuple[str, Any]], replays: int) -> list[tuple[str, Any]]:

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import step_support as ss
@@ -204,3 +206,41 @@ def test_a_letter_refused_again_counts_its_replays_and_stops_looping(
     )
     empty = sw.admin(p, "dead-letters", "discard", "--why", " ")
     assert empty.returncode == 1
+
+
+def test_a_recreated_dead_letter_topic_is_never_replayed_as_letters(
+    pg_schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+    kafka_admin: AdminClient,
+) -> None:
+    """Another client's messages at the letters' places: each letter refused, none sent."""
+    p = sw.pipeline(pg_schema, services, topic_factory, tmp_path, redis_prefix)
+    _refused_then_routed(p)
+    dlq = p.settings.dead_letter_topic
+    kafka_admin.delete_topics([dlq], operation_timeout=30)[dlq].result(timeout=30)
+    wait_until(lambda: dlq not in kafka_admin.list_topics(timeout=10).topics, timeout_s=60)
+    wait_until(lambda: _created(kafka_admin, dlq), timeout_s=60)
+    stranger = Producer({"bootstrap.servers": services.kafka_bootstrap})
+    for partition in range(3):
+        for _ in range(12):
+            stranger.produce(dlq, b"{}", b"someone-else", partition=partition)
+    assert stranger.flush(30) == 0
+    replayed = sw.admin(p, "--json", "dead-letters", "replay", "--all", "--why", "routed now")
+    assert replayed.returncode == 1
+    assert {x["refused"] for x in _json(replayed)} == {
+        "its place in the dead-letter topic holds another message (the topic recreated?): "
+        "replay it with --from-outbox"
+    }
+    assert {x["status"] for x in _letters(p)} == {"new"}
+    assert len(drain(services.kafka_bootstrap, p.topics.events, expect=9)) == 9  # none added
+
+
+def _created(admin: AdminClient, topic: str) -> bool:
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(timeout=30)
+    except KafkaException as exc:  # made by an earlier try that timed out, or not yet
+        return bool(exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS)
+    return True

@@ -13,10 +13,11 @@ from consumer.admin.replay import (
     Source,
     Status,
     choose,
+    is_copy_of,
     replayed_headers,
 )
 from consumer.deadletter import DeadLetter, Unsent, letter, replays_of
-from schemas import Event, headers
+from schemas import Event, encode, headers
 from tests.support.messages import StandIn
 from tests.unit.test_batch_contract import _check_values, _checks
 
@@ -151,3 +152,34 @@ def test_only_dead_lettering_s_headers_are_about_a_letter() -> None:
         for h in (headers.DLQ_REASON, headers.CONNECT_TOPIC, headers.SPRING_OFFSET)
     )
     assert not any(headers.about_a_letter(h) for h in ("traceparent", "ce_id", headers.REPLAYS))
+
+
+WHEN = "2026-12-05T10:00:00Z"
+SENT = Event("e:1", "ledger.added", "ledger", "a", 1, 3, WHEN, WHEN, {})
+
+
+def _copy_headers(topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
+    return [
+        (headers.DLQ_TOPIC, topic.encode()),
+        (headers.DLQ_PARTITION, str(partition).encode()),
+        (headers.DLQ_OFFSET, str(offset).encode()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "pairs", "value", "mine"),
+    [
+        ({"kafka_partition": 2, "kafka_offset": 41}, _copy_headers("events", 2, 41), b"x", True),
+        ({"kafka_partition": 2, "kafka_offset": 41}, _copy_headers("events", 2, 40), b"x", False),
+        ({"kafka_partition": 2, "kafka_offset": 41}, _copy_headers("other", 2, 41), b"x", False),
+        ({"kafka_partition": 2, "kafka_offset": 41}, [], encode(SENT), False),
+        ({}, [], encode(SENT), True),
+        ({"event_id": "e:2"}, [], encode(SENT), False),
+        ({}, [], b"not json", False),
+    ],
+)
+def test_only_a_letters_own_copy_is_taken_for_it(
+    changes: dict[str, object], pairs: list[tuple[str, bytes]], value: bytes, mine: bool
+) -> None:
+    """The copy names its original's place; without one, its event id must be the letter's."""
+    assert is_copy_of(_letter(**changes), pairs, value) is mine
