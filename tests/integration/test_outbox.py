@@ -230,27 +230,52 @@ def nested_dict(levels: int) -> Any:
 
 
 def test_writers_cannot_set_the_columns_only_inorder_writes(outbox: PgSchema) -> None:
-    """xid, id and the failure marks a writer sends are replaced, by INSERT and by COPY alike."""
+    """xid, id, created_at and the failure marks a writer sends are replaced, by INSERT and by
+    COPY alike."""
     with outbox.connect() as conn:
         conn.execute(
             "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
-            " id, xid, failed_at, failure_reason) VALUES "
-            "('t', 'sub', 's1', 1, 'x.y', 'e1', '{}', 9000000000, '99999999999', now(), 'x')"
+            " id, xid, failed_at, failure_reason, created_at) VALUES ('t', 'sub', 's1', 1, 'x.y',"
+            " 'e1', '{}', 9000000000, '99999999999', now(), 'x', '2999-01-01')"
         )
         with conn.cursor().copy(
             "COPY outbox (topic, entity_type, entity_id, seq, event_type, event_id, payload,"
-            " id, xid) FROM STDIN"
+            " id, xid, created_at) FROM STDIN"
         ) as copy:
-            copy.write_row(("t", "sub", "s1", 2, "x.y", "e2", "{}", 9000000001, "99999999999"))
+            copy.write_row(
+                ("t", "sub", "s1", 2, "x.y", "e2", "{}", 9000000001, "99999999999", "1999-01-01")
+            )
         own = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
         rows = conn.execute(
-            "SELECT id, xid::text, failed_at, failure_reason FROM outbox ORDER BY seq"
+            "SELECT id, xid::text, failed_at, failure_reason, created_at = now() FROM outbox"
+            " ORDER BY seq"
         ).fetchall()
     assert own is not None
     assert [r[1] for r in rows] == [own[0], own[0]]  # the writing transaction's own id
     assert all(r[0] < 9000000000 for r in rows)
     assert rows[0][0] < rows[1][0]  # ids still follow the write order
     assert [(r[2], r[3]) for r in rows] == [(None, None), (None, None)]
+    assert [r[4] for r in rows] == [True, True]  # the writing transaction's time
+
+
+def test_rows_written_with_a_time_ahead_before_the_stamp_are_brought_back_to_now(
+    outbox: PgSchema,
+) -> None:
+    """Migration 0007 moves a created_at in the future (which held back retention) to now."""
+    with outbox.connect() as conn:
+        conn.execute("ALTER TABLE outbox DISABLE TRIGGER outbox_stamp")
+        conn.execute(
+            "INSERT INTO outbox (id, topic, entity_type, entity_id, seq, event_type, event_id,"
+            " payload, created_at) VALUES (1, 't', 'sub', 's1', 1, 'x.y', 'e1', '{}',"
+            " '2999-01-01'), (2, 't', 'sub', 's1', 2, 'x.y', 'e2', '{}', '2020-01-01')"
+        )
+        conn.execute("ALTER TABLE outbox ENABLE ALWAYS TRIGGER outbox_stamp")
+        [stamp] = [m for m in migrate.available(migrate.OUTBOX) if m.version == 7]
+        conn.execute(stamp.sql.encode())
+        rows = conn.execute(
+            "SELECT created_at <= now(), created_at < '2021-01-01' FROM outbox ORDER BY seq"
+        ).fetchall()
+    assert rows == [(True, False), (True, True)]  # a time past is left as it was
 
 
 def test_the_stamp_holds_where_a_restore_turns_triggers_off(outbox: PgSchema) -> None:

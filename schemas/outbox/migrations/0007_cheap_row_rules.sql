@@ -7,6 +7,12 @@
 -- would be unwrapped and pass), and the rules are one expression: the
 -- rule that broke is worked out only for a row that breaks one, so the refusal keeps
 -- 0006's SQLSTATE (23514) and constraint names.
+--
+-- `created_at` is stamped too (the writing transaction's time, as its default was):
+-- retention walks rows in id order and stops at the first one too young to go, so a
+-- row written with a time in the future held back the purge of every row after it,
+-- and one written with a time long past was purged as soon as it was sent. Rows
+-- written before this migration with a time in the future are brought back to now.
 
 CREATE OR REPLACE FUNCTION inorder_outbox_stamp() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -39,8 +45,11 @@ BEGIN
     END IF;
     NEW.id := nextval(format('%I.outbox_id_seq', TG_TABLE_SCHEMA));
     NEW.xid := pg_current_xact_id();
+    NEW.created_at := now();
     NEW.failed_at := NULL;
     NEW.failure_reason := NULL;
     RETURN NEW;
 END;
 $$;
+
+UPDATE outbox SET created_at = now() WHERE created_at > now();
