@@ -16,6 +16,7 @@ import jsonschema_rs
 from schemas.codec import field_problem
 from schemas.errors import PayloadError, SchemaDefinitionError, UnknownEventTypeError
 from schemas.files import folder_schemas, payload_schemas
+from schemas.limits import safe_text
 
 # The batch kind's own messages: their schemas are its protocol, never replaced.
 _PROTOCOL_PREFIX = "batch."
@@ -34,12 +35,22 @@ def validator_for(schema: Mapping[str, Any]) -> Validator:
 
 
 def first_error(validator: Validator, instance: Any) -> str | None:
-    """Where and how ``instance`` first breaks the schema, or None when it is valid."""
+    """Where and how ``instance`` first breaks the schema, or None when it is valid.
+
+    Said from the schema's side only: the place in the document (names cut to 40
+    characters) and the rule it breaks, never a value of the document. The validator's
+    own message quotes the value (a whole payload, for a type error at its root), and
+    these lines go to logs, to failed outbox rows and to dead letters.
+    """
     if validator.is_valid(instance):
         return None
     error = next(iter(validator.iter_errors(instance)))
-    where = "/".join(str(p) for p in error.instance_path) or "(document)"
-    return f"{where}: {error.message}"
+    where = "/".join(safe_text(str(p)[:40]) for p in error.instance_path) or "(document)"
+    rule = [str(p) for p in error.schema_path]
+    keyword = rule[-1] if rule else "schema"
+    missing = getattr(error.kind, "property", None) if keyword == "required" else None
+    named = f": {safe_text(str(missing)[:40])!r} is missing" if missing is not None else ""
+    return f"{where}: breaks `{keyword}` (schema /{'/'.join(rule)}){named}"
 
 
 class PayloadSchemas:

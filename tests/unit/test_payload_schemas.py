@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import schemas
 from schemas.errors import SchemaDefinitionError, UnknownEventTypeError
@@ -16,6 +18,7 @@ from schemas.runtime.payloads import (
     registry_of,
     registry_or_exit,
 )
+from schemas.validation import first_error, validator_for
 
 ORDER = {"type": "object", "required": ["total"], "properties": {"total": {"type": "integer"}}}
 
@@ -137,3 +140,36 @@ def test_a_program_reads_its_schema_folder_once(
     assert checked is default_payload_schemas()
     other = PayloadSchemaSettings(unknown_event_types="allow")
     assert registry_or_exit(other, "inorder-consumer") is not checked
+
+
+_RULES = {
+    "type": "object",
+    "properties": {
+        "plan": {"enum": ["pro", "basic"]},
+        "seats": {"type": "integer", "minimum": 1},
+        "note": {"type": "string", "maxLength": 3},
+        "code": {"type": "string", "pattern": "^[A-Z]+$"},
+    },
+    "required": ["plan"],
+    "additionalProperties": False,
+}
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["plan", "seats", "note", "code", "other"]),
+        st.one_of(
+            st.text(min_size=1).map(lambda t: f"SECRET{t}"),
+            st.integers(-10, 10),
+            st.lists(st.just("SECRET")),
+        ),
+    )
+)
+def test_a_payload_that_breaks_its_schema_is_described_without_its_values(
+    payload: dict[str, object],
+) -> None:
+    """The problem names the place and the rule broken, never a value of the payload."""
+    problem = first_error(validator_for(_RULES), payload)
+    if problem is not None:
+        assert "SECRET" not in problem
+        assert "breaks `" in problem
