@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
-from consumer import metrics
+from consumer import labels, metrics
 from schemas import Event
 
 
@@ -83,7 +83,7 @@ class Outcome:
         """Add everything the route reported to the metrics."""
         metrics.APPLIED.labels(stream).inc(len(self.applied))
         for event_type, n in Counter(e.event_type for e in self.stale).items():
-            metrics.STALE.labels(event_type).inc(n)
+            metrics.STALE.labels(labels.event_type(event_type)).inc(n)
         self.tally.count(stream)
 
     def attributes(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from consumer import labels
 from consumer.kinds._plugin import Answered, Duties, SweepReport
 from consumer.kinds._resources import Resources
 from consumer.kinds.steps import failures, gaps, metrics, traced
@@ -187,7 +188,7 @@ class StepDuties(Duties):
         conn = self.tools.conn
         if gaps.open_gap(conn, route, entity_id, span, event_type):
             report["escalated"] += 1
-            metrics.GAPS_ESCALATED.labels(event_type).inc()
+            metrics.GAPS_ESCALATED.labels(labels.event_type(event_type)).inc()
             log.error(
                 "gap_escalated",
                 route=route,

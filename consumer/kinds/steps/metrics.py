@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from consumer import metrics
+from consumer import labels, metrics
 from consumer.kinds._outcome import Outcome, Tally
 from schemas import Event
 
@@ -112,16 +112,16 @@ class StepTally(Tally):
     def count(self, stream: str) -> None:
         """Parked with their distance, escalated, stopped, retried and exhausted."""
         for event, distance in self.parked:
-            PARKED.labels(event.event_type).inc()
+            PARKED.labels(labels.event_type(event.event_type)).inc()
             REORDER_DISTANCE.observe(distance)
         for event_type in self.escalated:
-            GAPS_ESCALATED.labels(event_type).inc()
+            GAPS_ESCALATED.labels(labels.event_type(event_type)).inc()
         if self.stopped:
             entity_stopped(stream, self.stopped)
         for event_type, n in self.retried.items():
-            RETRIES.labels(stream, event_type).inc(n)
+            RETRIES.labels(stream, labels.event_type(event_type)).inc(n)
         for (event_type, then), n in self.exhausted.items():
-            RETRIES_EXHAUSTED.labels(stream, event_type, then).inc(n)
+            RETRIES_EXHAUSTED.labels(stream, labels.event_type(event_type), then).inc(n)
         if self.retried or self.exhausted:
             metrics.gauges_due()
 
