@@ -111,9 +111,21 @@ def _up(port: int, path: str) -> bool:
 
 @contextmanager
 def _members(env: dict[str, str], count: int) -> Iterator[list[tuple[Popen[bytes], int]]]:
-    """``count`` consumer processes, alive until the block ends."""
+    """``count`` consumer processes, alive until the block ends; then stopped all at once.
+
+    One by one, each member's leaving set the group rebalancing again while the next was
+    closing, and a close waits for the rebalance: together, the group settles once.
+    """
+    started: list[tuple[Popen[bytes], int]] = []
+
+    def stop_all() -> None:
+        for process, _ in started:
+            process.terminate()
+        for process, _ in started:
+            process.wait(60)
+
     with ExitStack() as stack:
-        started = []
+        stack.callback(stop_all)
         for _ in range(count):
             port = free_port()
             process = Popen(
@@ -121,8 +133,6 @@ def _members(env: dict[str, str], count: int) -> Iterator[list[tuple[Popen[bytes
                 env={**env, "INORDER_HTTP_PORT": str(port)},
                 stdout=DEVNULL,
             )
-            stack.callback(process.wait, 30)
-            stack.callback(process.terminate)
             started.append((process, port))
         yield started
 
