@@ -42,16 +42,13 @@ def read(
         _read(reader, wanted, found)
     finally:
         reader.close()
+    by_id = {letter.id: letter for letter in letters}
     strangers = {
         letter_id
         for letter_id, message in found.items()
-        if not is_copy_of(_by_id(wanted)[letter_id], message.headers() or [], message.value())
+        if not is_copy_of(by_id[letter_id], message.headers() or [], message.value())
     }
     return {k: v for k, v in found.items() if k not in strangers}, strangers
-
-
-def _by_id(wanted: dict[tuple[str, int], dict[int, Letter]]) -> dict[int, Letter]:
-    return {letter.id: letter for offsets in wanted.values() for letter in offsets.values()}
 
 
 def _read(
