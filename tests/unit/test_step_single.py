@@ -12,7 +12,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.plan import Progress
-from consumer.kinds.steps.single import Became, Call, Send, drive, drive_async, one_step
+from consumer.kinds.steps.single import Became, Call, Statement, drive, drive_async, one_step
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
 
@@ -28,31 +28,34 @@ def _store() -> StepStore:
     return StepStore(_Route())  # type: ignore[arg-type]
 
 
-def test_an_external_step_is_attempted_and_claimed_together_then_called_then_logged() -> None:
-    """Attempt (alone) with the claim, call, log: three exchanges, and the step applied."""
+def test_an_external_step_is_attempted_then_claimed_then_called_then_logged() -> None:
+    """Attempt (alone), claim, call, log: four exchanges, and the step applied."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=True)
-    first = next(exchange)
-    assert isinstance(first, Send)
-    attempt, claim = first.statements
+    attempt = next(exchange)
+    assert isinstance(attempt, Statement)
     assert (attempt.alone, attempt.rows) == (True, True)
     assert "inorder_step_attempts" in attempt.query[0]
+    claim = exchange.send((1,))
+    assert isinstance(claim, Statement)
     assert (claim.alone, claim.rows) == (False, True)
     assert "UPDATE inorder_step_progress" in claim.query[0]
-    assert exchange.send([(1,), (1,)]) == Call(EVENT)
+    assert exchange.send((1,)) == Call(EVENT)
     logged = exchange.send(None)
-    assert isinstance(logged, Send)
-    assert not any(s.rows or s.alone for s in logged.statements)
+    assert isinstance(logged, Statement)
+    assert (logged.rows, logged.alone) == (False, False)
     with pytest.raises(StopIteration) as done:
-        exchange.send([None])
+        exchange.send(None)
     assert done.value.value is Became.APPLIED
 
 
 def test_a_step_someone_else_claimed_is_never_called() -> None:
     """No row back from the claim: the function is not called, nothing is logged."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=False)
-    assert len(next(exchange).statements) == 1  # type: ignore[union-attr]
+    claim = next(exchange)
+    assert isinstance(claim, Statement)
+    assert not claim.alone
     with pytest.raises(StopIteration) as done:
-        exchange.send([None])
+        exchange.send(None)
     assert done.value.value is Became.CLAIMED_ELSEWHERE
 
 
@@ -60,15 +63,17 @@ def test_a_step_someone_else_claimed_is_never_called() -> None:
 def test_an_unfinished_earlier_call_is_made_again_only_when_idempotent(
     idempotent: bool, became: str | None
 ) -> None:
-    """The attempt found one before it: a call that may have taken effect is not repeated."""
+    """The attempt found one before it: a call that may have taken effect is not repeated
+    (nor is the entity claimed for it)."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=True, idempotent=idempotent)
     next(exchange)
     if became is None:
         with pytest.raises(StopIteration) as done:
-            exchange.send([None, (1,)])
+            exchange.send(None)
         assert done.value.value is Became.UNFINISHED_CALL
     else:
-        assert exchange.send([None, (1,)]) == Call(EVENT)
+        assert isinstance(exchange.send(None), Statement)  # the claim
+        assert exchange.send((1,)) == Call(EVENT)
 
 
 class _Cursor:

@@ -1,8 +1,8 @@
 """One step in its own transaction, written once and driven on either kind of connection.
 
-The transaction is a generator of exchanges: it yields what is to be done next (a few
-statements sent together, or the step's function), is sent back what came of it, and
-returns what became of the step. ``drive`` runs it on a connection, ``drive_async`` on
+The transaction is a generator of exchanges: it yields what is to be done next (a
+statement, or the step's function), is sent back what came of it, and returns what
+became of the step. ``drive`` runs it on a connection, ``drive_async`` on
 an async one (an ``async def`` step's lane): the attempt, the claim, the call and the log
 are written here once, as psycopg writes each of its exchanges once and drives it both
 ways.
@@ -47,13 +47,6 @@ class Statement:
 
 
 @dataclass(frozen=True, slots=True)
-class Send:
-    """Statements to send; sent back the first row of each that reads one, else None."""
-
-    statements: tuple[Statement, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Call:
     """Call the step's function on the transaction's connection."""
 
@@ -68,7 +61,7 @@ class Became(enum.Enum):
     UNFINISHED_CALL = "unfinished_call"  # an earlier call of this step never finished
 
 
-Exchange = Generator[Send | Call, Any, Became]
+Exchange = Generator[Statement | Call, Any, Became]
 
 
 def one_step(
@@ -83,15 +76,15 @@ def one_step(
     another transaction have moved the row meanwhile, nothing is claimed and the step is
     not called.
     """
-    claim = Statement(store.claim_one_query(event.entity_id, start, event), rows=True)
-    attempt = Statement(store.attempt_query(event), rows=True, alone=True)
-    replies = yield Send((attempt, claim) if external else (claim,))
-    if replies[-1] is None:
+    if external:
+        fresh = yield Statement(store.attempt_query(event), rows=True, alone=True)
+        if fresh is None and not idempotent:
+            return Became.UNFINISHED_CALL
+    claimed = yield Statement(store.claim_one_query(event.entity_id, start, event), rows=True)
+    if claimed is None:
         return Became.CLAIMED_ELSEWHERE
-    if external and replies[0] is None and not idempotent:
-        return Became.UNFINISHED_CALL
     yield Call(event)
-    yield Send((Statement(store.logged_query(event, called=external)),))
+    yield Statement(store.logged_query(event, called=external))
     return Became.APPLIED
 
 
@@ -100,12 +93,12 @@ class Driven:
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
-        # What came of the last thing asked (the rows read), sent back with the next turn.
+        # What came of the last thing asked (the row read), sent back with the next turn.
         self.reply: Any = None
         # What the exchange returned, once it is done.
         self.result = Became.CLAIMED_ELSEWHERE
 
-    def __iter__(self) -> Iterator[Send | Call]:
+    def __iter__(self) -> Iterator[Statement | Call]:
         while True:
             try:
                 asked = self._exchange.send(self.reply)
@@ -135,17 +128,14 @@ def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
             if isinstance(asked, Call):
                 handlers.run(conn, {asked.event.entity_id: [asked.event]})
                 continue
-            rows = []
-            for statement in asked.statements:
-                if statement.alone:
-                    with _alone(conn):
-                        rows.append(conn.execute(*statement.query).fetchone())
-                    continue
-                if step is None:
-                    step = stack.enter_context(conn.transaction())
-                cursor = conn.execute(*statement.query)
-                rows.append(cursor.fetchone() if statement.rows else None)
-            steps.reply = rows
+            if asked.alone:
+                with _alone(conn):
+                    steps.reply = conn.execute(*asked.query).fetchone()
+                continue
+            if step is None:
+                step = stack.enter_context(conn.transaction())
+            cursor = conn.execute(*asked.query)
+            steps.reply = cursor.fetchone() if asked.rows else None
         if step is not None and steps.result is not Became.APPLIED:
             raise psycopg.Rollback(step)
     return steps.result
@@ -165,17 +155,14 @@ async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) 
             if isinstance(asked, Call):
                 await handlers.run_async(aconn, asked.event)
                 continue
-            rows = []
-            for statement in asked.statements:
-                if statement.alone:
-                    async with _alone_async(aconn):
-                        rows.append(await (await aconn.execute(*statement.query)).fetchone())
-                    continue
-                if step is None:
-                    step = await stack.enter_async_context(aconn.transaction())
-                cursor = await aconn.execute(*statement.query)
-                rows.append(await cursor.fetchone() if statement.rows else None)
-            steps.reply = rows
+            if asked.alone:
+                async with _alone_async(aconn):
+                    steps.reply = await (await aconn.execute(*asked.query)).fetchone()
+                continue
+            if step is None:
+                step = await stack.enter_async_context(aconn.transaction())
+            cursor = await aconn.execute(*asked.query)
+            steps.reply = await cursor.fetchone() if asked.rows else None
         if step is not None and steps.result is not Became.APPLIED:
             raise psycopg.Rollback(step)
     return steps.result
