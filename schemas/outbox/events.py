@@ -165,17 +165,7 @@ def records(batch: list[OutboxEvent]) -> str:
     """The batch as the JSON array ``INSERT_RECORDS`` takes, one object per row."""
     return orjson.dumps(
         [
-            {
-                "topic": e.topic,
-                "entity_type": e.entity_type,
-                "entity_id": e.entity_id,
-                "generation": e.generation,
-                "seq": e.seq,
-                "event_type": e.event_type,
-                "event_id": e.resolved_event_id,
-                "payload": dict(e.payload),
-                "headers": dict(e.headers),
-            }
+            dict(zip(COLUMNS, (*identity(e), dict(e.payload), dict(e.headers)), strict=True))
             for e in batch
         ]
     ).decode()
