@@ -49,7 +49,13 @@ from schemas import DEFAULT_TOPICS, Event  # noqa: E402
 from schemas.runtime.config import InorderSettings  # noqa: E402
 from schemas.runtime.kafka_settings import KafkaClientSettings  # noqa: E402
 from schemas.runtime.usage import settings_of  # noqa: E402
-from schemas.security import KafkaNames, Roles, kafka_acls, postgres_grants  # noqa: E402
+from schemas.security import (  # noqa: E402
+    KafkaNames,
+    Roles,
+    kafka_acls,
+    outbox_writes,
+    postgres_grants,
+)
 
 README = ROOT / "README.md"
 # Every file with generated blocks: the front page and one README per audience.
@@ -349,8 +355,23 @@ def alerts_table(where: Path) -> str:
 def grants_block() -> str:
     """The GRANT statements of ``schemas.security`` for the default roles, schema public,
     with a batch route (without one, ``inorder_worker`` and the consumers' outbox inserts go)."""
-    statements = postgres_grants(Roles(), "public", ["<each projection table>"], batches=True)
-    return _table(("statement",), ((f"`{statement};`",) for statement in statements))
+    statements = postgres_grants(
+        Roles(),
+        "public",
+        ["<each projection table>"],
+        streams=["<each producer stream>"],
+        batch_streams=["batch"],
+    )
+    grants = (statement for statement in statements if statement.startswith("GRANT"))
+    return _table(("statement",), ((f"`{statement};`",) for statement in grants))
+
+
+def writers_table() -> str:
+    """role | entity type | event type: the ``outbox_writers`` rows of ``schemas.security``,
+    for a producer stream and a batch route named ``batch``."""
+    writes = outbox_writes(Roles(), ["<each producer stream>"], ["batch"])
+    rows = ((f"`{w.role}`", f"`{w.entity_type}`", f"`{w.event_type}`") for w in writes)
+    return _table(("role", "entity type", "event type"), rows)
 
 
 def acls_table() -> str:
@@ -405,6 +426,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "alerts": alerts_table,
     "postgres-grants": lambda _: grants_block(),
     "kafka-acls": lambda _: acls_table(),
+    "outbox-writers": lambda _: writers_table(),
 }
 
 

@@ -15,8 +15,15 @@ program may create anything:
   batches and re-dispatched work items go out through it, in the decision's
   transaction), and each worker inserts its results into the outbox as a producer does.
 
-``postgres_grants`` gives the GRANT statements, ``kafka_acls`` the ACL bindings; the
-deploy README shows both and the secured tests apply them.
+Which rows each writer may insert is narrower than the table's grant: the outbox lets a
+role that is not its owner insert only the ``(entity_type, event_type)`` pairs listed
+for it in ``outbox_writers`` (``outbox_writes``): the producer its own streams (their
+snapshots included: it answers snapshot requests), batch manifests and work items; a
+worker only results; the consumers only assembled batches and re-dispatched work items.
+Runtime roles read the migrations ledger and never write it.
+
+``postgres_grants`` gives the GRANT statements and the writers' rows, ``kafka_acls`` the
+ACL bindings; the deploy README shows them and the secured tests apply them.
 """
 
 from __future__ import annotations
@@ -24,6 +31,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schemas.batches import (
+    ACCEPTED,
+    ASSEMBLED,
+    FAILED,
+    SUCCEEDED,
+    WORK_ITEM,
+    item_stream,
+    result_stream,
+)
 from schemas.outbox.events import COLUMNS
 
 # The outbox's columns a producer writes (every writer's); the rest are the database's
@@ -31,7 +47,6 @@ from schemas.outbox.events import COLUMNS
 PRODUCER_COLUMNS = COLUMNS
 RELAY_TABLES = ("outbox_relays", "outbox_relay_slices", "outbox_resend")
 CONSUMER_TABLES = (
-    "inorder_migrations",
     "inorder_step_progress",
     "inorder_step_log",
     "inorder_step_attempts",
@@ -47,6 +62,8 @@ CONSUMER_TABLES = (
     "inorder_batch_actions",
 )
 DML = "SELECT, INSERT, UPDATE, DELETE"
+LEDGER = "inorder_migrations"  # every migration set's ledger: the owner's alone to write
+ANY = "*"  # in ``outbox_writers``: any entity type, or any event type
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,26 +78,75 @@ class Roles:
     worker: str = "inorder_worker"
 
 
+@dataclass(frozen=True, slots=True)
+class Write:
+    """``role`` may insert outbox rows of ``entity_type`` with ``event_type`` (``*``: any)."""
+
+    role: str
+    entity_type: str
+    event_type: str = ANY
+
+
+def outbox_writes(
+    roles: Roles, streams: Sequence[str] = (ANY,), batch_streams: Sequence[str] = ()
+) -> list[Write]:
+    """The ``outbox_writers`` rows of each program.
+
+    ``streams``: the entity types the producer writes (every event type of each, its
+    snapshots included). ``batch_streams``: the batch routes' streams; the producer
+    writes their manifests and work items, a worker their results, the consumers their
+    assembled revisions and re-dispatched work items.
+    """
+    writes = [Write(roles.producer, stream) for stream in streams]
+    consumers = (roles.consumer, roles.sweeper, roles.admin)
+    for stream in batch_streams:
+        items, results = item_stream(stream), result_stream(stream)
+        writes += [Write(roles.producer, stream, ACCEPTED), Write(roles.producer, items, WORK_ITEM)]
+        writes += [Write(roles.worker, results, kind) for kind in (SUCCEEDED, FAILED)]
+        for role in consumers:
+            writes += [Write(role, stream, ASSEMBLED), Write(role, items, WORK_ITEM)]
+    return list(dict.fromkeys(writes))
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def postgres_grants(
-    roles: Roles, schema: str, projections: Sequence[str] = (), *, batches: bool = False
+    roles: Roles,
+    schema: str,
+    projections: Sequence[str] = (),
+    *,
+    streams: Sequence[str] = (ANY,),
+    batch_streams: Sequence[str] = (),
 ) -> list[str]:
-    """The GRANT statements, in ``schema``, for tables the owner's migrations made.
+    """The GRANT statements, in ``schema``, for tables the owner's migrations made, and
+    the ``outbox_writers`` rows that say which streams each writer may insert.
 
     ``projections``: the tables the routes project into (the consumer writes them).
-    ``batches``: the routes have a batch route, so the consumer, sweeper and admin write
-    its output to the outbox, and the workers (``roles.worker``) write their results.
+    ``streams``: the producer's entity types. ``batch_streams``: the batch routes'
+    streams; with any, the consumer, sweeper and admin write their output to the outbox,
+    and the workers (``roles.worker``) write their results.
     """
+    batches = bool(batch_streams)
     consumers = f"{roles.consumer}, {roles.sweeper}, {roles.admin}"
     workers = (roles.worker,) if batches else ()
     everyone = ", ".join((roles.producer, roles.relay, consumers, *workers))
     inserts = ", ".join((roles.producer, consumers, *workers) if batches else (roles.producer,))
+    writes = outbox_writes(roles, streams, batch_streams)
     return [
         f"GRANT USAGE ON SCHEMA {schema} TO {everyone}",
         f"GRANT INSERT ({', '.join(PRODUCER_COLUMNS)}) ON {schema}.outbox TO {inserts}",
         f"GRANT USAGE ON SEQUENCE {schema}.outbox_id_seq TO {inserts}",
         f"GRANT SELECT, UPDATE ON {schema}.outbox_snapshot_requests TO {roles.producer}",
-        f"GRANT SELECT ON {schema}.inorder_migrations TO "
-        + ", ".join((roles.producer, roles.relay, *workers)),
+        f"GRANT SELECT ON {schema}.outbox_writers TO {inserts}",
+        *(  # statements for the owner to run, shown in the README; values quoted as literals
+            f"INSERT INTO {schema}.outbox_writers (role, entity_type, event_type) VALUES "  # noqa: S608
+            f"({_literal(w.role)}, {_literal(w.entity_type)}, {_literal(w.event_type)}) "
+            "ON CONFLICT DO NOTHING"
+            for w in writes
+        ),
+        f"GRANT SELECT ON {schema}.{LEDGER} TO {everyone}",
         f"GRANT SELECT, UPDATE, DELETE ON {schema}.outbox TO {roles.relay}",
         *(f"GRANT {DML} ON {schema}.{table} TO {roles.relay}" for table in RELAY_TABLES),
         f"GRANT SELECT ON {schema}.outbox TO {roles.admin}",

@@ -122,7 +122,9 @@ def owner_prepares(run: Run) -> None:
             "CREATE TABLE applied_steps (entity_id text, generation bigint, seq bigint, "
             "event_type text)"
         )
-        grants = postgres_grants(Roles(), schema, projections=["applied_steps"], batches=True)
+        grants = postgres_grants(
+            Roles(), schema, ["applied_steps"], streams=["ledger"], batch_streams=["batch"]
+        )
         for statement in grants:
             conn.execute(statement)
 

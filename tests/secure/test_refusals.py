@@ -379,3 +379,46 @@ def test_a_share_member_that_may_not_configure_its_group_says_so_in_one_line(
         assert "share group" in status[1], status
     finally:
         run.stop()
+
+
+WRITES = [
+    ("ledger", "ledger.added"),  # another stream's events
+    ("ledger", "ledger.snapshot"),  # a snapshot: a baseline route's entities moved on
+    ("batch", "batch.accepted"),  # any batch's manifest
+]
+
+
+def test_a_worker_writing_another_streams_events_or_a_snapshot_is_refused_naming_the_grant(
+    prepared: Run,
+) -> None:
+    """The worker's principal writes its results, and nothing else: one line names the pair."""
+    run = prepared
+    with stack.psycopg.connect(run.secured.database_url("worker")) as conn:
+        conn.execute(
+            "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, event_id, "
+            "payload) VALUES (%s, 'batch_result', 'b#1', 1, 'batch.item_failed', 'r1', '{}')",
+            (run.names.events[0],),
+        )
+        conn.commit()
+        for entity_type, event_type in WRITES:
+            with pytest.raises(stack.psycopg.errors.InsufficientPrivilege) as refused:
+                conn.execute(
+                    "INSERT INTO outbox (topic, entity_type, entity_id, seq, event_type, "
+                    "event_id, payload) VALUES (%s, %s, 'e1', 9, %s, %s, '{}')",
+                    (run.names.events[0], entity_type, event_type, f"forged-{event_type}"),
+                )
+            conn.rollback()
+            assert refused.value.diag.message_primary == (
+                f"role inorder_worker may not write {event_type} events of entity type "
+                f"{entity_type} to the outbox"
+            )
+    done = run.run("worker", "inorder-producer", "batches", "--count", "1")
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "Traceback" not in said, said
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("inorder-producer:")]
+    assert "may not write batch.accepted events of entity type batch" in line, line
+    with run.secured.owner() as conn:
+        conn.execute(f"SET search_path = {run.secured.schema}")
+        kinds = conn.execute("SELECT entity_type, event_type FROM outbox").fetchall()
+    assert kinds == [("batch_result", "batch.item_failed")]

@@ -27,14 +27,14 @@ def _tables(folder: Path) -> set[str]:
 
 def test_every_consumer_table_the_migrations_make_is_granted() -> None:
     """A table added by a consumer migration without a grant would stop the consumers."""
-    made = _tables(ROOT / "consumer" / "migrations") | {"inorder_migrations"}
+    made = _tables(ROOT / "consumer" / "migrations")
     assert made == set(CONSUMER_TABLES)
 
 
 def test_every_relay_table_of_the_outbox_migrations_is_granted() -> None:
     """The outbox's own tables: the outbox, the relay's bookkeeping, snapshot requests."""
     made = _tables(ROOT / "schemas" / "outbox" / "migrations")
-    assert made == {"outbox", "outbox_snapshot_requests", *RELAY_TABLES}
+    assert made == {"outbox", "outbox_snapshot_requests", "outbox_writers", *RELAY_TABLES}
 
 
 def test_the_producer_inserts_only_its_own_columns() -> None:
@@ -69,7 +69,7 @@ def test_without_batch_routes_only_the_producer_writes_the_outbox() -> None:
     assert not any("inorder_worker" in g for g in plain)
     [insert] = [g for g in plain if g.startswith("GRANT INSERT (")]
     assert insert.endswith("TO inorder_producer")
-    batches = postgres_grants(Roles(), "s", batches=True)
+    batches = postgres_grants(Roles(), "s", batch_streams=["batch"])
     [insert] = [g for g in batches if g.startswith("GRANT INSERT (")]
     grantees = set(insert.split(" TO ")[1].split(", "))
     assert grantees == {
