@@ -194,6 +194,18 @@ def admin_main(argv: list[str] | None = None) -> None:
         fail(ADMIN, [f"cannot connect: {logs.first_line(exc)}"])
     except psycopg.errors.InsufficientPrivilege as exc:
         fail(ADMIN, [f"not allowed: {logs.first_line(exc)}"], code=1)
+    except psycopg.errors.UndefinedTable as exc:
+        fail(
+            ADMIN,
+            [
+                f"{logs.first_line(exc)}: the tables are not migrated here (run "
+                "`inorder-consumer migrate`, and `inorder-producer migrate` for the outbox, "
+                "as their owner), or DATABASE_URL names another database or schema"
+            ],
+            code=1,
+        )
+    except psycopg.Error as exc:
+        fail(ADMIN, [f"PostgreSQL refused: {logs.first_line(exc)}"], code=1)
     finally:
         traces.shutdown(exporting)
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from consumer.kinds.steps.settings import StepSettings
 from schemas import DEFAULT_TOPICS, MAX_MESSAGE_BYTES
@@ -18,7 +18,7 @@ from schemas.runtime.debezium import DebeziumSettings
 from schemas.runtime.kafka_settings import KafkaClientSettings
 from schemas.runtime.payloads import PayloadSchemaSettings
 from schemas.runtime.reading import Reading
-from schemas.runtime.urls import PostgresUrl, RedisUrl
+from schemas.runtime.urls import OptionalPostgresUrl, PostgresUrl, RedisUrl
 
 
 class RouteSettings(
@@ -194,7 +194,7 @@ class SweeperSettings(RouteSettings, RepairTimingSettings):
         description="Consumer group reading the relay's answers; a second deployment side by "
         "side needs its own",
     )
-    outbox_database_url: SecretStr | None = Field(
+    outbox_database_url: OptionalPostgresUrl = Field(
         default=None,
         description="The producer's database, when the outbox is not in DATABASE_URL (audit, "
         "explain and the stall check read it)",

@@ -17,10 +17,12 @@ from pydantic import (
     AliasChoices,
     Field,
     ValidationError,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from schemas.republish import worst_case_repair_s
+from schemas.runtime import secrets
 from schemas.runtime.logs import first_line
 from schemas.runtime.urls import cautions
 
@@ -38,6 +40,20 @@ class InorderSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
     renamed: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hide_secrets(cls, data: Any) -> Any:
+        """Register the value of every secret setting before any check can fail on it, so
+        no line prints it: a URL's password, a password or client secret, each secret
+        property of a JSON object. Secret means typed ``SecretStr`` or marked secret."""
+        if isinstance(data, Mapping):
+            names = {name.lower(): secret for name, (_, secret) in _names(cls).items()}
+            for name, value in data.items():
+                if names.get(str(name).lower()):
+                    secrets.register_setting(value)
+        secrets.register_environment()
+        return data
 
     def cautions(self) -> list[str]:
         """Settings that work but are unsafe on a network, one line each, logged at start-up:
@@ -123,6 +139,15 @@ def _names(cls: type[BaseSettings]) -> dict[str, tuple[str, bool]]:
     return names
 
 
+def secret_variables(cls: type[BaseSettings]) -> dict[str, str]:
+    """Each secret setting of ``cls``: its field -> the variable it is read from."""
+    found = {}
+    for name, (variable, secret) in _names(cls).items():
+        if secret and name in cls.model_fields:
+            found[name] = variable
+    return found
+
+
 def describe(exc: ValidationError, cls: type[BaseSettings]) -> str:
     """One line naming each bad setting by its environment variable, and what is wrong.
 
@@ -169,7 +194,7 @@ def load_or_exit(cls: type[S], program: str) -> S:
     """Read ``cls`` from the environment or stop with exit code 2 and one line saying why."""
     line = renamed_in(cls, os.environ)
     if line is not None:
-        sys.stderr.write(f"{program}: bad configuration: {line}\n")
+        sys.stderr.write(secrets.redact(f"{program}: bad configuration: {line}\n"))
         raise SystemExit(2)
     try:
         return cls()
@@ -177,5 +202,5 @@ def load_or_exit(cls: type[S], program: str) -> S:
         line = describe(exc, cls)
     except SettingsError as exc:
         line = describe_parse_error(exc, cls)
-    sys.stderr.write(f"{program}: bad configuration: {line}\n")
+    sys.stderr.write(secrets.redact(f"{program}: bad configuration: {line}\n"))
     raise SystemExit(2)

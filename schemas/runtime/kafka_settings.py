@@ -9,11 +9,10 @@ the wire is named by ``cautions``, logged once at start-up.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 
-from schemas.runtime import secrets
 from schemas.runtime.config import InorderSettings
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -92,19 +91,6 @@ class KafkaClientSettings(InorderSettings):
         json_schema_extra={"secret": True},
         description="Any other librdkafka property, as a JSON object; the settings above win",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _hide_secrets(cls, data: Any) -> Any:
-        """Register every secret before any check can fail on it, so no line prints it."""
-        if isinstance(data, dict):
-            for name, value in data.items():
-                lowered = name.lower()
-                if isinstance(value, str) and ("password" in lowered or "secret" in lowered):
-                    secrets.register(value)
-                elif isinstance(value, dict) and "extra" in lowered:
-                    secrets.register_properties(value)
-        return data
 
     @property
     def protocol(self) -> str:

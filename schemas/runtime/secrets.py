@@ -8,11 +8,12 @@ in a line, with ``HIDDEN``: in an event field, an error's text or a traceback's 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, unquote
@@ -89,6 +90,36 @@ def register_url(url: str) -> None:
     password = url_password(url)
     if password:
         register(password)
+
+
+def register_setting(value: object) -> None:
+    """Hide a secret setting's value, whatever its shape: a URL's password (a URL holding
+    none hides nothing: its host and database are no secret), any other string whole,
+    the secret properties of a mapping."""
+    if hasattr(value, "get_secret_value"):
+        value = value.get_secret_value()
+    if isinstance(value, str):
+        if "://" in value:
+            register_url(value)
+        else:
+            register(value)
+    elif isinstance(value, Mapping):
+        register_properties({str(k): str(v) for k, v in value.items()})
+
+
+# Variables the libraries read themselves that may hold secrets: libpq's password, and
+# the OTLP exporter's headers (an authorization token, as "name=value,...").
+_ENVIRONMENT = ("PGPASSWORD",)
+_HEADERS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+
+
+def register_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Hide the secrets the libraries read from the environment on their own."""
+    given = os.environ if environ is None else environ
+    register(*(given.get(name) for name in _ENVIRONMENT))
+    for name in _HEADERS:
+        for pair in given.get(name, "").split(","):
+            register(pair.partition("=")[2].strip())
 
 
 def register_properties(properties: MutableMapping[str, str] | dict[str, str]) -> None:

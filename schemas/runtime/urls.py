@@ -120,6 +120,15 @@ PostgresUrl = Annotated[
 ]
 
 
+def _optional_postgres_url(value: SecretStr | None) -> SecretStr | None:
+    return None if value is None else _postgres_url(value)
+
+
+# A second PostgreSQL URL a program may be given (the producer's database), read and kept
+# secret as DATABASE_URL is.
+OptionalPostgresUrl = Annotated[SecretStr | None, AfterValidator(_optional_postgres_url)]
+
+
 def check_redis(url: str) -> None:
     """Refuse a ``redis://`` or ``rediss://`` URL redis-py would misread."""
     secrets.register_url(url)
