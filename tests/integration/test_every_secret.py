@@ -43,7 +43,7 @@ kind = "step"
 "ledger.added" = "tests.integration.step_handlers:record"
 """
 # Made-up secrets, not credentials of anything: each setting gets its own.
-SECRET = "Zq{n}Kp%/#wV{n}x"
+SECRET = "Zq{n}Kp%/#wV{n}x"  # noqa: S105 - made up, for the test
 # Secrets libraries read from the environment on their own.
 ENVIRONMENT = {"PGPASSWORD": "env-pg", "OTEL_EXPORTER_OTLP_HEADERS": "env-otlp"}
 
@@ -166,7 +166,12 @@ def _run_service(program: str, env: dict[str, str]) -> str:
 def _run_command(program: str, argv: tuple[str, ...], env: dict[str, str]) -> str:
     try:
         done = subprocess.run(
-            [_script(program), *argv], env=env, capture_output=True, text=True, timeout=20
+            [_script(program), *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:  # a worker runs until stopped
         return f"{exc.stdout or ''}{exc.stderr or ''}"
@@ -180,7 +185,7 @@ def _shown(text: str, held: list[str]) -> list[str]:
         piece
         for secret in held
         for piece in (secret, quote(secret, safe=""), *re.split(r"[%/#]", secret))
-        if len(piece) >= 4  # noqa: PLR2004 - every piece of SECRET is at least this long
+        if len(piece) >= 4  # every piece of SECRET is at least this long
     }
     return sorted(piece for piece in pieces if piece in text)
 
