@@ -60,6 +60,7 @@ CONSUMER_TABLES = (
     "inorder_batch_items",
     "inorder_batch_early_results",
     "inorder_batch_actions",
+    "inorder_step_wakes",
 )
 DML = "SELECT, INSERT, UPDATE, DELETE"
 LEDGER = "inorder_migrations"  # every migration set's ledger: the owner's alone to write

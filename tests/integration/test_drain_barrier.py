@@ -140,7 +140,7 @@ def test_a_parked_event_raising_in_an_admin_drain_is_dead_lettered_and_the_comma
             "VALUES ('ledger', 'a', 1, 2, 'a:1:2')"
         )
         ss.feed(run, conn, [ss.step(2, event_type="ledger.mailed"), _poisoned(3), ss.step(4)])
-    done = sw.admin(p, "review", "confirm", "ledger:a", "--by", "ana")
+    done = sw.admin(p, "review", "confirm", "ledger:a", "--by", "ana", "--run-handlers")
     assert (done.returncode, "Traceback" in done.stderr) == (0, False), done.stderr
     [letter] = drain(services.kafka_bootstrap, p.settings.dead_letter_topic, expect=1)
     assert dict(letter.headers() or [])[headers.DLQ_REASON] == b"apply_failed"

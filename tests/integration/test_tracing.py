@@ -292,7 +292,7 @@ def test_a_review_span_covers_the_stop_and_the_step_applied_after_links_to_it(
             "INORDER_TEST_FAIL_FLAG": str(flag),
             "PYTHONPATH": str(sw.ROOT),  # the test's step functions
         }
-        told = sw.run_tool("inorder-admin", env, "review", "retry", "ledger:w")
+        told = sw.run_tool("inorder-admin", env, "review", "retry", "ledger:w", "--run-handlers")
         assert told.returncode == 0, told.stderr
         assert ss.applied(outbox, "w") == [(1, 1)]
         wait_until(lambda: receiver.of("inorder-admin", "review"))

@@ -18,14 +18,14 @@ from confluent_kafka import Message, TopicPartition
 
 from consumer.errors import AdminError
 from consumer.kinds._plugin import AdminTools, Commands
-from consumer.kinds.steps import gaps
+from consumer.kinds.steps import gaps, wakes
 from consumer.kinds.steps import held as holding
 from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
-from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING
+from consumer.kinds.steps.store import HELD, NEEDS_REVIEW, RETRYING, StepStore
 from schemas import DecodeError, headers, tracing
 from schemas.runtime import kafka_clients, kafka_watch
 from schemas.runtime.reading import Reading
@@ -58,6 +58,7 @@ def add(sub: Any) -> None:
     skip.add_argument("--through", type=int, required=True, help="last seq that will not come")
     skip.add_argument("--reason", required=True, help="why (required, not empty)")
     skip.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+    _runs_handlers(skip)
     held = sub.add_parser("held", help="entities whose parking set was full").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -83,6 +84,17 @@ def add(sub: Any) -> None:
         cmd = review.add_parser(action, help=what)
         cmd.add_argument("entity", metavar="STREAM:ENTITY", help=ENTITY)
         cmd.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+        _runs_handlers(cmd)
+
+
+def _runs_handlers(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--run-handlers",
+        action="store_true",
+        help="apply what the decision lets through here, importing and running the route's "
+        "handlers (external calls included) on this machine; default: record the decision "
+        "and let the sweeper apply it beside the consumers",
+    )
 
 
 def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[StepRoute]) -> None:
@@ -96,7 +108,7 @@ def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[StepRoute]
         case ("parked", "top"):
             steps.parked_top(args.limit)
         case ("skip", _):
-            steps.skip(args.entity, args.through, args.reason, args.by)
+            steps.skip(args.entity, args.through, args.reason, args.by, args.run_handlers)
         case ("held", "list"):
             tools.rows("held", HELD)
         case ("held", "replay"):
@@ -106,7 +118,7 @@ def run(args: argparse.Namespace, tools: AdminTools, routes: Sequence[StepRoute]
         case ("review", "retrying"):
             tools.rows("retrying", RETRYING)
         case ("review", action):
-            steps.review(args.entity, action == "confirm", args.by)
+            steps.review(args.entity, action == "confirm", args.by, args.run_handlers)
 
 
 COMMANDS = Commands(("gaps", "parked", "skip", "held", "review"), add, run)
@@ -119,24 +131,21 @@ class StepCommands:
         self.tools = tools
         self.steps = {r.stream: r for r in routes}
 
-    def entity(self, ref: str) -> tuple[StepApplier, str]:
-        """Split ``stream:entity_id`` of a step route and start it (handlers imported).
-
-        Redis is opened only by the commands that drain the entity afterwards.
-        """
+    def entity(self, ref: str) -> tuple[StepStore, str]:
+        """Split ``stream:entity_id`` of a step route: its store (no handler imported)."""
         route, entity_id = self.tools.routed(ref)
         if route.stream not in self.steps:
             raise AdminError(f"{route.stream!r} is a {route.kind} route; this command is for steps")
-        applier = StepApplier(self.steps[route.stream])
-        applier.share()  # the consumers apply this entity's events meanwhile
-        return applier, entity_id
+        store = StepStore(self.steps[route.stream])
+        store.shared = True  # the consumers apply this entity's events meanwhile
+        return store, entity_id
 
-    def progress_row(self, applier: StepApplier, entity_id: str) -> tuple[int, int, int | None]:
+    def progress_row(self, store: StepStore, entity_id: str) -> tuple[int, int, int | None]:
         """Lock and return (generation, last_applied, stopped_at_seq) of a known entity."""
-        row = applier.store.locked(self.tools.conn, entity_id)
+        row = store.locked(self.tools.conn, entity_id)
         if row is None:
             raise AdminError(
-                f"{applier.route.stream}:{entity_id} is unknown: no step progress recorded"
+                f"{store.route.stream}:{entity_id} is unknown: no step progress recorded"
             )
         return row
 
@@ -170,12 +179,13 @@ class StepCommands:
         rows.sort(key=lambda r: -r["parked"])
         self.tools.show("most parked", rows[:limit])
 
-    def skip(self, ref: str, through: int, reason: str, by: str) -> None:
+    def skip(self, ref: str, through: int, reason: str, by: str, run_handlers: bool) -> None:
         """A person's decision: the gap's seqs up to ``through`` will never come."""
-        applier, entity_id = self.entity(ref)
-        stream = applier.route.stream
+        store, entity_id = self.entity(ref)
+        stream = store.route.stream
         if not reason.strip():
             raise AdminError("--reason must say why these seqs are skipped")
+        here = self._handlers(store) if run_handlers else None
         conn = self.tools.conn
         with conn.transaction():
             gap = gaps.find(conn, stream, entity_id)
@@ -185,16 +195,18 @@ class StepCommands:
                 raise AdminError(
                     f"--through {through} is outside {ref}'s open gap {gap.from_seq}..{gap.to_seq}"
                 )
-            generation, last, _ = self.progress_row(applier, entity_id)
+            generation, last, _ = self.progress_row(store, entity_id)
             if (generation, last) != (gap.generation, gap.from_seq - 1):
                 raise AdminError(f"{ref} moved since the gap was recorded; list the gaps again")
-            applier.store.skip(conn, entity_id, (generation, gap.from_seq, through), by, reason)
+            store.skip(conn, entity_id, (generation, gap.from_seq, through), by, reason)
             if through == gap.to_seq:
                 if not gaps.resolve(conn, gap, GapStatus.SKIPPED, by, reason):
                     raise AdminError(f"{ref}'s gap changed meanwhile; list the gaps again")
             else:
                 gaps.narrow(conn, gap, through + 1)
-        self._drain(applier, entity_id)
+            if here is None:
+                wakes.ask(conn, stream, entity_id, "skipped", by)
+        applied = self._drain(here, entity_id)
         skipped = {
             "entity": ref,
             "generation": generation,
@@ -202,6 +214,7 @@ class StepCommands:
             "through": through,
             "by": by,
             "reason": reason,
+            "then": applied,
         }
         self.tools.show("skipped", [skipped])
 
@@ -214,16 +227,16 @@ class StepCommands:
         topic goes back; each is replayed once (a replay cut short is taken up again by
         the next).
         """
-        applier, entity_id = self.entity(ref)
+        store, entity_id = self.entity(ref)
         conn, settings, producer = self.tools.conn, self.tools.settings, self.tools.producer
-        claimed = holding.claim(conn, applier.route.stream, entity_id)
+        claimed = holding.claim(conn, store.route.stream, entity_id)
         if not claimed:
             raise AdminError(
                 f"{ref} has no held event recorded to replay (none held, all replayed, or held "
                 f"before release 0.5.0); ask the outbox instead: inorder-admin republish {ref}"
             )
         reading = settings.reading()
-        found = self._read_held(claimed, applier.route.stream, entity_id, reading)
+        found = self._read_held(claimed, store.route.stream, entity_id, reading)
         sent_to: set[str] = set()
         for held in claimed:
             message = found.get(held.id)
@@ -243,7 +256,7 @@ class StepCommands:
         holding.replayed(conn, [held.id for held in claimed if held.id in found], by)
         missing = [held.seq for held in claimed if held.id not in found]
         if not missing:
-            applier.store.release(conn, entity_id)
+            store.release(conn, entity_id)
         to = ", ".join(sorted(sent_to)) or settings.topics[0]
         row = {"entity": ref, "events": len(found), "to": to, "by": by}
         self.tools.show("replayed", [row | ({"not_found": missing} if missing else {})])
@@ -286,36 +299,50 @@ class StepCommands:
             reader.close()
         return found
 
-    def review(self, ref: str, confirm: bool, by: str) -> None:
-        """Confirm the stopped step took effect (advance past it) or retry it; then drain."""
-        applier, entity_id = self.entity(ref)
+    def review(self, ref: str, confirm: bool, by: str, run_handlers: bool) -> None:
+        """Confirm the stopped step took effect (advance past it) or retry it; then drain
+        (here with ``run_handlers``, else by the sweeper)."""
+        store, entity_id = self.entity(ref)
+        here = self._handlers(store) if run_handlers else None
         conn = self.tools.conn
         decision = "confirmed" if confirm else "retried"
-        since = applier.store.stopped_since(conn, entity_id)
+        since = store.stopped_since(conn, entity_id)
         about = {"inorder.entity": ref, "inorder.decision": decision}
         # The review span: from the stop to the person's decision and the drain after it
         # (the stopped event, applied there, links to it).
         with tracing.span("review", "internal", about, began=since) as span:
             with conn.transaction():
-                generation, last, stopped = self.progress_row(applier, entity_id)
+                generation, last, stopped = self.progress_row(store, entity_id)
                 if stopped is None:
                     raise AdminError(f"{ref} is not waiting for a review")
                 if confirm and stopped != last + 1:
                     raise AdminError(f"{ref} stopped at {stopped} but has applied only {last}")
                 if confirm:
-                    applier.store.confirm(conn, entity_id, generation, stopped, by)
-                applier.store.resume(conn, entity_id, generation, stopped)
+                    store.confirm(conn, entity_id, generation, stopped, by)
+                store.resume(conn, entity_id, generation, stopped)
+                if here is None:
+                    wakes.ask(conn, store.route.stream, entity_id, decision, by)
             if span is not None:
                 span.set_attribute("inorder.seq", stopped)
-            self._drain(applier, entity_id)
-        self.tools.show(
-            "reviewed", [{"entity": ref, "seq": stopped, "decision": decision, "by": by}]
-        )
+            applied = self._drain(here, entity_id)
+        row = {"entity": ref, "seq": stopped, "decision": decision, "by": by, "then": applied}
+        self.tools.show("reviewed", [row])
 
-    def _drain(self, applier: StepApplier, entity_id: str) -> None:
-        """Apply whatever became due for the entity, and count it as the consumer would."""
+    def _handlers(self, store: StepStore) -> StepApplier:
+        """The route started here, its handlers imported (``--run-handlers``): before any
+        decision is recorded, so a handler that cannot be imported decides nothing."""
+        applier = StepApplier(store.route)
+        applier.share()
         applier.connect(self.tools)
-        drain(self.tools, applier, [entity_id])
+        return applier
+
+    def _drain(self, here: StepApplier | None, entity_id: str) -> str:
+        """Apply here whatever became due, counted as the consumer would, when the route
+        was started here; else the sweeper will, beside the consumers."""
+        if here is None:
+            return "recorded; the sweeper applies what is due on its next pass"
+        drain(self.tools, here, [entity_id])
+        return "applied here (--run-handlers)"
 
 
 def _came_from(message: Message) -> str | None:

@@ -16,7 +16,7 @@ import structlog
 from consumer import labels
 from consumer.kinds._plugin import Answered, Duties, SweepReport
 from consumer.kinds._resources import Resources
-from consumer.kinds.steps import failures, gaps, metrics, traced
+from consumer.kinds.steps import failures, gaps, metrics, traced, wakes
 from consumer.kinds.steps.asking import Asker
 from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
@@ -65,6 +65,7 @@ class StepDuties(Duties):
     def sweep(self, report: SweepReport) -> None:
         """One pass over every step route: heal, detect, escalate, request."""
         for route in self.steps:
+            self._woken(route, report)
             self._heal(route, report)
             self._retry(route, report)
             self._overdue(route, report)
@@ -83,6 +84,17 @@ class StepDuties(Duties):
             about = {"inorder.entity": f"{route}:{entity_id}"}
             with tracing.span("retry", "internal", about):
                 drain(self.tools, applier, [entity_id])
+
+    def _woken(self, route: str, report: SweepReport) -> None:
+        """Drain the entities a person's decision (skip, review) left with steps to apply:
+        the command recorded it and left the handlers to the deployment's processes."""
+        applier = self.steps[route]
+        for entity_id, asked_at in wakes.due(
+            self.tools.conn, route, self.tools.settings.max_overdue_per_sweep
+        ):
+            drain(self.tools, applier, [entity_id])
+            wakes.done(self.tools.conn, route, entity_id, asked_at)
+            report["woken"] += 1
 
     def _heal(self, route: str, report: SweepReport) -> None:
         conn = self.tools.conn
