@@ -6,7 +6,10 @@ request and is closed. Its head must arrive whole within ``timeout_s`` and withi
 ``MAX_HEAD_BYTES``; a slow or silent client is cut at that deadline. At most
 ``max_connections`` are open: the next one to arrive closes the oldest that has not sent
 its request yet, so a flood of idle sockets cannot starve the kubelet's probes. The
-Prometheus registry is rendered on a pool of ``RENDER_THREADS`` threads.
+Prometheus registry is rendered on a pool of ``RENDER_THREADS`` threads, once for every
+request that arrives while it renders and within ``RENDER_REUSE_S`` after it: a flood of
+scrapes makes no more renders than one scraper does, and a connection cut while it waits
+costs nothing.
 
 What the server answers is decided by ``answer``, which does no I/O.
 """
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from schemas.runtime.health import Health
 
 MAX_HEAD_BYTES = 8192  # request line and headers; a probe's is under 200 bytes
 RENDER_THREADS = 2
+RENDER_REUSE_S = 1.0  # a page this young is served again; Prometheus scrapes every 15 s+
 BACKLOG = 1024
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS |= {408: "Request Timeout", 431: "Request Header Fields Too Large"}
@@ -117,8 +122,12 @@ class Endpoints:
         *,
         max_connections: int = 256,
         timeout_s: float = 5.0,
+        render: Callable[[str], Reply] = render_metrics,
     ) -> None:
         self.health = health
+        self._render = render
+        # Per content type: the render in flight or the last one, and when it finished.
+        self._pages: dict[str, tuple[asyncio.Future[Reply], float]] = {}
         self.max_connections = max_connections
         self.timeout_s = timeout_s
         self._socket = socket.create_server((host, port), backlog=BACKLOG)
@@ -209,14 +218,29 @@ class Endpoints:
             return None, False
         request = parse(head[:-4])
         head_only = request is not None and request.method == "HEAD"
-        if request is not None and request.path == "/metrics":  # rendering takes a while
-            loop = asyncio.get_running_loop()
-            reply = await loop.run_in_executor(
-                self._pool, answer, request, self.health, render_metrics
-            )
-        else:
-            reply = answer(request, self.health, render_metrics)
-        return reply, head_only
+        if request is not None and request.path == "/metrics" and request.method in ("GET", "HEAD"):
+            return await self._page(request.accept), head_only
+        return answer(request, self.health, self._render), head_only
+
+    async def _page(self, accept: str) -> Reply:
+        """The metrics page: the render in flight, or one finished within ``RENDER_REUSE_S``,
+        else a new one (rendering takes a while: on the pool, off the loop)."""
+        kind = choose_encoder(accept)[1]
+        now = time.monotonic()
+        found = self._pages.get(kind)
+        if found is not None:
+            page, finished = found
+            if not page.done() or now - finished < RENDER_REUSE_S:
+                return await asyncio.shield(page)
+        loop = asyncio.get_running_loop()
+        page = loop.run_in_executor(self._pool, self._render, accept)
+        self._pages[kind] = (page, float("inf"))
+        page.add_done_callback(lambda _: self._finished(kind, page))
+        return await asyncio.shield(page)
+
+    def _finished(self, kind: str, page: asyncio.Future[Reply]) -> None:
+        if self._pages.get(kind, (None, 0.0))[0] is page:
+            self._pages[kind] = (page, time.monotonic())
 
 
 def serve(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import time
@@ -62,5 +63,65 @@ def test_five_thousand_idle_connections_neither_starve_probes_nor_pin_threads(
     finally:
         for conn in idle:
             conn.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no RSS")
+
+
+async def _scrape(port: int, *, cut: bool) -> bool:
+    """One GET /metrics on loopback; with ``cut``, the connection is dropped unread."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    if cut:
+        writer.transport.abort()
+        return True
+    status = await asyncio.wait_for(reader.readline(), 10)
+    await reader.read()
+    writer.close()
+    return status.startswith(b"HTTP/1.1 200")
+
+
+async def _flood(port: int, rounds: int, width: int) -> int:
+    """``rounds`` waves of ``width`` scrapes at once (a third cut unread); the answered."""
+    answered = 0
+    for _ in range(rounds):
+        done = await asyncio.gather(
+            *(_scrape(port, cut=n % 3 == 0) for n in range(width)), return_exceptions=True
+        )
+        answered += sum(1 for n, ok in enumerate(done) if ok is True and n % 3)
+    return answered
+
+
+FLOOD_ROUNDS, FLOOD_WIDTH = 30, 200
+
+
+def test_a_metrics_flood_leaves_the_process_memory_flat_and_renders_bounded(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> None:
+    """6,000 scrapes in waves of 200, a third cut unread: the rest answered, peak RSS flat."""
+    port = rs.free_port()
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, http_port=port)
+    process = rs.spawn(rs.relay_env(settings), tmp_path / "relay.log")
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60)
+        asyncio.run(_flood(port, 3, FLOOD_WIDTH))  # warm: the pool and buffers made once
+        before = _peak_rss_kib(process.pid)
+        started = time.monotonic()
+        answered = asyncio.run(_flood(port, FLOOD_ROUNDS, FLOOD_WIDTH))
+        seconds = time.monotonic() - started
+        after = _peak_rss_kib(process.pid)
+        expected = sum(1 for n in range(FLOOD_WIDTH) if n % 3) * FLOOD_ROUNDS
+        print(f"http: {answered} scrapes in {seconds:.1f} s, RSS {before} -> {after} KiB")
+        assert answered == expected
+        assert after - before < 8 * 1024, (before, after)
+        assert _probe(port, "/healthz")[0] == 200
+    finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0

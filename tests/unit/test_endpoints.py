@@ -5,11 +5,21 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from schemas.runtime.endpoints import MAX_HEAD_BYTES, Endpoints, parse, serve
+from schemas.runtime.endpoints import (
+    MAX_HEAD_BYTES,
+    RENDER_REUSE_S,
+    Endpoints,
+    Reply,
+    parse,
+    serve,
+)
 from schemas.runtime.health import Health
 
 
@@ -124,3 +134,30 @@ def test_request_heads_are_read_strictly(
     request = parse(head)
     got = None if request is None else (request.method, request.path, request.accept)
     assert got == expected
+
+
+def test_concurrent_scrapes_share_one_render_and_a_young_page_is_served_again() -> None:
+    """A hundred scrapes at once cause one render; after the reuse window, a fresh one."""
+    renders: list[float] = []
+
+    def render(_accept: str) -> Reply:
+        renders.append(time.monotonic())
+        time.sleep(0.3)
+        return Reply(200, f"page {len(renders)}\n".encode())
+
+    server = Endpoints(Health(), "127.0.0.1", 0, render=render).start()
+    port = int(server.server_address[1])
+    try:
+        with ThreadPoolExecutor(100) as pool:
+            bodies = list(pool.map(lambda _: _metrics(port), range(100)))
+        assert bodies == ["page 1\n"] * 100
+        assert len(renders) == 1
+        time.sleep(RENDER_REUSE_S + 0.1)
+        assert _metrics(port) == "page 2\n"
+    finally:
+        server.shutdown()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
