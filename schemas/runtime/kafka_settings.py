@@ -9,11 +9,13 @@ the wire is named by ``cautions``, logged once at start-up.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Literal, Self
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 
 from schemas.runtime.config import InorderSettings
+from schemas.runtime.urls import loopback
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 GroupProtocol = Literal["classic", "consumer"]
@@ -215,6 +217,25 @@ class KafkaClientSettings(InorderSettings):
             lines.append(
                 "INORDER_KAFKA_SECURITY_PROTOCOL is SASL_PLAINTEXT: the SASL exchange and every "
                 "event cross the network unencrypted; use SASL_SSL"
+            )
+        extra = {k: v.strip().lower() for k, v in self.kafka_extra.items()}
+        if extra.get("enable.ssl.certificate.verification") in ("false", "0"):
+            lines.append(
+                "INORDER_KAFKA_EXTRA: enable.ssl.certificate.verification=false accepts any "
+                "broker certificate, so the connection can be redirected on the way; drop it "
+                "and set INORDER_KAFKA_SSL_CA_LOCATION"
+            )
+        if extra.get("ssl.endpoint.identification.algorithm") == "none":
+            lines.append(
+                "INORDER_KAFKA_EXTRA: ssl.endpoint.identification.algorithm=none accepts a "
+                "certificate issued for any name; drop it (the default checks the broker's name)"
+            )
+        endpoint = self.kafka_oauth_token_endpoint_url or ""
+        host = urlsplit(endpoint).hostname or ""
+        if endpoint.lower().startswith("http://") and not loopback(host):
+            lines.append(
+                "INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL is http://: the client secret and the "
+                "tokens cross the network unencrypted; use https://"
             )
         return lines
 

@@ -28,7 +28,7 @@ SAFE_SSLMODE = "verify-full"
 _PG_FILES = ("sslrootcert", "sslcert", "sslkey", "sslcrl")
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
     """Whether ``host`` never leaves the machine: a loopback address, localhost or a socket."""
     if not host or host.startswith("/") or host == "localhost":
         return True
@@ -84,7 +84,7 @@ def postgres_cautions(url: str) -> list[str]:
     given = postgres_parameters(url)
     hosts = given.get("host", "").split(",")
     mode = given.get("sslmode", "prefer")
-    if mode == SAFE_SSLMODE or all(_loopback(host) for host in hosts):
+    if mode == SAFE_SSLMODE or all(loopback(host) for host in hosts):
         return []
     return [
         f"DATABASE_URL: sslmode is {mode}, so the connection to PostgreSQL can be read or "
@@ -153,11 +153,25 @@ def check_redis(url: str) -> None:
 
 
 def redis_cautions(url: str) -> list[str]:
-    """One line if a password goes to a remote Redis unencrypted."""
-    if url.startswith("rediss://") or not secrets.url_password(url):
+    """One line if a password goes to a remote Redis unencrypted, or if TLS is asked for
+    with the server's certificate or name left unchecked."""
+    first, nodes = seed_nodes(url)
+    if all(loopback(host) for host, _ in nodes):
         return []
-    _, nodes = seed_nodes(url)
-    if all(_loopback(host) for host, _ in nodes):
+    if url.startswith("rediss://"):
+        options = parse_url(first)  # type: ignore[no-untyped-call]
+        unchecked = []
+        if str(options.get("ssl_cert_reqs", "required")).lower() in ("none", "optional"):
+            unchecked.append(f"ssl_cert_reqs={options['ssl_cert_reqs']}")
+        if options.get("ssl_check_hostname") is False:
+            unchecked.append("ssl_check_hostname=false")
+        if not unchecked:
+            return []
+        return [
+            f"REDIS_URL: {' and '.join(unchecked)} turns off checking whom the TLS connection "
+            "reaches, so it can be redirected on the way; drop it (and set ssl_ca_certs)"
+        ]
+    if not secrets.url_password(url):
         return []
     return [
         "REDIS_URL: redis:// sends the password and every parked event unencrypted; "

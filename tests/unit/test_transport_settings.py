@@ -219,3 +219,60 @@ def test_cautions_are_logged_once_each_at_start_up(capsys: pytest.CaptureFixture
         ("insecure_setting", "first caution"),
         ("insecure_setting", "second caution"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("rediss://u:pw-x1@cache.example:6380/0?ssl_cert_reqs=none", "ssl_cert_reqs=none"),
+        ("rediss://u:pw-x1@cache.example:6380/0?ssl_cert_reqs=optional", "ssl_cert_reqs=optional"),
+        ("rediss://u:pw-x1@cache.example:6380/0?ssl_check_hostname=false", "ssl_check_hostname"),
+        ("rediss://u:pw-x1@cache.example:6380/0", None),
+        ("rediss://u:pw-x1@cache.example:6380/0?ssl_cert_reqs=required", None),
+        ("rediss://u:pw-x1@127.0.0.1:6380/0?ssl_cert_reqs=none", None),
+    ],
+)
+def test_redis_tls_with_verification_off_is_a_caution(
+    monkeypatch: pytest.MonkeyPatch, url: str, named: str | None
+) -> None:
+    """rediss:// that checks neither certificate nor name, to a remote host, says so once."""
+    monkeypatch.setenv("REDIS_URL", url)
+    lines = _Settings().cautions()
+    assert len(lines) == (named is not None)
+    assert all(named in line and "can be redirected" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        (
+            {"INORDER_KAFKA_EXTRA": '{"enable.ssl.certificate.verification": "false"}'},
+            "enable.ssl.certificate.verification=false",
+        ),
+        (
+            {"INORDER_KAFKA_EXTRA": '{"ssl.endpoint.identification.algorithm": "none"}'},
+            "ssl.endpoint.identification.algorithm=none",
+        ),
+        (
+            {"INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL": "http://idp.example/token"},
+            "INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL is http://",
+        ),
+        ({"INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL": "http://127.0.0.1:8080/token"}, None),
+        ({"INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL": "https://idp.example/token"}, None),
+        ({"INORDER_KAFKA_EXTRA": '{"enable.ssl.certificate.verification": "true"}'}, None),
+    ],
+)
+def test_kafka_settings_that_turn_verification_off_are_a_caution(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str | None
+) -> None:
+    """A broker certificate or name left unchecked, a token endpoint over http: one line."""
+    monkeypatch.setenv("INORDER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("INORDER_KAFKA_SASL_MECHANISM", "OAUTHBEARER")
+    monkeypatch.setenv("INORDER_KAFKA_OAUTH_CLIENT_ID", "relay")
+    monkeypatch.setenv("INORDER_KAFKA_OAUTH_CLIENT_SECRET", "secret-x1")
+    monkeypatch.setenv("INORDER_KAFKA_OAUTH_TOKEN_ENDPOINT_URL", "https://idp.example/token")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lines = _Settings().cautions()
+    assert len(lines) == (named is not None), lines
+    assert all(named in line for line in lines)
