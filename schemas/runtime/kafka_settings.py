@@ -9,8 +9,8 @@ the wire is named by ``cautions``, logged once at start-up.
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 
