@@ -117,6 +117,7 @@ def test_relay_consumer_and_sweeper_containers_apply_a_burst_and_stop_cleanly(
         assert _http(port, "/healthz") == 200
         assert _inside(engine, name, port, "/healthz") == "200"
         assert _inside(engine, name, port, "/readyz") == "200"
+        assert engine.run("exec", name, "inorder-healthcheck") == ""  # exit 0: healthy
         assert engine.run("exec", name, "id", "-u") == "10001"
         status = engine.run("exec", name, "cat", "/proc/1/status")
         assert "\nUid:\t10001\t" in status, f"{process} does not run as uid 10001"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,12 +70,15 @@ def test_dockerfile_is_multistage_non_root_with_tini_and_a_healthcheck() -> None
     assert {".venv", ".stack", "tests", ".git"} <= set(ignored)
 
 
-def _rendered() -> list[dict[str, Any]]:
+def _rendered(where: Path | None = None) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail("kubectl is missing: `make test` installs kubernetes-client")
     done = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, check=False
+        [kubectl, "kustomize", str(where or DEPLOY / "k8s")],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -255,8 +260,13 @@ def test_only_prometheus_gets_in_and_only_the_services_ports_get_out() -> None:
     [rule] = spec["ingress"]
     [source] = rule["from"]
     assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert source["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }  # a prometheus-labelled pod of any other namespace stays out
     ports = {p["port"] for r in spec["egress"] for p in r["ports"]}
     assert ports == {53, 5432, 6379, 9092, 9093}
+    [dns] = [r for r in spec["egress"] if {p["port"] for p in r["ports"]} == {53}]
+    assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
     job = next(o for o in _rendered() if o["kind"] == "Job")
     commands = [
         c["command"]
@@ -266,6 +276,46 @@ def test_only_prometheus_gets_in_and_only_the_services_ports_get_out() -> None:
         )
     ]
     assert commands == [["inorder-producer", "migrate"], ["inorder-consumer", "migrate"]]
+
+
+@pytest.mark.parametrize(("component", "port"), [("oauth-token-endpoint", 443), ("otlp", 4318)])
+def test_each_documented_feature_has_a_component_opening_its_egress(
+    component: str, port: int, tmp_path: Path
+) -> None:
+    """OAUTHBEARER's token endpoint and OTLP export: an overlay adds one component each."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(DEPLOY / "k8s", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{base}]\ncomponents: [{base}/components/{component}]\n"
+    )
+    policies = [o for o in _rendered(overlay) if o["kind"] == "NetworkPolicy"]
+    assert len(policies) == 2  # noqa: PLR2004 - the base's and the component's
+    [opened] = [p for p in policies if p["metadata"]["name"] != "inorder"]
+    [rule] = opened["spec"]["egress"]
+    assert [p["port"] for p in rule["ports"]] == [port]
+    assert rule["to"]  # a named peer, never any address
+    assert opened["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/part-of": "inorder"}
+
+
+def test_images_are_tagged_with_the_projects_version() -> None:
+    """Kubernetes and compose run the version built, never `latest`."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    images = {
+        c["image"]
+        for o in _rendered()
+        if o["kind"] in ("Deployment", "Job")
+        for c in (
+            *o["spec"]["template"]["spec"].get("initContainers", []),
+            *o["spec"]["template"]["spec"]["containers"],
+        )
+    }
+    assert images == {f"inorder:{version}"}
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    ours = {
+        s["image"] for s in compose["services"].values() if s.get("image", "").startswith("inorder")
+    }
+    assert ours == {f"inorder:{version}"}
 
 
 def test_every_pod_mounts_the_tls_secret_read_only_for_its_group_only() -> None:
