@@ -55,7 +55,7 @@ def main() -> None:
         raise SystemExit(0)
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{asked}/healthz", timeout=2) as reply:
-            healthy = reply.status == 200  # noqa: PLR2004
+            healthy = reply.status == 200
     except OSError as exc:
         sys.stderr.write(f"inorder-healthcheck: port {asked}: {exc}\n")
         healthy = False

@@ -290,7 +290,7 @@ def test_each_documented_feature_has_a_component_opening_its_egress(
         f"resources: [{base}]\ncomponents: [{base}/components/{component}]\n"
     )
     policies = [o for o in _rendered(overlay) if o["kind"] == "NetworkPolicy"]
-    assert len(policies) == 2  # noqa: PLR2004 - the base's and the component's
+    assert len(policies) == 2
     [opened] = [p for p in policies if p["metadata"]["name"] != "inorder"]
     [rule] = opened["spec"]["egress"]
     assert [p["port"] for p in rule["ports"]] == [port]
