@@ -32,12 +32,15 @@ class Membership:
     slices: int
 
 
-def heartbeat(conn: Conn, me: str, held: list[int], lease_s: float) -> tuple[set[int], Membership]:
+def heartbeat(
+    conn: Conn, me: str, held: list[int], lease_s: float, retention_s: float | None = None
+) -> tuple[set[int], Membership]:
     """Renew leases, look at the membership: the slices of ``held`` still held, and who is who.
 
-    ``me`` says it is alive, relays long gone are forgotten, and the lease table shows who
-    holds what and what is free. All of it in one round trip (a pipeline): the relay does
-    this every third of a lease between two batches, and a row committed meanwhile waits.
+    ``me`` says it is alive (and how long it keeps sent rows), relays long gone are
+    forgotten, and the lease table shows who holds what and what is free. All of it in one
+    round trip (a pipeline): the relay does this every third of a lease between two
+    batches, and a row committed meanwhile waits.
     """
     with conn.pipeline():
         renewed = conn.execute(
@@ -46,10 +49,11 @@ def heartbeat(conn: Conn, me: str, held: list[int], lease_s: float) -> tuple[set
             (lease_s, me, held),
         )
         conn.execute(
-            "INSERT INTO outbox_relays (relay_id, seen_until)"
-            " VALUES (%(me)s, now() + make_interval(secs => %(lease_s)s))"
-            " ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until",
-            {"me": me, "lease_s": lease_s},
+            "INSERT INTO outbox_relays (relay_id, seen_until, retention_s)"
+            " VALUES (%(me)s, now() + make_interval(secs => %(lease_s)s), %(retention_s)s)"
+            " ON CONFLICT (relay_id) DO UPDATE SET seen_until = excluded.seen_until,"
+            " retention_s = excluded.retention_s",
+            {"me": me, "lease_s": lease_s, "retention_s": retention_s},
         )
         conn.execute(
             "DELETE FROM outbox_relays WHERE seen_until < now() - make_interval(secs => %s)",

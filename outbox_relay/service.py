@@ -129,7 +129,9 @@ class Relay:
             log.error("outbox_rows_failed", rows=tended.failed, reason=UNKNOWN_TOPIC)
         self._resend = self._resend or tended.revived > 0 or resend.pending(self._db)
         lease_s = self.settings.lease_s
-        held, seen = leases.heartbeat(self._db, self.relay_id, list(self.owned), lease_s)
+        held, seen = leases.heartbeat(
+            self._db, self.relay_id, list(self.owned), lease_s, self.settings.retention_s
+        )
         for slice_ in set(self.owned) - held:
             del self.owned[slice_]
             log.warning("slice_lost", slice=slice_, reason="lease expired and taken")

@@ -77,10 +77,11 @@ class RelaySettings(
         description="How long librdkafka may try to deliver one message (`message.timeout.ms`)",
     )
     retention_s: float = Field(
-        default=7 * 86_400,
+        default=8 * 86_400,
         gt=0,
-        description="Sent rows created longer ago than this are deleted (7 days); it must "
-        "outlive the worst-case gap repair",
+        description="Sent rows created longer ago than this are deleted (8 days); it must "
+        "outlive the worst-case gap repair, and the sweeper checks it outlives the longest "
+        "park (a step route's park_ttl_s, 7 days by default) plus that repair",
     )
     purge_interval_s: float = Field(default=60.0, gt=0, description="How often retention runs")
     purge_batch_rows: int = Field(

@@ -159,6 +159,8 @@ def postgres_grants(
         *(f"GRANT SELECT ON {schema}.{table} TO {roles.admin}" for table in RELAY_TABLES),
         f"GRANT INSERT, SELECT ON {schema}.outbox_snapshot_requests TO {roles.sweeper}, "
         f"{roles.admin}",
+        # the sweeper checks the relays' retention against its routes' parks
+        f"GRANT SELECT ON {schema}.outbox_relays TO {roles.sweeper}",
         *(f"GRANT {DML} ON {schema}.{table} TO {consumers}" for table in CONSUMER_TABLES),
         *(f"GRANT {DML} ON {schema}.{table} TO {consumers}" for table in projections),
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {consumers}",

@@ -22,6 +22,7 @@ from consumer.kinds.steps.drain import drain
 from consumer.kinds.steps.gaps import GapStatus
 from consumer.kinds.steps.parking import lot_of
 from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.retention import RetentionWatch
 from consumer.kinds.steps.route import StepRoute
 from consumer.kinds.steps.runner import StepApplier
 from schemas import DecodeError, decode, tracing
@@ -49,6 +50,7 @@ class StepDuties(Duties):
         self.lot = lot_of(tools)
         self.parked_cap = settings.max_message_bytes + tracing.STAMP_ROOM
         self._asker = Asker(settings)
+        self._retention = RetentionWatch(tools.conn, settings.outbox_database_url)
         # Each step route started as the consumer starts it, to drain what became due.
         self.steps = {r.stream: StepApplier(r) for r in routes}
         for applier in self.steps.values():
@@ -59,6 +61,7 @@ class StepDuties(Duties):
     def close(self) -> None:
         """Close the connection snapshot requests were written on, if one was opened."""
         self._asker.close()
+        self._retention.close()
 
     # ------------------------------------------------------------------ sweeping
 
@@ -305,6 +308,8 @@ class StepDuties(Duties):
             metrics.GAPS_OPEN.labels(status).set(counts.get(status, 0))
         if not every:
             return
+        parks = {stream: applier.route.park_ttl_s for stream, applier in self.steps.items()}
+        self._retention.check(parks, self.tools.settings.worst_case_repair_s())
         total, oldest_age = 0, 0.0
         for stream in self.steps:
             sizes = self.lot.sizes(stream)
