@@ -47,6 +47,11 @@ REPUBLISH_RESULTS = Counter(
     "ignored) or invalid (committed, never retried)",
     ["outcome"],
 )
+HISTORY_DELETED = Counter(
+    "history_rows_deleted_total",
+    "Rows of the consumer's history deleted past INORDER_HISTORY_RETENTION_S",
+    ["table"],
+)
 SWEEP_DURATION = Histogram(
     "sweep_duration_seconds",
     "One sweep over every route's overdue entities",

@@ -208,6 +208,19 @@ class SweeperSettings(RouteSettings, RepairTimingSettings):
         description="A sweeper that stops renewing loses the lease after this long; a standby "
         "takes over",
     )
+    history_retention_s: float = Field(
+        default=30 * 86_400,
+        ge=0,
+        description="The consumer's history older than this is deleted by the active sweeper: "
+        "steps applied, calls finished, failures of applied steps, resolved gaps, letters "
+        "decided, held copies sent back (30 days); open work and progress are kept; 0 keeps all",
+    )
+    history_interval_s: float = Field(
+        default=600.0, gt=0, description="How often the active sweeper deletes old history"
+    )
+    history_batch_rows: int = Field(
+        default=1_000, ge=1, description="Most history rows deleted per table in one pass"
+    )
     gauge_interval_s: float = Field(
         default=15.0,
         gt=0,

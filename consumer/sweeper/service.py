@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Message
 from consumer import metrics, tables
 from consumer.kinds import KINDS, Answered, Duties, Kind, Resources, Route, SweepReport
 from consumer.settings import SweeperSettings
+from consumer.sweeper import history
 from consumer.sweeper.lease import Lease
 from schemas import tracing
 from schemas.limits import safe_text
@@ -153,7 +154,22 @@ class Sweeper:
         if active and now >= due["gauges"]:
             due["gauges"] = now + self.settings.gauge_interval_s
             self.export_gauges()
+        if active and now >= due.get("history", 0.0):
+            due["history"] = now + self.settings.history_interval_s
+            self.forget_history()
         return active
+
+    def forget_history(self) -> None:
+        """Delete a slice of the history past its retention (none when it is 0)."""
+        retention_s = self.settings.history_retention_s
+        if not retention_s:
+            return
+        gone = history.forget(self.resources.conn, retention_s, self.settings.history_batch_rows)
+        for table, rows in gone.items():
+            if rows:
+                metrics.HISTORY_DELETED.labels(table).inc(rows)
+        if any(gone.values()):
+            log.info("history_forgotten", **{t: n for t, n in gone.items() if n})
 
     def _read_results(self, *, active: bool) -> None:
         """Join the results' group while active, leave it when standing by.
