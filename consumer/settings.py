@@ -224,8 +224,8 @@ class SweeperSettings(RouteSettings, RepairTimingSettings):
     gauge_interval_s: float = Field(
         default=15.0,
         gt=0,
-        description="How often the parked-events, gaps and batch gauges are recomputed (their "
-        "cost grows with parked entities)",
+        description="How often the parked-events, gaps and batch gauges are recomputed (parked "
+        "events are read from counters the parks keep: two reads per bucket)",
     )
     max_overdue_per_sweep: int = Field(
         default=1000,

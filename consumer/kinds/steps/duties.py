@@ -312,10 +312,10 @@ class StepDuties(Duties):
         self._retention.check(parks, self.tools.settings.worst_case_repair_s())
         total, oldest_age = 0, 0.0
         for stream in self.steps:
-            sizes = self.lot.sizes(stream)
-            total += sum(size for _, size, _ in sizes)
-            if sizes:  # ages on the server's clock, which wrote the park times
-                oldest_age = max(oldest_age, self.lot.now(stream) - min(t for _, _, t in sizes))
+            parked, since = self.lot.totals(stream)
+            total += parked
+            if since is not None:  # ages on the server's clock, which wrote the park times
+                oldest_age = max(oldest_age, self.lot.now(stream) - since)
         metrics.PARKED_CURRENT.set(total)
         metrics.PARKED_OLDEST_AGE.set(oldest_age)
 

@@ -8,6 +8,12 @@ The bucket's index and the sets of its entities share one Redis Cluster hash tag
   (member = the raw event, score = seq), with the route's park TTL;
 - ``<prefix>:parkindex:{<route>:<bucket>}``: the bucket's parked entities
   (member = entity, score = first park time on the Redis server's clock);
+- ``<prefix>:parkcounts:{<route>:<bucket>}``: events parked per entity of the bucket (a
+  hash), and ``<prefix>:parktotal:{<route>:<bucket>}``: their sum, both kept by the park
+  and removal scripts, so the parked-events gauge reads one number per bucket instead of
+  every entity's set;
+- ``<prefix>:parkcounted:<route>``: set once the route's counts were taken from its sets
+  (parks of releases before the counts are counted on the sweeper's first gauge pass);
 - ``<prefix>:parklayout``: the bucket count the keys were written with;
 - ``<prefix>:parkmarks:<route>``: set once every park of the route has its mark in
   PostgreSQL (parks of releases before the marks are marked on the first batch).
@@ -41,11 +47,12 @@ if TYPE_CHECKING:
     from consumer.kinds._resources import Resources
     from consumer.settings import RouteSettings
 
-# KEYS: set, index, bytes. ARGV: member, seq, cap, ttl, entity, cap in bytes.
+# KEYS: set, index, bytes, counts, total. ARGV: member, seq, cap, ttl, entity, cap in bytes.
 # A member already there is only kept longer. Otherwise, unless the set is at its cap in
 # events or in bytes (its members' lengths, counted beside it), index the entity at the
-# server's time, ZADD, count the bytes and renew the TTLs. Returns the set's size, or
-# -1 when refused (a set that expired leaves its count behind: counted anew).
+# server's time, ZADD, count the event and its bytes and renew the TTLs. Returns the set's
+# size, or -1 when refused (a set that expired leaves its counts behind: they are taken
+# back and counted anew).
 _PARK = """
 local size = redis.call('ZCARD', KEYS[1])
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -55,6 +62,11 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 if size == 0 then
   redis.call('DEL', KEYS[3])
+  local stale = tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0')
+  if stale ~= 0 then
+    redis.call('DECRBY', KEYS[5], stale)
+    redis.call('HDEL', KEYS[4], ARGV[5])
+  end
 end
 local held = tonumber(redis.call('GET', KEYS[3]) or '0')
 if size >= tonumber(ARGV[3]) or held + #ARGV[1] > tonumber(ARGV[6]) then
@@ -64,24 +76,55 @@ local now = redis.call('TIME')
 redis.call('ZADD', KEYS[2], 'NX', now[1] + now[2] / 1000000, ARGV[5])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('INCRBY', KEYS[3], #ARGV[1])
+redis.call('HINCRBY', KEYS[4], ARGV[5], 1)
+redis.call('INCR', KEYS[5])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('EXPIRE', KEYS[3], ARGV[4])
 return size + 1
 """
 
-# KEYS: set, index, bytes. ARGV: entity, members to remove... Uncounts what it removes;
-# drops the index entry and the count when the set is left empty; returns the set's size.
+# KEYS: set, index, bytes, counts, total. ARGV: entity, members to remove... Uncounts
+# what it removes; drops the index entry and the counts when the set is left empty (what
+# the entity's count still holds then is events its set lost another way: its TTL, or a
+# park of a release before the counts); returns the set's size.
 _REMOVE = """
-local gone = 0
+local gone, removed = 0, 0
 for i = 2, #ARGV do
-  gone = gone + redis.call('ZREM', KEYS[1], ARGV[i]) * #ARGV[i]
+  local r = redis.call('ZREM', KEYS[1], ARGV[i])
+  gone = gone + r * #ARGV[i]
+  removed = removed + r
+end
+if removed > 0 then
+  redis.call('HINCRBY', KEYS[4], ARGV[1], -removed)
+  redis.call('DECRBY', KEYS[5], removed)
 end
 local size = redis.call('ZCARD', KEYS[1])
 if size == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', KEYS[3])
+  local stale = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
+  if stale ~= 0 then
+    redis.call('DECRBY', KEYS[5], stale)
+  end
+  redis.call('HDEL', KEYS[4], ARGV[1])
 elseif gone > 0 then
   redis.call('DECRBY', KEYS[3], gone)
+end
+return size
+"""
+
+# KEYS: set, counts, total. ARGV: entity. Sets the entity's count to its set's size and
+# moves the total by the difference (relative, so parks meanwhile stay counted).
+_RECOUNT = """
+local size = redis.call('ZCARD', KEYS[1])
+local had = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if size == 0 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+else
+  redis.call('HSET', KEYS[2], ARGV[1], size)
+end
+if size ~= had then
+  redis.call('INCRBY', KEYS[3], size - had)
 end
 return size
 """
@@ -136,6 +179,7 @@ class ParkingLot:
         self.buckets = buckets
         self._park = Script(client, _PARK)
         self._remove = Script(client, _REMOVE)
+        self._recount = Script(client, _RECOUNT)
         self._overdue = Script(client, _OVERDUE)
         self._time = Script(client, _TIME)
 
@@ -151,10 +195,13 @@ class ParkingLot:
         return f"{self.prefix}:parkbytes:{self._tag(route, entity_id)}:{entity_id}"
 
     def _keys(self, route: str, entity_id: str) -> list[str]:
+        tag = self._tag(route, entity_id)
         return [
             self.entity_key(route, entity_id),
             self.index_key(route, entity_id),
             self.bytes_key(route, entity_id),
+            f"{self.prefix}:parkcounts:{tag}",
+            f"{self.prefix}:parktotal:{tag}",
         ]
 
     def index_key(self, route: str, entity_id: str) -> str:
@@ -164,6 +211,10 @@ class ParkingLot:
     def index_keys(self, route: str) -> list[str]:
         """Every bucket index of a route."""
         return [f"{self.prefix}:parkindex:{{{route}:{b}}}" for b in range(self.buckets)]
+
+    def counted_key(self, route: str) -> str:
+        """Set once the route's counts were taken from its sets."""
+        return f"{self.prefix}:parkcounted:{route}"
 
     def layout_key(self) -> str:
         """Where the bucket count the keys were written with is kept."""
@@ -315,6 +366,44 @@ class ParkingLot:
                 pipe.zcard(self.entity_key(route, entity))
             counts = pipe.execute()
         return [(entity, int(n), since) for (entity, since), n in zip(entries, counts, strict=True)]
+
+    def recount(self, route: str, entities: Sequence[str]) -> None:
+        """Take each entity's count from its set (and the totals by the difference)."""
+        calls = []
+        for entity in entities:
+            set_key, _, _, counts, total = self._keys(route, entity)
+            calls.append(([set_key, counts, total], [entity]))
+        self._scripted(self._recount, calls)
+
+    def totals(self, route: str) -> tuple[int, float | None]:
+        """Events parked over the route, and its oldest park time, from one counter and
+        the index's first entry per bucket (no entity's set is read).
+
+        The first call for a route counts every parked entity from its sets (parks of a
+        release before the counts), then marks the route counted. A total below zero
+        (events counted out that were never counted in) has the route counted again.
+        """
+        if not self.client.exists(self.counted_key(route)):
+            self.recount(route, [entity for entity, _ in self._index_entries(route)])
+            self.client.set(self.counted_key(route), "1")
+        total, oldest = self._read_totals(route)
+        if total < 0:
+            self.recount(route, [entity for entity, _ in self._index_entries(route)])
+            total, oldest = self._read_totals(route)
+        return max(total, 0), oldest
+
+    def _read_totals(self, route: str) -> tuple[int, float | None]:
+        """The sum of the route's bucket totals (negative if any is), and its oldest park."""
+        tags = [f"{{{route}:{b}}}" for b in range(self.buckets)]
+        with self.client.pipeline(transaction=False) as pipe:
+            for tag in tags:
+                pipe.get(f"{self.prefix}:parktotal:{tag}")
+                pipe.zrange(f"{self.prefix}:parkindex:{tag}", 0, 0, withscores=True)
+            found: list[Any] = pipe.execute()
+        totals = [int(raw or 0) for raw in found[0::2]]
+        firsts = [float(first[0][1]) for first in found[1::2] if first]
+        total = -1 if any(n < 0 for n in totals) else sum(totals)
+        return total, min(firsts, default=None)
 
     def overdue(self, route: str, deadline_s: float, limit: int) -> list[str]:
         """Up to ``limit`` entities of a route parked longer than ``deadline_s``, oldest first.
