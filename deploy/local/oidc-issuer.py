@@ -76,6 +76,14 @@ def handler(issuer: Issuer) -> type[BaseHTTPRequestHandler]:
     """The HTTP handler serving ``issuer``."""
 
     class Handler(BaseHTTPRequestHandler):
+        # A client silent for this long is cut; each is served in a thread of its own, its
+        # TLS handshake too, so one that never speaks holds up no other.
+        timeout = 10
+
+        def setup(self) -> None:
+            super().setup()  # the socket's timeout is set here
+            self.connection.do_handshake()
+
         def do_GET(self) -> None:
             if self.path == "/jwks":
                 self._json(200, issuer.jwks())
@@ -154,7 +162,11 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", given.port), handler(issuer))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(given.cert)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    # The handshake is each connection's own, in its thread (Handler.setup): made in the
+    # accepting loop, one silent client would stop every other.
+    server.socket = context.wrap_socket(
+        server.socket, server_side=True, do_handshake_on_connect=False
+    )
     sys.stderr.write(f"oidc issuer serving on https://127.0.0.1:{given.port}\n")
     sys.stderr.flush()
     server.serve_forever()

@@ -39,7 +39,7 @@ kscluster_ready() {
 }
 
 kafka_cluster_secure_start() {
-  local n voters="" cluster_id scram=()
+  local n voters="" cluster_id
   secure_credentials
   secure_certs
   ensure_kafka_jars
@@ -56,7 +56,6 @@ kafka_cluster_secure_start() {
     kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1 >"$KSCLUSTER_DIR/cluster.id"
   fi
   cluster_id=$(cat "$KSCLUSTER_DIR/cluster.id")
-  mapfile -t scram < <(scram_arguments)
   declare -ga KSCLUSTER_FROM=()
   for n in "${CLUSTER_NODES[@]}"; do
     local dir=$KSCLUSTER_DIR/$n
@@ -79,8 +78,9 @@ kafka_cluster_secure_start() {
     if [ ! -f "$dir/data/meta.properties" ]; then
       kafka_java -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
         -Dkafka.logs.dir="$dir/logs" kafka.tools.StorageTool format -t "$cluster_id" \
-        -c "$dir/server.properties" "${scram[@]}" >"$dir/logs/format.log" 2>&1 \
+        -c "$dir/server.properties" "$(scram_file "$dir")" >"$dir/logs/format.log" 2>&1 \
         || die "Kafka (secure) node $n storage format failed, see $dir/logs/format.log"
+      rm -f "$dir/scram.args"
     fi
     KSCLUSTER_FROM[n]=$(log_size "$dir/logs/server.log")
     setsid nohup java -Xms256m -Xmx512m -XX:+UseG1GC -XX:TieredStopAtLevel=1 \
@@ -109,8 +109,8 @@ kafka_cluster_secure_status() {
 
 rscluster_port() { echo $((CLUSTER_BASE + 20 + $1)); }
 rscluster_cli() {
-  redis-cli --tls --cacert "$CERTS/ca.pem" -h 127.0.0.1 -p "$(rscluster_port "$1")" \
-    --user inorder-super --pass "$(password super)" --no-auth-warning "${@:2}"
+  REDISCLI_AUTH=$(password super) redis-cli --tls --cacert "$CERTS/ca.pem" -h 127.0.0.1 \
+    -p "$(rscluster_port "$1")" --user inorder-super "${@:2}"
 }
 rscluster_node_ready() { [ "$(rscluster_cli "$1" ping 2>/dev/null)" = PONG ]; }
 rscluster_ok() {
@@ -152,8 +152,8 @@ redis_cluster_secure_start() {
   done
   if [ "$(rscluster_cli 1 cluster info | tr -d '\r' | sed -n 's/^cluster_known_nodes://p')" = 1 ]; then
     say "creating the Redis Cluster (secure; 3 masters, 1 replica each)"
-    redis-cli --tls --cacert "$CERTS/ca.pem" --user inorder-super --pass "$(password super)" \
-      --no-auth-warning --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
+    REDISCLI_AUTH=$(password super) redis-cli --tls --cacert "$CERTS/ca.pem" \
+      --user inorder-super --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
       >"$RSCLUSTER_DIR/create.log" 2>&1 \
       || die "redis-cli --cluster create failed, see $RSCLUSTER_DIR/create.log"
   fi

@@ -2,8 +2,9 @@
 # Kafka as a platform team runs them, on loopback, on ports of their own beside the
 # plaintext stack.
 #
-# - A CA and one server certificate (127.0.0.1 and localhost; server and client use,
-#   so the broker also presents it to its controller) made with openssl at first start.
+# - A CA and a certificate per server (127.0.0.1 and localhost; CN inorder-postgres,
+#   -redis, -kafka, -oidc), made with openssl at first start. Kafka's has client use
+#   too: brokers present it to their controllers, and only its name is a super user.
 # - PostgreSQL: ssl = on, password authentication (scram-sha-256) over TLS only; a role
 #   per program. The superuser logs in only through a socket in a folder of its own.
 # - Redis: a TLS port only (the plain port is closed), the default user off, an ACL user
@@ -17,7 +18,9 @@
 #
 # Every password is made once at random and ends in the characters a URL reserves, so
 # every program meets a password that must be percent-encoded; they are kept in
-# credentials.env (mode 600). `stack env --secure` prints what the programs need.
+# credentials.env (mode 600) and never put on a command line (psql reads them on stdin,
+# redis-cli from REDISCLI_AUTH, Kafka's storage tool from a file only its owner reads).
+# `stack env --secure` prints what the programs need.
 
 SECURE_DIR=$STATE/secure
 PG_SECURE_PORT=${INORDER_PG_SECURE_PORT:-15442}
@@ -62,24 +65,45 @@ password() { sed -n "s/^${1^^}_PASSWORD=//p" "$SECURE_DIR/credentials.env"; }
 # encoded NAME: its password percent-encoded for a URL.
 encoded() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$(password "$1")"; }
 
-secure_certs() {
-  [ -f "$CERTS/server.pem" ] && return 0
-  mkdir -p "$CERTS"
-  say "making a CA and a server certificate in $CERTS"
+# The servers that present a certificate, each its own (a key that leaks from one
+# cannot pose as another): PostgreSQL, Redis, Kafka (its listeners, and the controllers'
+# mutual TLS, whose name alone is a Kafka super user) and the OIDC issuer.
+SERVER_CERTS=(postgres redis kafka oidc)
+
+# server_cert NAME: CERTS/NAME.pem and NAME.key (and NAME-keystore.pem, key then
+# certificate) for 127.0.0.1 and localhost, CN inorder-NAME, signed by the stack's CA.
+server_cert() {
+  [ -f "$CERTS/$1.pem" ] && return 0
   (
     umask 077
     cd "$CERTS"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
-      -subj "/CN=inorder local CA" >/dev/null 2>&1
-    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out server.key >/dev/null 2>&1
-    openssl req -new -key server.key -out server.csr -subj "/CN=inorder-stack" >/dev/null 2>&1
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1.key" >/dev/null 2>&1
+    openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=inorder-$1" >/dev/null 2>&1
     printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" \
-      "extendedKeyUsage=serverAuth,clientAuth" >server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile server.ext -out server.pem >/dev/null 2>&1
-    cat server.key server.pem >server-keystore.pem
-  ) || die "openssl could not make the certificates in $CERTS"
-  chmod 644 "$CERTS/ca.pem" "$CERTS/server.pem"
+      "extendedKeyUsage=serverAuth,clientAuth" >"$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile "$1.ext" -out "$1.pem" >/dev/null 2>&1
+    cat "$1.key" "$1.pem" >"$1-keystore.pem"
+    rm -f "$1.csr" "$1.ext"
+  ) || die "openssl could not make the $1 certificate in $CERTS"
+  chmod 644 "$CERTS/$1.pem"
+}
+
+secure_certs() {
+  mkdir -p "$CERTS"
+  if [ ! -f "$CERTS/ca.pem" ]; then
+    say "making a CA in $CERTS"
+    (
+      umask 077
+      cd "$CERTS"
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+        -subj "/CN=inorder local CA" >/dev/null 2>&1
+    ) || die "openssl could not make the CA in $CERTS"
+    chmod 644 "$CERTS/ca.pem"
+  fi
+  local name
+  for name in "${SERVER_CERTS[@]}"; do server_cert "$name"; done
+  rm -f "$CERTS"/server.{pem,key,csr,ext} "$CERTS/server-keystore.pem"  # the one for all
 }
 
 # ---------------------------------------------------------------- postgres
@@ -99,10 +123,10 @@ postgres_secure_start() {
   secure_certs
   local bin; bin=$(pg_bin)
   mkdir -p "$PG_SECURE_DIR/run" "$PG_SECURE_DIR/tls"
-  cp "$CERTS/server.pem" "$CERTS/server.key" "$CERTS/ca.pem" "$PG_SECURE_DIR/tls/"
+  cp "$CERTS/postgres.pem" "$CERTS/postgres.key" "$CERTS/ca.pem" "$PG_SECURE_DIR/tls/"
   chmod 700 "$PG_SECURE_DIR/run"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$PG_SECURE_DIR"
-  chmod 600 "$PG_SECURE_DIR/tls/server.key"
+  chmod 600 "$PG_SECURE_DIR/tls/postgres.key"
   if [ ! -f "$PG_SECURE_DIR/data/PG_VERSION" ]; then
     say "initdb $PG_SECURE_DIR/data"
     as_pg "$bin/initdb" -D "$PG_SECURE_DIR/data" -U postgres --auth-local=trust \
@@ -116,8 +140,8 @@ postgres_secure_start() {
   fi
   as_pg "$bin/pg_ctl" -D "$PG_SECURE_DIR/data" -l "$PG_SECURE_DIR/server.log" -w -t "$WAIT_S" \
     -o "-p $PG_SECURE_PORT -k $PG_SECURE_DIR/run -c listen_addresses=127.0.0.1 \
-       -c max_connections=100 -c ssl=on -c ssl_cert_file=$PG_SECURE_DIR/tls/server.pem \
-       -c ssl_key_file=$PG_SECURE_DIR/tls/server.key -c ssl_ca_file=$PG_SECURE_DIR/tls/ca.pem \
+       -c max_connections=100 -c ssl=on -c ssl_cert_file=$PG_SECURE_DIR/tls/postgres.pem \
+       -c ssl_key_file=$PG_SECURE_DIR/tls/postgres.key -c ssl_ca_file=$PG_SECURE_DIR/tls/ca.pem \
        -c password_encryption=scram-sha-256" \
     start >/dev/null || die "postgres (secure) did not start; its log is $PG_SECURE_DIR/server.log"
   wait_for postgres_secure "$PG_SECURE_DIR/server.log" pg_secure_ready postgres
@@ -144,7 +168,7 @@ postgres_secure_roles() {
     sql+="DO \$\$ BEGIN CREATE ROLE inorder_$name LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$;"
     sql+="ALTER ROLE inorder_$name PASSWORD '$(password "$name" | sed "s/'/''/g")';"
   done
-  pg_secure_sql -d postgres -c "$sql"
+  pg_secure_sql -d postgres <<<"$sql"  # on stdin: passwords stay off command lines
   if ! pg_secure_ready "$PG_DB"; then
     pg_secure_sql -d postgres -c "CREATE DATABASE $PG_DB OWNER inorder_owner"
   fi
@@ -164,14 +188,14 @@ postgres_secure_status() { pid_alive "$PG_SECURE_DIR/data/postmaster.pid" && pg_
 # ---------------------------------------------------------------- redis
 
 redis_secure_cli() {
-  redis-cli --tls --cacert "$CERTS/ca.pem" -h 127.0.0.1 -p "$REDIS_SECURE_PORT" \
-    --user inorder-super --pass "$(password super)" --no-auth-warning "$@"
+  REDISCLI_AUTH=$(password super) redis-cli --tls --cacert "$CERTS/ca.pem" -h 127.0.0.1 \
+    -p "$REDIS_SECURE_PORT" --user inorder-super "$@"
 }
 redis_secure_ready() { [ "$(redis_secure_cli ping 2>/dev/null)" = PONG ]; }
 
 # redis.conf lines: TLS on PORT only (the plain port is set to 0 apart).
 redis_tls_settings() {
-  printf '%s\n' "tls-port $1" "tls-cert-file $CERTS/server.pem" "tls-key-file $CERTS/server.key" \
+  printf '%s\n' "tls-port $1" "tls-cert-file $CERTS/redis.pem" "tls-key-file $CERTS/redis.key" \
     "tls-ca-cert-file $CERTS/ca.pem" "tls-auth-clients no"
 }
 
@@ -235,7 +259,7 @@ oidc_keys() {
   oidc_issuer --jwks-only || die "the OIDC issuer could not write $OIDC_DIR/jwks.json"
 }
 
-OIDC_ARGS=(--port "$OIDC_PORT" --cert "$CERTS/server-keystore.pem" --signing-key
+OIDC_ARGS=(--port "$OIDC_PORT" --cert "$CERTS/oidc-keystore.pem" --signing-key
   "$OIDC_DIR/signing.key" --clients "$OIDC_DIR/clients" --jwks-out "$OIDC_DIR/jwks.json")
 # Debian's python3, whose python3-jwt and python3-cryptography the stack installs.
 oidc_issuer() { /usr/bin/python3 "$HERE/oidc-issuer.py" "${OIDC_ARGS[@]}" "$@"; }
@@ -284,6 +308,13 @@ scram_arguments() {
   done
 }
 
+# scram_file DIR: those arguments in DIR/scram.args (only its owner reads it), for
+# StorageTool to read as @DIR/scram.args: the passwords stay off command lines.
+scram_file() {
+  (umask 077 && scram_arguments >"$1/scram.args")
+  echo "@$1/scram.args"
+}
+
 # Started: the broker says so in its log, and its SASL_SSL port answers TLS with our CA.
 # (Debian's kcat fails every SCRAM-SHA-512 login, so it cannot be the check here.)
 # secure_broker_up LOG FROM PORT: LOG says the broker started, past its first FROM bytes,
@@ -330,15 +361,16 @@ kafka_secure_start() {
     rm -rf "$KAFKA_SECURE_DIR/data" && mkdir -p "$KAFKA_SECURE_DIR/data"
   fi
   if [ ! -f "$KAFKA_SECURE_DIR/data/meta.properties" ]; then
-    local cluster_id scram=()
+    local cluster_id scram
     cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-    mapfile -t scram < <(scram_arguments)
+    scram=$(scram_file "$KAFKA_SECURE_DIR")
     say "formatting Kafka (secure) storage with a SCRAM principal per program"
     kafka_java -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
       -Dkafka.logs.dir="$KAFKA_SECURE_DIR/logs" kafka.tools.StorageTool format --standalone \
-      -t "$cluster_id" -c "$KAFKA_SECURE_DIR/server.properties" "${scram[@]}" \
+      -t "$cluster_id" -c "$KAFKA_SECURE_DIR/server.properties" "$scram" \
       >"$KAFKA_SECURE_DIR/logs/format.log" 2>&1 \
       || die "Kafka (secure) storage format failed, see $KAFKA_SECURE_DIR/logs/format.log"
+    rm -f "$KAFKA_SECURE_DIR/scram.args"
     echo "${SECURE_PRINCIPALS[*]}" >"$KAFKA_SECURE_DIR/principals"
   fi
   KAFKA_SECURE_FROM=$(log_size "$KAFKA_SECURE_DIR/logs/server.log")
