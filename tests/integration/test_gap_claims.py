@@ -56,3 +56,25 @@ def test_a_skip_and_a_heal_meeting_on_one_gap_leave_the_first_decision(
         assert final is not None
         decided = (final.status, final.resolved_by, final.reason)
         assert decided == ("skipped", "ana", "lost upstream")
+
+
+def test_a_sweep_reads_only_the_gaps_their_entities_have_passed(pg_schema: PgSchema) -> None:
+    """Of four open gaps, the two whose entity applied past them (or moved to a newer
+    generation), oldest first and at most as many as asked; never a resolved one."""
+    ss.prepare(pg_schema)
+    with pg_schema.connect(autocommit=True) as conn:
+        for entity, progress in (("past", (1, 9)), ("short", (1, 3)), ("newer", (2, 1))):
+            assert gaps.open_gap(conn, ss.STREAM, entity, (1, 3, 5), "ledger.step")
+            conn.execute(
+                "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
+                "VALUES (%s, %s, %s, %s)",
+                (ss.STREAM, entity, *progress),
+            )
+        assert gaps.open_gap(conn, ss.STREAM, "unknown", (1, 3, 5), "ledger.step")
+        found = [gap.entity_id for gap in gaps.passed(conn, ss.STREAM, 10)]
+        assert found == ["past", "newer"]
+        assert [gap.entity_id for gap in gaps.passed(conn, ss.STREAM, 1)] == ["past"]
+        first = gaps.find(conn, ss.STREAM, "past")
+        assert first is not None
+        assert gaps.resolve(conn, first, gaps.GapStatus.HEALED, "sweeper", "range applied")
+        assert [gap.entity_id for gap in gaps.passed(conn, ss.STREAM, 10)] == ["newer"]

@@ -101,7 +101,7 @@ class StepDuties(Duties):
 
     def _heal(self, route: str, report: SweepReport) -> None:
         conn = self.tools.conn
-        open_gaps = gaps.unresolved(conn, route)
+        open_gaps = gaps.passed(conn, route, self.tools.settings.max_overdue_per_sweep)
         store = self.steps[route].store
         progress = store.read(conn, [g.entity_id for g in open_gaps])
         for gap in open_gaps:

@@ -108,13 +108,18 @@ def healed(gap: Gap, progress: Progress) -> bool:
     return progress.last_applied >= gap.to_seq
 
 
-def unresolved(conn: Conn, route: str | None = None) -> list[Gap]:
-    """Open, requested and unrecoverable gaps, oldest first."""
+def passed(conn: Conn, route: str, most: int) -> list[Gap]:
+    """Up to ``most`` unresolved gaps of ``route`` whose entity has applied past them (or
+    moved to a newer generation), oldest first: found by the database, so a sweep reads
+    the gaps it can resolve, not every gap still open."""
     with conn.cursor(row_factory=class_row(Gap)) as cur:
         return cur.execute(
-            f"SELECT {_COLUMNS} FROM inorder_gaps WHERE status = ANY(%s) "  # noqa: S608
-            "AND (%s::text IS NULL OR route = %s) ORDER BY first_seen",
-            (UNRESOLVED, route, route),
+            f"SELECT {_COLUMNS} FROM inorder_gaps g WHERE status = ANY(%s) "  # noqa: S608
+            "AND route = %s AND EXISTS (SELECT 1 FROM inorder_step_progress p "
+            "WHERE p.route = g.route AND p.entity_id = g.entity_id "
+            "AND (p.generation > g.generation OR (p.generation = g.generation "
+            "AND p.last_applied >= g.to_seq))) ORDER BY first_seen LIMIT %s",
+            (UNRESOLVED, route, most),
         ).fetchall()
 
 
