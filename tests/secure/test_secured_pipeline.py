@@ -7,6 +7,7 @@ per program; Kafka ACLs from ``schemas.security``; the owner migrates and grants
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
@@ -67,10 +68,26 @@ def test_every_program_runs_end_to_end_with_its_own_least_privilege_credentials(
     _every_connection_is_encrypted(run)
     codes = run.stop()
     assert all(code == 0 for code in codes.values()), codes
+    _no_output_carries_a_password(run, audit.stdout + audit.stderr)
     with run.secured.owner() as conn:
         conn.execute(f"SET search_path = {run.secured.schema}")
         gaps = conn.execute("SELECT status FROM inorder_gaps").fetchall()
     assert gaps == [("healed",)]
+
+
+def _no_output_carries_a_password(run: Run, *more: str) -> None:
+    """Every program's log and the admin's output, with every principal's password in
+    them (each ends in `-%/#@?`): none shows one, as written or percent-encoded."""
+    passwords = [
+        value
+        for name, value in run.secured.env.items()
+        if name.startswith("INORDER_SECURE_KAFKA_PASSWORD_")
+    ]
+    assert passwords
+    said = "".join(log.read_text() for log in run.tmp.glob("*.log")) + "".join(more)
+    assert said.strip()
+    shown = [p for p in passwords if p in said or quote(p, safe="") in said]
+    assert shown == []
 
 
 def read_topic(run: Run, topic: str, count: int) -> list[Event]:
