@@ -117,28 +117,27 @@ def test_old_history_goes_and_what_still_matters_stays(conn: psycopg.Connection[
     assert left == [("new",)]  # the open letter stays, however old
 
 
-def test_each_pass_deletes_at_most_its_slice_oldest_first(conn: psycopg.Connection[Any]) -> None:
-    """Seven old log rows and a slice of three: three, then three, then one."""
-    for n in range(7):
+def _logged(conn: psycopg.Connection[Any], steps: int) -> None:
+    """Seqs 1..steps logged 10, 9, 8 ... hours ago: the first the oldest."""
+    for n in range(steps):
         conn.execute(
             "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
             "event_type, applied_at) VALUES ('r', 'e', 1, %s, 'x', 'r.t', "
             "now() - make_interval(hours => 10 - %s))",
             (n + 1, n),
         )
+
+
+def test_each_pass_deletes_at_most_its_slice_oldest_first(conn: psycopg.Connection[Any]) -> None:
+    """Seven old log rows and a slice of three: three, then three, then one."""
+    _logged(conn, 7)
     slices = [history.forget(conn, 3600, 3)["inorder_step_log"] for _ in range(4)]
     assert slices == [3, 3, 1, 0]
 
 
 def test_the_oldest_go_first(conn: psycopg.Connection[Any]) -> None:
     """A slice takes the oldest rows: the newest old row is the one left."""
-    for n in range(3):
-        conn.execute(
-            "INSERT INTO inorder_step_log (route, entity_id, generation, seq, event_id, "
-            "event_type, applied_at) VALUES ('r', 'e', 1, %s, 'x', 'r.t', "
-            "now() - make_interval(hours => 10 - %s))",
-            (n + 1, n),
-        )
+    _logged(conn, 3)
     history.forget(conn, 3600, 2)
     assert conn.execute("SELECT seq FROM inorder_step_log").fetchall() == [(3,)]
 
