@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import tomllib
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -264,3 +265,15 @@ def _podman_version(engine: Engine) -> tuple[int, ...]:
     """podman's version as numbers (4, 3, 1)."""
     text = engine.run("version", "--format", "{{.Client.Version}}")
     return tuple(int(part) for part in text.split("-")[0].split(".") if part.isdigit())
+
+
+def test_the_image_names_its_version_and_its_base_by_digest(engine: Engine) -> None:
+    """OCI labels: the project's version, the base image's name and digest; a version tag."""
+    raw = engine.run("image", "inspect", IMAGE, "--format", "{{json .Config.Labels}}")
+    labels = json.loads(raw) or {}
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert labels["org.opencontainers.image.version"] == version
+    assert labels["org.opencontainers.image.base.name"]
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    tagged = engine.run("image", "inspect", f"inorder:{version}", "--format", "{{.Id}}")
+    assert tagged == engine.run("image", "inspect", IMAGE, "--format", "{{.Id}}")
