@@ -42,24 +42,26 @@ BEGIN
 END;
 $$;
 
+-- The function runs with the search path the migration ran with (the outbox's schema),
+-- so its query names outbox_writers plainly and is planned once per session, and no
+-- caller's search path can send it to another table.
 CREATE FUNCTION inorder_outbox_writers() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     refused record;
 BEGIN
-    IF pg_has_role((SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+    IF pg_has_role((SELECT relowner FROM pg_catalog.pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
         RETURN NULL;
     END IF;
-    EXECUTE format(
-        'SELECT r.entity_type, r.event_type FROM inorder_written r
-          WHERE NOT EXISTS (
-                SELECT 1 FROM %I.outbox_writers w
-                 WHERE w.entity_type IN (r.entity_type, ''*'')
-                   AND w.event_type IN (r.event_type, ''*'')
-                   AND pg_has_role(w.role, ''MEMBER''))
-          LIMIT 1', TG_TABLE_SCHEMA)
-        INTO refused;
-    IF refused IS NOT NULL THEN
+    SELECT r.entity_type, r.event_type INTO refused
+      FROM inorder_written r
+     WHERE NOT EXISTS (
+           SELECT 1 FROM outbox_writers w
+            WHERE w.entity_type IN (r.entity_type, '*')
+              AND w.event_type IN (r.event_type, '*')
+              AND pg_has_role(w.role, 'MEMBER'))
+     LIMIT 1;
+    IF FOUND THEN
         RAISE EXCEPTION 'role % may not write % events of entity type % to the outbox',
                 current_user, refused.event_type, refused.entity_type
             USING ERRCODE = 'insufficient_privilege',
