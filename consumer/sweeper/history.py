@@ -3,7 +3,10 @@
 What the consumer records as it goes (each step it applied, each call it finished, each
 failure, each gap, each letter a person decided, each held copy sent back) grows without
 end unless something deletes it. The active sweeper deletes rows older than
-``INORDER_HISTORY_RETENTION_S``, at most ``most`` per table per pass, oldest first.
+``INORDER_HISTORY_RETENTION_S``, at most ``most`` per table per pass, in the table's
+order: rows are written in time order, so that is oldest first, and a pass reads the
+old blocks it deletes from (through a block-range index) instead of sorting every old
+row of a table that may hold millions.
 
 What still matters is never deleted, whatever its age: a letter still open, a gap not
 resolved, a call not finished, a failure whose step is not applied yet, a held copy not
@@ -53,7 +56,7 @@ def forget(conn: Conn, retention_s: float, most: int) -> dict[str, int]:
     for table, (which, age) in FORGETTABLE.items():
         statement = (
             f"DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} t "  # noqa: S608
-            f"WHERE {age} < %(cutoff)s AND {which} ORDER BY {age} LIMIT %(most)s)"
+            f"WHERE {age} < %(cutoff)s AND {which} LIMIT %(most)s)"
         )
         with conn.transaction():
             cutoff = conn.execute(
