@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from psycopg import sql
+
 from schemas.batches import (
     ACCEPTED,
     ASSEMBLED,
@@ -109,10 +111,6 @@ def outbox_writes(
     return list(dict.fromkeys(writes))
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def postgres_grants(
     roles: Roles,
     schema: str,
@@ -143,7 +141,7 @@ def postgres_grants(
         f"GRANT SELECT ON {schema}.outbox_writers TO {inserts}",
         *(  # statements for the owner to run, shown in the README; values quoted as literals
             f"INSERT INTO {schema}.outbox_writers (role, entity_type, event_type) VALUES "  # noqa: S608
-            f"({_literal(w.role)}, {_literal(w.entity_type)}, {_literal(w.event_type)}) "
+            f"({sql.quote(w.role)}, {sql.quote(w.entity_type)}, {sql.quote(w.event_type)}) "
             "ON CONFLICT DO NOTHING"
             for w in writes
         ),
