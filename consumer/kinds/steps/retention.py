@@ -66,7 +66,8 @@ class RetentionWatch:
         self._own = own
         self._url = outbox_url
         self._conn: Conn | None = None
-        self._said: str | None = None
+        self._said: str | None = None  # the last verdict logged
+        self._refused = False  # the role may not read the relays' retention (said once)
 
     def check(self, parks: Mapping[str, int], repair_s: float) -> str | None:
         """The current shortfall (logged when it first shows, and when it is gone); while
@@ -74,14 +75,13 @@ class RetentionWatch:
         try:
             retentions = relay_retentions(self._outbox())
         except psycopg.errors.InsufficientPrivilege:
-            found = None
-            if self._said != "not allowed":
+            if not self._refused:
                 log.warning(
                     "retention_not_checked",
                     fix="grant SELECT ON outbox_relays to the sweeper's role",
                 )
-                self._said = "not allowed"
-            return None
+                self._refused = True
+            return self._said
         except psycopg.OperationalError:
             return self._said
         if not retentions:  # no live relay has said: nothing new to know
@@ -90,7 +90,7 @@ class RetentionWatch:
         if found != self._said:
             if found is not None:
                 log.error("retention_shorter_than_parks", detail=found)
-            elif self._said is not None:
+            else:  # it was short, and is no longer
                 log.info("retention_outlives_parks")
             self._said = found
         return found
