@@ -208,9 +208,13 @@ class ParkingLot:
         """The index of the entity's bucket, scored by first park time."""
         return f"{self.prefix}:parkindex:{self._tag(route, entity_id)}"
 
+    def _tags(self, route: str) -> list[str]:
+        """The hash tag of each bucket of a route."""
+        return [f"{{{route}:{b}}}" for b in range(self.buckets)]
+
     def index_keys(self, route: str) -> list[str]:
         """Every bucket index of a route."""
-        return [f"{self.prefix}:parkindex:{{{route}:{b}}}" for b in range(self.buckets)]
+        return [f"{self.prefix}:parkindex:{tag}" for tag in self._tags(route)]
 
     def counted_key(self, route: str) -> str:
         """Set once the route's counts were taken from its sets."""
@@ -384,19 +388,22 @@ class ParkingLot:
         (events counted out that were never counted in) has the route counted again.
         """
         if not self.client.exists(self.counted_key(route)):
-            self.recount(route, [entity for entity, _ in self._index_entries(route)])
+            self._recount_all(route)
             self.client.set(self.counted_key(route), "1")
         total, oldest = self._read_totals(route)
         if total < 0:
-            self.recount(route, [entity for entity, _ in self._index_entries(route)])
+            self._recount_all(route)
             total, oldest = self._read_totals(route)
         return max(total, 0), oldest
 
+    def _recount_all(self, route: str) -> None:
+        """Take the count of every entity the route's indexes hold from its set."""
+        self.recount(route, [entity for entity, _ in self._index_entries(route)])
+
     def _read_totals(self, route: str) -> tuple[int, float | None]:
         """The sum of the route's bucket totals (negative if any is), and its oldest park."""
-        tags = [f"{{{route}:{b}}}" for b in range(self.buckets)]
         with self.client.pipeline(transaction=False) as pipe:
-            for tag in tags:
+            for tag in self._tags(route):
                 pipe.get(f"{self.prefix}:parktotal:{tag}")
                 pipe.zrange(f"{self.prefix}:parkindex:{tag}", 0, 0, withscores=True)
             found: list[Any] = pipe.execute()
