@@ -51,7 +51,11 @@ FORGETTABLE: dict[str, tuple[str, str]] = {
 
 def forget(conn: Conn, retention_s: float, most: int) -> dict[str, int]:
     """Delete up to ``most`` forgettable rows older than ``retention_s`` from each table;
-    how many went from each. Each table in a transaction of its own."""
+    how many went from each. The cutoff is read once, on the database's clock; each table
+    goes in a transaction of its own."""
+    with conn.transaction():
+        row = conn.execute("SELECT now() - make_interval(secs => %s)", (retention_s,)).fetchone()
+    given = {"cutoff": row[0] if row else None, "most": most}
     gone: dict[str, int] = {}
     for table, (which, age) in FORGETTABLE.items():
         statement = (
@@ -59,11 +63,5 @@ def forget(conn: Conn, retention_s: float, most: int) -> dict[str, int]:
             f"WHERE {age} < %(cutoff)s AND {which} LIMIT %(most)s)"
         )
         with conn.transaction():
-            cutoff = conn.execute(
-                "SELECT now() - make_interval(secs => %s)", (retention_s,)
-            ).fetchone()
-            deleted = conn.execute(
-                statement, {"cutoff": cutoff[0] if cutoff else None, "most": most}
-            )
-            gone[table] = deleted.rowcount
+            gone[table] = conn.execute(statement, given).rowcount
     return gone
