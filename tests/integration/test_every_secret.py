@@ -16,7 +16,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,16 +31,11 @@ from producer.settings import ProducerSettings
 from producer.worker import WorkerSettings
 from schemas.runtime.config import InorderSettings, secret_variables
 from tests.conftest import PgSchema
+from tests.integration import step_support as ss
+from tests.integration import sweeper_support as sw
 from tests.support import services as svc
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUTES = """
-[[route]]
-stream = "ledger"
-kind = "step"
-[route.handlers]
-"ledger.added" = "tests.integration.step_handlers:record"
-"""
 # Made-up secrets, not credentials of anything: each setting gets its own.
 SECRET = "Zq{n}Kp%/#wV{n}x"  # noqa: S105 - made up, for the test
 # Secrets libraries read from the environment on their own.
@@ -108,7 +102,7 @@ def _free_port() -> int:
 
 def _environment(services: svc.Services, tmp: Path, **more: str) -> dict[str, str]:
     routes = tmp / "routes.toml"
-    routes.write_text(ROUTES)
+    routes.write_text(ss.routes_text())
     env = {
         k: v
         for k, v in os.environ.items()
@@ -128,10 +122,6 @@ def _environment(services: svc.Services, tmp: Path, **more: str) -> dict[str, st
     return env
 
 
-def _script(program: str) -> str:
-    return str(Path(sys.executable).parent / program)
-
-
 def _get(port: int, path: str) -> str:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as response:
@@ -146,7 +136,7 @@ def _run_service(program: str, env: dict[str, str]) -> str:
     """Start the service, read its endpoints for a while, stop it: everything it said."""
     port = _free_port()
     process = subprocess.Popen(
-        [_script(program)],
+        [sw.tool(program)],
         env={**env, "INORDER_HTTP_PORT": str(port)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -166,7 +156,7 @@ def _run_service(program: str, env: dict[str, str]) -> str:
 def _run_command(program: str, argv: tuple[str, ...], env: dict[str, str]) -> str:
     try:
         done = subprocess.run(
-            [_script(program), *argv],
+            [sw.tool(program), *argv],
             env=env,
             capture_output=True,
             text=True,
