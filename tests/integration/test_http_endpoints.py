@@ -1,12 +1,16 @@
-"""A service's HTTP port under a flood of idle connections: probes answered, threads bounded."""
+"""A service's HTTP port under a flood of idle connections or of scrapes: probes answered,
+threads and memory bounded."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import socket
+import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,11 +25,28 @@ pytestmark = pytest.mark.services
 IDLE = 5000
 
 
-def _threads(pid: int) -> int:
+def _status(pid: int, field: str) -> int:
+    """One number of the process's /proc status (``Threads``, ``VmHWM`` in KiB ...)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise AssertionError("no thread count")
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+@contextmanager
+def _relay(
+    outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A relay process serving its HTTP port (ready), and the port; it must end with 0."""
+    port = rs.free_port()
+    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, http_port=port)
+    process = rs.spawn(rs.relay_env(settings), tmp_path / "relay.log")
+    try:
+        wait_until(lambda: _ready(port), timeout_s=60)
+        yield process, port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
 
 
 def _probe(port: int, path: str) -> tuple[int, float]:
@@ -46,32 +67,21 @@ def test_five_thousand_idle_connections_neither_starve_probes_nor_pin_threads(
     outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
 ) -> None:
     """5,000 sockets that never send: /healthz still answers, the thread count stays put."""
-    port = rs.free_port()
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, http_port=port)
-    process = rs.spawn(rs.relay_env(settings), tmp_path / "relay.log")
     idle: list[socket.socket] = []
-    try:
-        wait_until(lambda: _ready(port), timeout_s=60)
-        before = _threads(process.pid)
-        for _ in range(IDLE):
-            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-        status, seconds = _probe(port, "/healthz")  # the probe's 5 s timeout: a hang guard
-        assert status == 200
-        print(f"http: /healthz answered in {seconds:.3f} s beside {IDLE} idle sockets")
-        assert _probe(port, "/metrics")[0] == 200
-        assert _threads(process.pid) <= before + 2  # the metrics render pool, at most
-    finally:
-        for conn in idle:
-            conn.close()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-
-
-def _peak_rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no RSS")
+    with _relay(outbox, services, topics, tmp_path) as (process, port):
+        try:
+            before = _status(process.pid, "Threads")
+            for _ in range(IDLE):
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            status, seconds = _probe(port, "/healthz")  # the probe's 5 s timeout: a hang guard
+            assert status == 200
+            print(f"http: /healthz answered in {seconds:.3f} s beside {IDLE} idle sockets")
+            assert _probe(port, "/metrics")[0] == 200
+            # the metrics render pool, at most
+            assert _status(process.pid, "Threads") <= before + 2
+        finally:
+            for conn in idle:
+                conn.close()
 
 
 async def _scrape(port: int, *, cut: bool) -> bool:
@@ -106,22 +116,15 @@ def test_a_metrics_flood_leaves_the_process_memory_flat_and_renders_bounded(
     outbox: PgSchema, services: Services, topics: rs.RelayTopics, tmp_path: Path
 ) -> None:
     """6,000 scrapes in waves of 200, a third cut unread: the rest answered, peak RSS flat."""
-    port = rs.free_port()
-    settings = rs.settings_for(outbox, services.kafka_bootstrap, topics, http_port=port)
-    process = rs.spawn(rs.relay_env(settings), tmp_path / "relay.log")
-    try:
-        wait_until(lambda: _ready(port), timeout_s=60)
+    with _relay(outbox, services, topics, tmp_path) as (process, port):
         asyncio.run(_flood(port, 3, FLOOD_WIDTH))  # warm: the pool and buffers made once
-        before = _peak_rss_kib(process.pid)
+        before = _status(process.pid, "VmHWM")  # peak RSS, KiB
         started = time.monotonic()
         answered = asyncio.run(_flood(port, FLOOD_ROUNDS, FLOOD_WIDTH))
         seconds = time.monotonic() - started
-        after = _peak_rss_kib(process.pid)
+        after = _status(process.pid, "VmHWM")
         expected = sum(1 for n in range(FLOOD_WIDTH) if n % 3) * FLOOD_ROUNDS
         print(f"http: {answered} scrapes in {seconds:.1f} s, RSS {before} -> {after} KiB")
         assert answered == expected
         assert after - before < 8 * 1024, (before, after)
         assert _probe(port, "/healthz")[0] == 200
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
