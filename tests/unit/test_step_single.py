@@ -9,10 +9,19 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
+from consumer.kinds.steps import script
 from consumer.kinds.steps.plan import Progress
-from consumer.kinds.steps.single import Became, Call, Statement, drive, drive_async, one_step
+from consumer.kinds.steps.single import (
+    Became,
+    Call,
+    Closing,
+    Opening,
+    drive,
+    drive_async,
+    one_step,
+)
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
 
@@ -28,21 +37,18 @@ def _store() -> StepStore:
     return StepStore(_Route())  # type: ignore[arg-type]
 
 
-def test_an_external_step_is_attempted_then_claimed_then_called_then_logged() -> None:
-    """Attempt (alone), claim, call, log: four exchanges, and the step applied."""
+def test_an_external_step_is_attempted_and_claimed_then_called_then_logged() -> None:
+    """Opening (attempt and claim), call, closing (log): three exchanges, and the step applied."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=True)
-    attempt = next(exchange)
-    assert isinstance(attempt, Statement)
-    assert (attempt.alone, attempt.rows) == (True, True)
-    assert "inorder_step_attempts" in attempt.query[0]
-    claim = exchange.send((1,))
-    assert isinstance(claim, Statement)
-    assert (claim.alone, claim.rows) == (False, True)
-    assert "UPDATE inorder_step_progress" in claim.query[0]
-    assert exchange.send((1,)) == Call(EVENT)
-    logged = exchange.send(None)
-    assert isinstance(logged, Statement)
-    assert (logged.rows, logged.alone) == (False, False)
+    opening = next(exchange)
+    assert isinstance(opening, Opening)
+    assert opening.attempt is not None
+    assert "inorder_step_attempts" in opening.attempt[0]
+    assert "UPDATE inorder_step_progress" in opening.claim[0]
+    assert exchange.send(((1,), (1,))) == Call(EVENT)
+    closing = exchange.send(None)
+    assert isinstance(closing, Closing)
+    assert "inorder_step_log" in closing.log[0]
     with pytest.raises(StopIteration) as done:
         exchange.send(None)
     assert done.value.value is Became.APPLIED
@@ -51,11 +57,11 @@ def test_an_external_step_is_attempted_then_claimed_then_called_then_logged() ->
 def test_a_step_someone_else_claimed_is_never_called() -> None:
     """No row back from the claim: the function is not called, nothing is logged."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=False)
-    claim = next(exchange)
-    assert isinstance(claim, Statement)
-    assert not claim.alone
+    opening = next(exchange)
+    assert isinstance(opening, Opening)
+    assert opening.attempt is None
     with pytest.raises(StopIteration) as done:
-        exchange.send(None)
+        exchange.send((None, None))
     assert done.value.value is Became.CLAIMED_ELSEWHERE
 
 
@@ -64,16 +70,15 @@ def test_an_unfinished_earlier_call_is_made_again_only_when_idempotent(
     idempotent: bool, became: str | None
 ) -> None:
     """The attempt found one before it: a call that may have taken effect is not repeated
-    (nor is the entity claimed for it)."""
+    (and the claim made with the attempt is rolled back)."""
     exchange = one_step(_store(), Progress(1, 4), EVENT, external=True, idempotent=idempotent)
     next(exchange)
     if became is None:
         with pytest.raises(StopIteration) as done:
-            exchange.send(None)
+            exchange.send((None, (1,)))
         assert done.value.value is Became.UNFINISHED_CALL
     else:
-        assert isinstance(exchange.send(None), Statement)  # the claim
-        assert exchange.send((1,)) == Call(EVENT)
+        assert exchange.send((None, (1,))) == Call(EVENT)
 
 
 class _Cursor:
@@ -116,13 +121,29 @@ class _Conn:
     def __init__(self, claimed: bool, autocommit: bool) -> None:
         self.claimed, self.autocommit = claimed, autocommit
         self.asked: list[str] = []
-        self.info = SimpleNamespace(transaction_status=TransactionStatus.IDLE)
+        self.info = SimpleNamespace(
+            transaction_status=TransactionStatus.IDLE, pipeline_status=PipelineStatus.OFF
+        )
+
+    def script(self, parts: Sequence[Any]) -> list[Any]:
+        """A script's parts as the scripted driver sends them; each part's row."""
+        rows: list[Any] = []
+        for part in parts:
+            text = part if isinstance(part, str) else part[0]
+            found = _Conn.execute(self, text)
+            rows.append(None if isinstance(part, str) else found.row)
+        return rows
 
     def transaction(self) -> _Block:
         return _Block(self.asked, "tx")
 
     def execute(self, query: str, params: Any = None) -> _Cursor:
         self.asked.append(query.split(maxsplit=1)[0])
+        if query in ("BEGIN", "COMMIT", "ROLLBACK"):
+            idle = query != "BEGIN"
+            self.info.transaction_status = (
+                TransactionStatus.IDLE if idle else TransactionStatus.INTRANS
+            )
         return _Cursor((1,) if self.claimed and query.startswith(("UPDATE", "INSERT")) else None)
 
 
@@ -148,16 +169,31 @@ class _Handlers:
         self.conn.asked.append("call")
 
 
-# Idle in autocommit the attempt commits by itself; else in a transaction of its own.
-ALONE = {True: ["INSERT"], False: ["<tx", "INSERT", "tx>"]}
-STEP = {True: ["<tx", "UPDATE", "call", "WITH", "tx>"], False: ["<tx", "UPDATE", "tx>"]}
+# Inside a transaction, one statement at a time: the attempt in a transaction of its own,
+# then the step's. Idle in autocommit, two scripts: the attempt committed by itself.
+ONE_BY_ONE = {
+    True: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "call", "WITH", "tx>"],
+    False: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "tx>"],
+}
+SCRIPTED = {
+    True: ["BEGIN", "INSERT", "COMMIT", "BEGIN", "UPDATE", "call", "WITH", "COMMIT"],
+    False: ["BEGIN", "INSERT", "COMMIT", "BEGIN", "UPDATE", "ROLLBACK"],
+}
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
 @pytest.mark.parametrize("claimed", [True, False])
-def test_both_drivers_ask_the_same_of_their_connection(claimed: bool, autocommit: bool) -> None:
+def test_both_drivers_ask_the_same_of_their_connection(
+    claimed: bool, autocommit: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Sync and async, the same statements and the same call, in the same order; the attempt
-    committed before the step's transaction begins."""
+    committed before the step's transaction begins, which ends committed or rolled back."""
+
+    async def send_async(aconn: _Conn, parts: Sequence[Any]) -> list[Any]:
+        return aconn.script(parts)
+
+    monkeypatch.setattr(script, "send", lambda conn, parts: conn.script(parts))
+    monkeypatch.setattr(script, "send_async", send_async)
     sync, aio = _Conn(claimed, autocommit), _AsyncConn(claimed, autocommit)
     step = one_step(_store(), Progress(1, 4), EVENT, external=True)
     a = drive(sync, _Handlers(sync), step)  # type: ignore[arg-type]
@@ -165,4 +201,5 @@ def test_both_drivers_ask_the_same_of_their_connection(claimed: bool, autocommit
     b = asyncio.run(drive_async(aio, _Handlers(aio), step))  # type: ignore[arg-type]
     assert a is b is (Became.APPLIED if claimed else Became.CLAIMED_ELSEWHERE)
     assert sync.asked == aio.asked
-    assert sync.asked == ALONE[autocommit] + STEP[claimed]
+    assert sync.asked == (SCRIPTED if autocommit else ONE_BY_ONE)[claimed]
+    assert sync.info.transaction_status == TransactionStatus.IDLE

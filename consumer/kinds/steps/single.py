@@ -1,15 +1,16 @@
 """One step in its own transaction, written once and driven on either kind of connection.
 
-The transaction is a generator of exchanges: it yields what is to be done next (a
-statement, or the step's function), is sent back what came of it, and returns what
-became of the step. ``drive`` runs it on a connection, ``drive_async`` on
-an async one (an ``async def`` step's lane): the attempt, the claim, the call and the log
-are written here once, as psycopg writes each of its exchanges once and drives it both
-ways.
+The transaction is a generator of exchanges: it yields what is to be done next (the
+opening statements, the step's function, the closing statement), is sent back what came
+of it, and returns what became of the step. ``drive`` runs it on a connection,
+``drive_async`` on an async one (an ``async def`` step's lane): the attempt, the claim,
+the call and the log are written here once, as psycopg writes each of its exchanges once
+and drives it both ways.
 
-Statements are sent one by one. (Sent in one pipeline with BEGIN and COMMIT, a step
-took two round trips where it takes six, but cost more CPU in the driver: with many
-lanes on two cores, the steps per second fell by a fifth to a third.)
+On a connection idle in autocommit (a lane's), the opening and the closing each go as
+one script (``script``): the step takes two round trips besides its function's own,
+where statement by statement it took six. Inside a transaction already open (a
+savepoint then holds the step) they go one by one.
 """
 
 from __future__ import annotations
@@ -22,28 +23,37 @@ from contextlib import (
     AsyncExitStack,
     ExitStack,
     nullcontext,
+    suppress,
 )
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
+from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.script import Part, Row
 from consumer.kinds.steps.store import Conn, Query, StepStore
 from schemas import Event
 
 
 @dataclass(frozen=True, slots=True)
-class Statement:
-    """One statement; ``rows``: its first row is sent back. ``alone``: committed on its own,
-    before the step's transaction begins (an external call's attempt)."""
+class Opening:
+    """Before the call: ``attempt`` (an external call's) committed on its own, then ``claim``
+    in the step's transaction. Sent back: the first row of each (None without one)."""
 
-    query: Query
-    rows: bool = False
-    alone: bool = False
+    attempt: Query | None
+    claim: Query
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """After the call: log the step, in its transaction, and commit it."""
+
+    log: Query
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +71,8 @@ class Became(enum.Enum):
     UNFINISHED_CALL = "unfinished_call"  # an earlier call of this step never finished
 
 
-Exchange = Generator[Statement | Call, Any, Became]
+Asked = Opening | Call | Closing
+Exchange = Generator[Asked, Any, Became]
 
 
 def one_step(
@@ -76,15 +87,14 @@ def one_step(
     another transaction have moved the row meanwhile, nothing is claimed and the step is
     not called.
     """
-    if external:
-        fresh = yield Statement(store.attempt_query(event), rows=True, alone=True)
-        if fresh is None and not idempotent:
-            return Became.UNFINISHED_CALL
-    claimed = yield Statement(store.claim_one_query(event.entity_id, start, event), rows=True)
+    attempt = store.attempt_query(event) if external else None
+    fresh, claimed = yield Opening(attempt, store.claim_one_query(event.entity_id, start, event))
+    if external and fresh is None and not idempotent:
+        return Became.UNFINISHED_CALL  # the claim, made with it, is rolled back
     if claimed is None:
         return Became.CLAIMED_ELSEWHERE
     yield Call(event)
-    yield Statement(store.logged_query(event, called=external))
+    yield Closing(store.logged_query(event, called=external))
     return Became.APPLIED
 
 
@@ -98,7 +108,7 @@ class Driven:
         # What the exchange returned, once it is done.
         self.result = Became.CLAIMED_ELSEWHERE
 
-    def __iter__(self) -> Iterator[Statement | Call]:
+    def __iter__(self) -> Iterator[Asked]:
         while True:
             try:
                 asked = self._exchange.send(self.reply)
@@ -107,6 +117,26 @@ class Driven:
                 return
             self.reply = None
             yield asked
+
+
+def _scripted(conn: Conn | AsyncConn) -> bool:
+    """Whether the step's statements may go as scripts: idle in autocommit, no pipeline."""
+    return (
+        conn.autocommit
+        and conn.info.transaction_status == TransactionStatus.IDLE
+        and conn.info.pipeline_status == PipelineStatus.OFF
+    )
+
+
+def _opening(attempt: Query | None, claim: Query) -> list[Part]:
+    if attempt is None:
+        return ["BEGIN", claim]
+    return ["BEGIN", attempt, "COMMIT", "BEGIN", claim]
+
+
+def _replies(asked: Opening, rows: list[Row]) -> tuple[Row, Row]:
+    """The attempt's row and the claim's, out of the opening script's rows."""
+    return (rows[1] if asked.attempt is not None else None), rows[-1]
 
 
 def _alone(conn: Conn) -> AbstractContextManager[Any]:
@@ -121,23 +151,49 @@ def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
 
     An attempt is committed on its own before the step's transaction begins.
     """
+    if _scripted(conn):
+        return _drive_scripted(conn, handlers, exchange)
     steps = Driven(exchange)
     with ExitStack() as stack:
         step: psycopg.Transaction | None = None
         for asked in steps:
             if isinstance(asked, Call):
                 handlers.run(conn, {asked.event.entity_id: [asked.event]})
-                continue
-            if asked.alone:
-                with _alone(conn):
-                    steps.reply = conn.execute(*asked.query).fetchone()
-                continue
-            if step is None:
+            elif isinstance(asked, Opening):
+                fresh = None
+                if asked.attempt is not None:
+                    with _alone(conn):
+                        fresh = conn.execute(*asked.attempt).fetchone()
                 step = stack.enter_context(conn.transaction())
-            cursor = conn.execute(*asked.query)
-            steps.reply = cursor.fetchone() if asked.rows else None
+                steps.reply = (fresh, conn.execute(*asked.claim).fetchone())
+            else:
+                conn.execute(*asked.log)
         if step is not None and steps.result is not Became.APPLIED:
             raise psycopg.Rollback(step)
+    return steps.result
+
+
+def _drive_scripted(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
+    """``drive`` on a connection idle in autocommit: the opening and the closing as scripts.
+
+    The transaction the opening begins ends here whatever happens: committed by the
+    closing, else rolled back (a step not applied, a function that raised, an error).
+    """
+    steps = Driven(exchange)
+    try:
+        for asked in steps:
+            if isinstance(asked, Call):
+                handlers.run(conn, {asked.event.entity_id: [asked.event]})
+            elif isinstance(asked, Opening):
+                steps.reply = _replies(
+                    asked, script.send(conn, _opening(asked.attempt, asked.claim))
+                )
+            else:
+                script.send(conn, [asked.log, "COMMIT"])
+    finally:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            with suppress(psycopg.Error):  # a lost connection has nothing to roll back
+                conn.execute("ROLLBACK")
     return steps.result
 
 
@@ -148,21 +204,42 @@ def _alone_async(aconn: AsyncConn) -> AbstractAsyncContextManager[Any]:
 
 async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
     """``drive`` on the async ``aconn``: the same statements and call, in the same order."""
+    if _scripted(aconn):
+        return await _drive_scripted_async(aconn, handlers, exchange)
     steps = Driven(exchange)
     async with AsyncExitStack() as stack:
         step: psycopg.AsyncTransaction | None = None
         for asked in steps:
             if isinstance(asked, Call):
                 await handlers.run_async(aconn, asked.event)
-                continue
-            if asked.alone:
-                async with _alone_async(aconn):
-                    steps.reply = await (await aconn.execute(*asked.query)).fetchone()
-                continue
-            if step is None:
+            elif isinstance(asked, Opening):
+                fresh = None
+                if asked.attempt is not None:
+                    async with _alone_async(aconn):
+                        fresh = await (await aconn.execute(*asked.attempt)).fetchone()
                 step = await stack.enter_async_context(aconn.transaction())
-            cursor = await aconn.execute(*asked.query)
-            steps.reply = await cursor.fetchone() if asked.rows else None
+                steps.reply = (fresh, await (await aconn.execute(*asked.claim)).fetchone())
+            else:
+                await aconn.execute(*asked.log)
         if step is not None and steps.result is not Became.APPLIED:
             raise psycopg.Rollback(step)
+    return steps.result
+
+
+async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
+    """``_drive_scripted`` on the async ``aconn``."""
+    steps = Driven(exchange)
+    try:
+        for asked in steps:
+            if isinstance(asked, Call):
+                await handlers.run_async(aconn, asked.event)
+            elif isinstance(asked, Opening):
+                rows = await script.send_async(aconn, _opening(asked.attempt, asked.claim))
+                steps.reply = _replies(asked, rows)
+            else:
+                await script.send_async(aconn, [asked.log, "COMMIT"])
+    finally:
+        if not aconn.closed and aconn.info.transaction_status != TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                await aconn.execute("ROLLBACK")
     return steps.result

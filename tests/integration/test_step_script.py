@@ -1,0 +1,75 @@
+"""Scripts of prepared statements on real PostgreSQL: values bound safely, sessions reset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from consumer.kinds.steps import script
+from tests.conftest import PgSchema
+
+INSERT = "INSERT INTO scripted (k, v) VALUES (%(k)s, %(v)s) RETURNING k, v"
+# Values a hostile producer could put in an entity id or an event id.
+HOSTILE = [
+    "a'); DROP TABLE scripted; --",
+    "back\\slash",
+    "percent %s %(k)s %%",
+    "ünï 💥 \u2028",
+    "$1; COMMIT",
+    "' || (SELECT 1) || '",
+]
+
+
+@pytest.fixture
+def conn(pg_schema: PgSchema) -> Iterator[psycopg.Connection]:
+    with pg_schema.connect(autocommit=True) as setup:
+        setup.execute("CREATE TABLE scripted (k text, v bigint)")
+    connection = pg_schema.connect(autocommit=True)
+    yield connection
+    connection.close()
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_any_value_is_bound_as_a_value(conn: psycopg.Connection, value: str) -> None:
+    """Quotes, backslashes, placeholders and SQL in a value are stored as written."""
+    rows = script.send(conn, ["BEGIN", (INSERT, {"k": value, "v": 1}), "COMMIT"])
+    assert rows == [None, (value, 1), None]
+    assert conn.execute("SELECT k FROM scripted").fetchall() == [(value,)]
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_statement_is_prepared_once_per_connection(conn: psycopg.Connection) -> None:
+    """The second script runs the statement the first prepared; another session prepares its own."""
+    for v in (1, 2):
+        script.send(conn, [(INSERT, {"k": "a", "v": v})])
+    names = conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'inorder_step_%'"
+    )
+    assert names.fetchone() == (1,)
+    assert conn.execute("SELECT v FROM scripted ORDER BY v").fetchall() == [(1,), (2,)]
+
+
+def test_a_session_that_lost_its_statements_prepares_them_again(
+    conn: psycopg.Connection,
+) -> None:
+    """After DISCARD ALL the script fails once inside, is rolled back, and runs whole again."""
+    script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": 1}), "COMMIT"])
+    conn.execute("DISCARD ALL")
+    rows = script.send(conn, ["BEGIN", (INSERT, {"k": "b", "v": 2}), "COMMIT"])
+    assert rows[1] == ("b", 2)
+    assert conn.execute("SELECT k FROM scripted ORDER BY v").fetchall() == [("a",), ("b",)]
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_failing_statement_raises_and_commits_nothing_after_it(
+    conn: psycopg.Connection,
+) -> None:
+    """A script stops at its failing statement: what its transaction did is undone."""
+    parts = ["BEGIN", (INSERT, {"k": "a", "v": 1}), ("SELECT 1 / %s", (0,)), "COMMIT"]
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        script.send(conn, parts)
+    conn.execute("ROLLBACK")
+    assert conn.execute("SELECT count(*) FROM scripted").fetchone() == (0,)
