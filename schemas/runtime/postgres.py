@@ -115,14 +115,16 @@ def connect(
     return conn
 
 
-# A connection given back to a pool this recently is taken again without a check: a
-# check is a round trip, and a lane takes a connection for every entity it applies. One
-# that broke meanwhile fails its first statement, which the caller takes for an outage.
+# A connection taken from a pool this recently is taken again without a check: a check
+# is a round trip, and a lane takes a connection for every entity it applies. One that
+# broke meanwhile fails its first statement, which the caller takes for an outage. (Noted
+# when taken, not when given back: a pool with a ``reset`` hook gives every connection
+# back through its worker threads, a hand-off per entity a lane applies.)
 RECENT_S = 2.0
 
 
-class _Returned:
-    """When each connection of a pool was last given back (a pool's ``reset`` hook)."""
+class _Taken:
+    """When each connection of a pool was last taken (noted by the pool's ``check``)."""
 
     def __init__(self) -> None:
         self._at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -140,25 +142,25 @@ class _Returned:
 
 def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> ConnectionPool:
     """Up to ``size`` connections opened as ``connect`` opens them, each checked when taken
-    (unless given back within ``RECENT_S``).
+    (unless taken within the last ``RECENT_S``).
 
     Autocommit, as the program's own connection; opened on demand (none at first) and
     closed after ten idle minutes, so a quiet route holds no connection it does not use.
     """
-    returned = _Returned()
+    taken = _Taken()
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         set_json_loads(orjson.loads, conn)
 
     def check(conn: psycopg.Connection[Any]) -> None:
-        if not returned.recent(conn):
+        if not taken.recent(conn):
             ConnectionPool.check_connection(conn)
+        taken.note(conn)
 
     return ConnectionPool(
         conninfo(url, program, **libpq),
         configure=configure,
         check=check,
-        reset=returned.note,
         open=True,
         **_sized(program, size),
     )
@@ -167,23 +169,20 @@ def pool(url: str | SecretStr, program: str, size: int, **libpq: str) -> Connect
 def async_pool(url: str | SecretStr, program: str, size: int) -> AsyncConnectionPool:
     """``pool``'s asyncio twin, not yet open: ``await`` its ``open()`` on the loop that uses it."""
 
-    returned = _Returned()
+    taken = _Taken()
 
     async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
         set_json_loads(orjson.loads, conn)
 
     async def check(conn: psycopg.AsyncConnection[Any]) -> None:
-        if not returned.recent(conn):
+        if not taken.recent(conn):
             await AsyncConnectionPool.check_connection(conn)
-
-    async def reset(conn: psycopg.AsyncConnection[Any]) -> None:
-        returned.note(conn)
+        taken.note(conn)
 
     return AsyncConnectionPool(
         conninfo(url, program),
         configure=configure,
         check=check,
-        reset=reset,
         open=False,
         **_sized(program, size),
     )

@@ -1,4 +1,4 @@
-"""The lanes' pool on real PostgreSQL: a connection given back just now is not checked again."""
+"""The lanes' pool on real PostgreSQL: a connection taken just now is not checked again."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from schemas.runtime import postgres
 from tests.conftest import PgSchema
 
 
-def test_a_connection_given_back_just_now_is_taken_without_a_round_trip(
+def test_a_connection_taken_just_now_is_taken_again_without_a_round_trip(
     pg_schema: PgSchema, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checked when first taken and after RECENT_S idle; not in between."""
@@ -49,3 +49,23 @@ def test_a_connection_that_broke_while_idle_is_replaced_when_taken(
         with pool.connection() as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
             assert conn.info.backend_pid != pid
+
+
+def test_a_connection_is_given_back_by_the_thread_that_used_it(
+    pg_schema: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hand-off to the pool's workers per connection given back: the next taker finds it."""
+    tasks: list[str] = []
+    real = ConnectionPool.run_task
+
+    def counted(pool: ConnectionPool, task: object) -> None:
+        tasks.append(type(task).__name__)
+        real(pool, task)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConnectionPool, "run_task", counted)
+    with postgres.pool(pg_schema.url, "inorder-test", 2) as pool:
+        for _ in range(20):
+            with pool.connection() as conn:
+                conn.execute("SELECT 1")
+            assert pool.get_stats()["pool_available"] == 1
+    assert "ReturnConnection" not in tasks
