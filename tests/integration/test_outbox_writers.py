@@ -1,5 +1,6 @@
 """Each outbox writer only its own streams: the pairs ``outbox_writers`` lists for a role
-(or a role it is a member of), checked once per statement, the owner unchecked."""
+(or a role it is a member of), checked once per statement; the owner, and any role that
+may grant INSERT on the outbox, unchecked."""
 
 from __future__ import annotations
 
@@ -168,6 +169,31 @@ def test_the_owner_writes_any_stream_without_a_row(pg_schema: PgSchema, roles: R
     with pg_schema.connect() as conn:
         _write(conn, ("anything", "e1", "anything.at_all"), ("batch_result", "x#0", "z"))
         conn.commit()
+    assert _count(pg_schema) == 2
+
+
+def test_a_role_that_may_grant_insert_writes_any_stream_without_a_row(
+    pg_schema: PgSchema, roles: Roles
+) -> None:
+    """Given INSERT WITH GRANT OPTION, a role could let any role write: it is not checked."""
+    role = f"w{uuid.uuid4().hex[:8]}_granting"
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL(
+                "GRANT USAGE ON SCHEMA {s} TO {r}; "
+                "GRANT INSERT ON outbox TO {r} WITH GRANT OPTION; "
+                "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
+            ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
+        )
+    try:
+        with _as(pg_schema, role) as conn:
+            _write(conn, ("anything", "e1", "anything.at_all"), ("batch", "b1", "batch.accepted"))
+            conn.commit()
+    finally:
+        with pg_schema.connect(autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
     assert _count(pg_schema) == 2
 
 
