@@ -22,7 +22,7 @@ import hashlib
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,17 +127,15 @@ class Prepared:
 PREPARED = Prepared()
 
 
-def _rows(cursor: psycopg.ClientCursor[Any], prepares: int, parts: Sequence[Part]) -> list[Row]:
-    """Each part's first row (None for a command or a statement without rows)."""
+def _results(cursor: Any, prepares: int, parts: Sequence[Part]) -> Iterator[bool]:
+    """Move ``cursor`` to each part's result in turn, past the PREPAREs; yield whether the
+    part has a row to read there (a command, or a statement without rows, has none)."""
     for _ in range(prepares):
         cursor.nextset()
-    rows: list[Row] = []
     for index, part in enumerate(parts):
         if index:
             cursor.nextset()
-        has_rows = not isinstance(part, str) and cursor.description is not None
-        rows.append(cursor.fetchone() if has_rows else None)
-    return rows
+        yield not isinstance(part, str) and cursor.description is not None
 
 
 def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
@@ -162,22 +160,8 @@ def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
                 raise
             continue
         PREPARED.add(conn, fresh)
-        return _rows(cursor, len(fresh), parts)
+        return [cursor.fetchone() if has else None for has in _results(cursor, len(fresh), parts)]
     raise AssertionError("unreachable")
-
-
-async def _rows_async(
-    cursor: psycopg.AsyncClientCursor[Any], prepares: int, parts: Sequence[Part]
-) -> list[Row]:
-    for _ in range(prepares):
-        cursor.nextset()
-    rows: list[Row] = []
-    for index, part in enumerate(parts):
-        if index:
-            cursor.nextset()
-        has_rows = not isinstance(part, str) and cursor.description is not None
-        rows.append(await cursor.fetchone() if has_rows else None)
-    return rows
 
 
 async def send_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part]) -> list[Row]:
@@ -195,5 +179,6 @@ async def send_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part])
                 raise
             continue
         PREPARED.add(aconn, fresh)
-        return await _rows_async(cursor, len(fresh), parts)
+        results = _results(cursor, len(fresh), parts)
+        return [await cursor.fetchone() if has else None for has in results]
     raise AssertionError("unreachable")
