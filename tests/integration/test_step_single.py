@@ -157,3 +157,19 @@ def test_the_function_is_called_only_when_claimed_and_safe_to_call(
         assert conn.info.transaction_status == TransactionStatus.IDLE
     assert len(calls) == (became is Became.APPLIED)
     assert _seen(pg_schema)[1] == ((2,) if became is Became.APPLIED else (1,))
+
+
+def test_a_connection_lost_during_the_call_leaves_the_attempt_and_applies_nothing(
+    pg_schema: PgSchema, store: StepStore
+) -> None:
+    """The server ends the session mid-step: an outage raised as such, the claim undone by
+    the server, the attempt left unfinished for the next try to decide."""
+
+    def call(conn: Any, event: Event) -> None:
+        with pg_schema.connect(autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+    with pg_schema.connect(autocommit=True) as conn, pytest.raises(psycopg.OperationalError):
+        drive(conn, _handlers(call), one_step(store, Progress(1, 1), EVENT, external=True))
+    assert _seen(pg_schema) == ((False,), (1,), (0,))
+    assert ss.applied(pg_schema) == []
