@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.store import Query
+from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 
 # A part of a script: a command without values (BEGIN, COMMIT) or a statement and its values.
 Part = str | Query
@@ -154,8 +154,7 @@ def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
             cursor.execute(text, values)
         except psycopg.errors.InvalidSqlStatementName:
             PREPARED.forget(conn)
-            if conn.info.transaction_status != TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+            roll_back_open(conn)
             if last:
                 raise
             continue
@@ -173,8 +172,7 @@ async def send_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part])
             await cursor.execute(text, values)
         except psycopg.errors.InvalidSqlStatementName:
             PREPARED.forget(aconn)
-            if aconn.info.transaction_status != TransactionStatus.IDLE:
-                await aconn.execute("ROLLBACK")
+            await roll_back_open_async(aconn)
             if last:
                 raise
             continue

@@ -23,7 +23,6 @@ from contextlib import (
     AsyncExitStack,
     ExitStack,
     nullcontext,
-    suppress,
 )
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.script import Part, Row
 from consumer.kinds.steps.store import Conn, Query, StepStore
+from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 from schemas import Event
 
 
@@ -191,9 +191,7 @@ def _drive_scripted(conn: Conn, handlers: Handlers, exchange: Exchange) -> Becam
             else:
                 script.send(conn, [asked.log, "COMMIT"])
     finally:
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-            with suppress(psycopg.Error):  # a lost connection has nothing to roll back
-                conn.execute("ROLLBACK")
+        roll_back_open(conn)
     return steps.result
 
 
@@ -239,7 +237,5 @@ async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: 
             else:
                 await script.send_async(aconn, [asked.log, "COMMIT"])
     finally:
-        if not aconn.closed and aconn.info.transaction_status != TransactionStatus.IDLE:
-            with suppress(psycopg.Error):
-                await aconn.execute("ROLLBACK")
+        await roll_back_open_async(aconn)
     return steps.result

@@ -46,12 +46,24 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[Sync]:
             yield pipeline.sync
             conn.execute("COMMIT")
     except BaseException:
-        # A failed statement leaves the transaction aborted, and an exception in the block
-        # leaves it open: either way it ends here. A lost connection has nothing to end.
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-            with suppress(psycopg.Error):
-                conn.execute("ROLLBACK")
+        roll_back_open(conn)
         raise
+
+
+def roll_back_open(conn: psycopg.Connection[Any]) -> None:
+    """End the transaction ``conn`` was left in, if any: a failed statement leaves it
+    aborted, an exception between statements leaves it open. A lost connection has
+    nothing to end."""
+    if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+        with suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+
+
+async def roll_back_open_async(aconn: psycopg.AsyncConnection[Any]) -> None:
+    """``roll_back_open`` on an async connection."""
+    if not aconn.closed and aconn.info.transaction_status != TransactionStatus.IDLE:
+        with suppress(psycopg.Error):
+            await aconn.execute("ROLLBACK")
 
 
 @contextmanager
