@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -46,6 +47,21 @@ def roles(pg_schema: PgSchema) -> Iterator[Roles]:
     yield made
     with pg_schema.connect(autocommit=True) as conn:
         for role in (getattr(made, name) for name in NAMES):
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@contextmanager
+def _role(pg_schema: PgSchema, role: str, grants: sql.Composable | None = None) -> Iterator[str]:
+    """A role of this test's own with ``grants`` run as the owner; dropped afterwards."""
+    with pg_schema.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        if grants is not None:
+            conn.execute(grants)
+    try:
+        yield role
+    finally:
+        with pg_schema.connect(autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
@@ -147,20 +163,14 @@ def test_a_login_role_writes_through_the_group_role_it_is_a_member_of(
 ) -> None:
     """Grants name group roles; a login role in the group may write what the group may."""
     member = f"{roles.producer}_login"
-    with pg_schema.connect(autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(member)))
-        conn.execute(
-            sql.SQL("GRANT {} TO {}").format(sql.Identifier(roles.producer), sql.Identifier(member))
-        )
-    try:
-        with _as(pg_schema, member) as conn:
-            _write(conn, ("ledger", "e1", "ledger.added"))
-            conn.commit()
-            with pytest.raises(psycopg.errors.InsufficientPrivilege, match=member):
-                _write(conn, ("batch_result", "b1#0", "batch.item_succeeded"))
-    finally:
-        with pg_schema.connect(autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(member)))
+    joined = sql.SQL("GRANT {} TO {}").format(
+        sql.Identifier(roles.producer), sql.Identifier(member)
+    )
+    with _role(pg_schema, member, joined), _as(pg_schema, member) as conn:
+        _write(conn, ("ledger", "e1", "ledger.added"))
+        conn.commit()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=member):
+            _write(conn, ("batch_result", "b1#0", "batch.item_succeeded"))
     assert _count(pg_schema) == 1
 
 
@@ -177,23 +187,14 @@ def test_a_role_that_may_grant_insert_writes_any_stream_without_a_row(
 ) -> None:
     """Given INSERT WITH GRANT OPTION, a role could let any role write: it is not checked."""
     role = f"w{uuid.uuid4().hex[:8]}_granting"
-    with pg_schema.connect(autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
-        conn.execute(
-            sql.SQL(
-                "GRANT USAGE ON SCHEMA {s} TO {r}; "
-                "GRANT INSERT ON outbox TO {r} WITH GRANT OPTION; "
-                "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
-            ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
-        )
-    try:
-        with _as(pg_schema, role) as conn:
-            _write(conn, ("anything", "e1", "anything.at_all"), ("batch", "b1", "batch.accepted"))
-            conn.commit()
-    finally:
-        with pg_schema.connect(autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    grants = sql.SQL(
+        "GRANT USAGE ON SCHEMA {s} TO {r}; "
+        "GRANT INSERT ON outbox TO {r} WITH GRANT OPTION; "
+        "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
+    ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
+    with _role(pg_schema, role, grants), _as(pg_schema, role) as conn:
+        _write(conn, ("anything", "e1", "anything.at_all"), ("batch", "b1", "batch.accepted"))
+        conn.commit()
     assert _count(pg_schema) == 2
 
 
@@ -217,38 +218,31 @@ def test_upgrading_lists_every_role_that_could_already_insert_as_any(
     """Migration 0008 keeps today's writers writing until the owner narrows them."""
     role = f"w{uuid.uuid4().hex[:8]}_old_producer"
     shipped = migrate.available(migrate.OUTBOX)
-    with pg_schema.connect(autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
-        try:
-            with conn.transaction():
-                conn.execute(
-                    "CREATE TABLE inorder_migrations (migration_set text, version integer, "
-                    "name text, applied_at timestamptz DEFAULT now(), "
-                    "PRIMARY KEY (migration_set, version))"
-                )
-                for migration in (m for m in shipped if m.version < 8):
-                    conn.execute(migration.sql.encode())
-                    conn.execute(
-                        "INSERT INTO inorder_migrations (migration_set, version, name) "
-                        "VALUES (%s, %s, %s)",
-                        (migration.migration_set, migration.version, migration.name),
-                    )
+    with _role(pg_schema, role), pg_schema.connect(autocommit=True) as conn:
+        with conn.transaction():
             conn.execute(
-                sql.SQL(
-                    "GRANT USAGE ON SCHEMA {s} TO {r}; GRANT INSERT ON outbox TO {r}; "
-                    "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
-                ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
+                "CREATE TABLE inorder_migrations (migration_set text, version integer, "
+                "name text, applied_at timestamptz DEFAULT now(), "
+                "PRIMARY KEY (migration_set, version))"
             )
-            applied = [m.version for m in migrate.apply(conn)]
-            assert applied[:1] == [8]
-            rows = conn.execute(
-                "SELECT role, entity_type, event_type FROM outbox_writers"
-            ).fetchall()
-            assert rows == [(role, "*", "*")]
-            with _as(pg_schema, role) as writer:
-                _write(writer, ("any", "e1", "any.thing"))
-                writer.commit()
-        finally:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+            for migration in (m for m in shipped if m.version < 8):
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO inorder_migrations (migration_set, version, name) "
+                    "VALUES (%s, %s, %s)",
+                    (migration.migration_set, migration.version, migration.name),
+                )
+        conn.execute(
+            sql.SQL(
+                "GRANT USAGE ON SCHEMA {s} TO {r}; GRANT INSERT ON outbox TO {r}; "
+                "GRANT USAGE ON SEQUENCE outbox_id_seq TO {r}"
+            ).format(s=sql.Identifier(pg_schema.name), r=sql.Identifier(role))
+        )
+        applied = [m.version for m in migrate.apply(conn)]
+        assert applied[:1] == [8]
+        rows = conn.execute("SELECT role, entity_type, event_type FROM outbox_writers").fetchall()
+        assert rows == [(role, "*", "*")]
+        with _as(pg_schema, role) as writer:
+            _write(writer, ("any", "e1", "any.thing"))
+            writer.commit()
     assert _count(pg_schema) == 1
