@@ -7,11 +7,11 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import PipelineStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from schemas import PayloadSchemas
 from schemas.outbox.events import OutboxEvent, checked, duplicate_of
-from schemas.outbox.writer import refuse_outside, statement
+from schemas.outbox.writer import kept_cursor, refuse_outside, statement
 
 
 async def emit_many_async(
@@ -24,12 +24,16 @@ async def emit_many_async(
     if conn.pgconn.pipeline_status != PipelineStatus.OFF:
         async with conn.pipeline():  # learn the transaction state as of now
             pass
-    refuse_outside(conn.info.transaction_status)
+    status = conn.info.transaction_status
+    if status == TransactionStatus.ACTIVE:  # another task's statement is under way
+        async with conn.lock:
+            status = conn.info.transaction_status
+    refuse_outside(status)
     batch = checked(events, schemas)
     if not batch:
         return
     try:
-        await conn.execute(*statement(batch))
+        await kept_cursor(conn).execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

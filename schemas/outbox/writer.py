@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -37,7 +37,38 @@ def _require_transaction(conn: psycopg.Connection[Any]) -> None:
         # the server (a BEGIN sent since then may still read as idle): sync to learn it.
         with conn.pipeline():
             pass
-    refuse_outside(conn.info.transaction_status)
+    status = conn.info.transaction_status
+    if status == TransactionStatus.ACTIVE:
+        # Another thread's statement on this connection is under way: once it is
+        # answered, the state is the transaction's again.
+        with conn.lock:
+            status = conn.info.transaction_status
+    refuse_outside(status)
+
+
+# Where a connection keeps the cursor its outbox writes go through (``kept_cursor``).
+_CURSOR = "_inorder_outbox_cursor"
+
+
+@overload
+def kept_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]: ...
+@overload
+def kept_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]: ...
+def kept_cursor(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+    """The cursor the connection's outbox writes go through, made once and kept on it.
+
+    ``conn.execute`` makes a new cursor for every statement, and with it psycopg looks
+    up how to send each parameter again: about 15 µs of CPU a statement, a tenth of an
+    ``emit`` in a transaction. Every execute holds the connection's lock and nothing
+    reads this cursor's results, so tasks and threads sharing the connection may share
+    it. A new one is made should it be closed or the connection's ``cursor_factory``
+    change.
+    """
+    cur = getattr(conn, _CURSOR, None)
+    if cur is None or cur.closed or type(cur) is not conn.cursor_factory:
+        cur = conn.cursor()
+        setattr(conn, _CURSOR, cur)
+    return cur
 
 
 def statement(batch: list[OutboxEvent]) -> tuple[str, Any]:
@@ -67,7 +98,7 @@ def emit_many(
     if not batch:
         return
     try:
-        conn.execute(*statement(batch))
+        kept_cursor(conn).execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 
