@@ -11,7 +11,8 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 
 from schemas import PayloadSchemas
 from schemas.outbox.events import OutboxEvent, checked, duplicate_of
-from schemas.outbox.writer import kept_cursor, refuse_outside, statement
+from schemas.outbox.writer import refuse_outside, statement
+from schemas.runtime import cursors
 
 
 async def emit_many_async(
@@ -33,7 +34,7 @@ async def emit_many_async(
     if not batch:
         return
     try:
-        await kept_cursor(conn).execute(*statement(batch))
+        await cursors.kept(conn, conn.cursor_factory).execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

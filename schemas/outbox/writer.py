@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, overload
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -20,6 +20,7 @@ from schemas.outbox.events import (
     records,
     values,
 )
+from schemas.runtime import cursors
 
 
 def refuse_outside(status: TransactionStatus) -> None:
@@ -46,29 +47,10 @@ def _require_transaction(conn: psycopg.Connection[Any]) -> None:
     refuse_outside(status)
 
 
-# Where a connection keeps the cursor its outbox writes go through (``kept_cursor``).
-_CURSOR = "_inorder_outbox_cursor"
-
-
-@overload
-def kept_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]: ...
-@overload
-def kept_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]: ...
-def kept_cursor(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
-    """The cursor the connection's outbox writes go through, made once and kept on it.
-
-    ``conn.execute`` makes a new cursor for every statement, and with it psycopg looks
-    up how to send each parameter again: about 15 µs of CPU a statement, a tenth of an
-    ``emit`` in a transaction. Every execute holds the connection's lock and nothing
-    reads this cursor's results, so tasks and threads sharing the connection may share
-    it. A new one is made should it be closed or the connection's ``cursor_factory``
-    change.
-    """
-    cur = getattr(conn, _CURSOR, None)
-    if cur is None or cur.closed or type(cur) is not conn.cursor_factory:
-        cur = conn.cursor()
-        setattr(conn, _CURSOR, cur)
-    return cur
+def kept_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """The cursor the connection's outbox writes go through, of its ``cursor_factory``'s
+    kind: kept on the connection (``cursors.kept``); nothing reads its results."""
+    return cursors.kept(conn, conn.cursor_factory)
 
 
 def statement(batch: list[OutboxEvent]) -> tuple[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from producer import DuplicateEventError, OutboxEvent, emit, emit_async, emit_many, emit_many_async
 from schemas.outbox.writer import kept_cursor
+from schemas.runtime import cursors
 from tests.conftest import PgSchema
 
 PAYLOAD = {"plan": "pro", "price_cents": 2900, "status": "active"}
@@ -173,7 +174,7 @@ def test_tasks_sharing_an_async_connection_write_every_event(outbox: PgSchema) -
                             await emit_many_async(conn, [_event(f"t{task}", seq)])
 
                 await asyncio.gather(*(write(n) for n in range(8)))
-            await kept_cursor(conn).close()
+            await cursors.kept(conn, conn.cursor_factory).close()
             async with conn.transaction():
                 await emit_async(conn, _event("after", 1))
 

@@ -9,6 +9,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps import script
+from schemas.runtime import cursors
 from tests.conftest import PgSchema
 
 INSERT = "INSERT INTO scripted (k, v) VALUES (%(k)s, %(v)s) RETURNING k, v"
@@ -73,3 +74,18 @@ def test_a_failing_statement_raises_and_commits_nothing_after_it(
         script.send(conn, parts)
     conn.execute("ROLLBACK")
     assert conn.execute("SELECT count(*) FROM scripted").fetchone() == (0,)
+
+
+def test_scripts_answer_right_whatever_came_before_on_the_connection(
+    conn: psycopg.Connection,
+) -> None:
+    """Each script reads its own rows: after a failed one, the user's own, a closed cursor."""
+    assert script.send(conn, [(INSERT, {"k": "a", "v": 1})]) == [("a", 1)]
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        script.send(conn, ["BEGIN", ("SELECT 1 / %s", (0,)), "COMMIT"])
+    conn.execute("ROLLBACK")
+    assert conn.execute("SELECT 'mine'").fetchone() == ("mine",)
+    assert script.send(conn, ["BEGIN", "COMMIT"]) == [None, None]
+    cursors.kept(conn, psycopg.ClientCursor).close()  # as code closing a connection's cursors
+    rows = script.send(conn, ["BEGIN", (INSERT, {"k": "b", "v": 2}), ("SELECT 7", ()), "COMMIT"])
+    assert rows == [None, ("b", 2), (7,), None]

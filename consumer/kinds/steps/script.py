@@ -30,6 +30,7 @@ import psycopg
 
 from consumer.kinds.steps.store import Query
 from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
+from schemas.runtime import cursors
 
 # A part of a script: a command without values (BEGIN, COMMIT) or a statement and its values.
 Part = str | Query
@@ -149,7 +150,7 @@ def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
     """
     for last in (False, True):
         text, values, fresh = render(parts, PREPARED.ready(conn))
-        cursor = psycopg.ClientCursor(conn)
+        cursor: psycopg.ClientCursor[Any] = cursors.kept(conn, psycopg.ClientCursor)
         try:
             cursor.execute(text, values)
         except psycopg.errors.InvalidSqlStatementName:
@@ -167,7 +168,7 @@ async def send_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part])
     """``send`` on an async connection."""
     for last in (False, True):
         text, values, fresh = render(parts, PREPARED.ready(aconn))
-        cursor = psycopg.AsyncClientCursor(aconn)
+        cursor: psycopg.AsyncClientCursor[Any] = cursors.kept(aconn, psycopg.AsyncClientCursor)
         try:
             await cursor.execute(text, values)
         except psycopg.errors.InvalidSqlStatementName:
