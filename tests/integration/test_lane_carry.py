@@ -201,3 +201,29 @@ def test_parks_drains_stops_and_holds_happen_in_the_lane(
     assert (last, stopped_at) == (0, 1)
     assert "the mail API answered 503" in reason
     assert lot.parked_seqs(ss.STREAM, "boom-1") == [1, 2]  # waiting for a person
+
+
+def test_a_row_locked_elsewhere_holds_its_own_entity_only(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    routes: Path,
+    redis_prefix: str,
+) -> None:
+    """Another session locks one entity's progress: the other entities of its batch apply."""
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
+    others = [f"n{i}" for i in range(3)]
+    with cs.running(settings):
+        cs.send_events(services.kafka_bootstrap, topic, [_mailed(1, "locked")])
+        wait_until(lambda: ss.applied(steps_db, "locked") == [(1, 1)])
+        with steps_db.connect() as other, other.transaction():
+            other.execute(
+                "SELECT 1 FROM inorder_step_progress WHERE entity_id = 'locked' FOR UPDATE"
+            )
+            batch = [_mailed(2, "locked")] + [_mailed(1, e) for e in others]
+            cs.send_events(services.kafka_bootstrap, topic, batch)
+            wait_until(lambda: all(ss.applied(steps_db, e) == [(1, 1)] for e in others))
+            assert ss.applied(steps_db, "locked") == [(1, 1)]
+        wait_until(lambda: ss.applied(steps_db, "locked") == [(1, 1), (1, 2)])
+        wait_until(lambda: _committed(settings, topic) == 5)

@@ -181,7 +181,14 @@ class StepApplier(Applier[StepRoute]):
         by_entity = _by_entity(events)
         carrying = self._inflight
         if carrying is not None:
-            for entity in [e for e in by_entity if e in carrying]:
+            # Straight to a lane: an entity in one already, and one whose every event here
+            # is applied alone (its due steps would be, and its lane parks the rest), so
+            # the batch's transaction neither locks nor reads it for nothing.
+            for entity in [
+                e
+                for e, evs in by_entity.items()
+                if e in carrying or all(self.handlers.alone(ev) for ev in evs)
+            ]:
                 self._carry(entity, by_entity.pop(entity), raw, outcome)
         plans, alone = apply_steps(
             conn, self.store, self.handlers, by_entity, self.lanes, defer=carrying is not None
