@@ -9,7 +9,6 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps import script
-from schemas.runtime import cursors
 from tests.conftest import PgSchema
 
 INSERT = "INSERT INTO scripted (k, v) VALUES (%(k)s, %(v)s) RETURNING k, v"
@@ -79,13 +78,34 @@ def test_a_failing_statement_raises_and_commits_nothing_after_it(
 def test_scripts_answer_right_whatever_came_before_on_the_connection(
     conn: psycopg.Connection,
 ) -> None:
-    """Each script reads its own rows: after a failed one, the user's own, a closed cursor."""
+    """Each script reads its own rows: after a failed one, after the user's own statements."""
     assert script.send(conn, [(INSERT, {"k": "a", "v": 1})]) == [("a", 1)]
     with pytest.raises(psycopg.errors.DivisionByZero):
         script.send(conn, ["BEGIN", ("SELECT 1 / %s", (0,)), "COMMIT"])
     conn.execute("ROLLBACK")
-    assert conn.execute("SELECT 'mine'").fetchone() == ("mine",)
+    # The statement that failed was prepared all the same: it is not prepared twice.
+    assert script.send(conn, [("SELECT 1 / %s", (1,))]) == [(1,)]
+    conn.execute("SELECT 'mine'")  # its result left unread
     assert script.send(conn, ["BEGIN", "COMMIT"]) == [None, None]
-    cursors.kept(conn, psycopg.ClientCursor).close()  # as code closing a connection's cursors
     rows = script.send(conn, ["BEGIN", (INSERT, {"k": "b", "v": 2}), ("SELECT 7", ()), "COMMIT"])
     assert rows == [None, ("b", 2), (7,), None]
+
+
+def test_what_came_of_each_part_up_to_the_one_that_failed(conn: psycopg.Connection) -> None:
+    """The parts that ran answer their rows; the failing one its error; the rest nothing."""
+    parts = ["BEGIN", (INSERT, {"k": "a", "v": 1}), ("SELECT 1 / %s", (0,)), "COMMIT"]
+    done = script.answers(conn, parts)
+    assert done.rows == [None, ("a", 1)]
+    assert isinstance(done.error, psycopg.errors.DivisionByZero)
+    assert conn.info.transaction_status == TransactionStatus.INERROR
+    conn.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("value", [True, 1.5, b"bytes", ["a"]])
+def test_a_value_of_another_kind_is_refused_before_anything_is_sent(
+    conn: psycopg.Connection, value: object
+) -> None:
+    """Only text, integers and None are quoted: anything else is a programming error."""
+    with pytest.raises(TypeError, match="text, integers or None"):
+        script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": value}), "COMMIT"])
+    assert conn.info.transaction_status == TransactionStatus.IDLE

@@ -10,9 +10,15 @@ another (``EXECUTE log; COMMIT``): two round trips, and the step's function's ow
 
 Each statement is prepared on the server once per connection, its ``PREPARE`` sent with
 the first script that uses it, so the server plans it once as it does psycopg's own
-prepared statements; the values are quoted by psycopg (libpq's escaping) into the
-``EXECUTE``. Explicit ``BEGIN`` and ``COMMIT`` keep the attempt's commit its own: in a
-script, statements before a ``BEGIN`` would join its transaction.
+prepared statements; the values are quoted into the ``EXECUTE`` by libpq's escaping
+(``PQescapeLiteral``). Explicit ``BEGIN`` and ``COMMIT`` keep the attempt's commit its
+own: in a script, statements before a ``BEGIN`` would join its transaction.
+
+A script goes through libpq's calls as psycopg makes them (``send_query``, then its
+generator that reads every result), not through a cursor: a cursor binds the values
+with psycopg's adapters and walks its results one by one, which took a third of the
+consumer's CPU for a step. The server answers each statement that ran, up to the first
+that failed, so what came of each part is known (``answers``).
 """
 
 from __future__ import annotations
@@ -22,20 +28,23 @@ import hashlib
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors, generators, pq
+from psycopg.adapt import Transformer
 
 from consumer.kinds.steps.store import Query
 from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
-from schemas.runtime import cursors
 
 # A part of a script: a command without values (BEGIN, COMMIT) or a statement and its values.
 Part = str | Query
 Row = tuple[Any, ...] | None
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s")
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
+# Quotes one value as an SQL literal (``quoter``).
+Quote = Callable[[Any], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,8 @@ def prepared(query: str) -> _Prepared:
 
     def number(found: re.Match[str]) -> str:
         nonlocal positional
+        if found.group(0) == "%%":  # psycopg's literal ``%``: the server reads it as is
+            return "%"
         if found.group(1) is None:
             positional += 1
             return f"${positional}"
@@ -73,18 +84,16 @@ def prepared(query: str) -> _Prepared:
     if names and positional:
         raise ValueError("a prepared step statement takes named or positional values, not both")
     name = "inorder_step_" + hashlib.sha256(query.encode()).hexdigest()[:16]
-    # The body keeps psycopg's ``%%`` for a literal ``%``: the script is bound the same way.
     return _Prepared(name, f"PREPARE {name} AS {body}", tuple(names), len(names) or positional)
 
 
-def render(parts: Sequence[Part], ready: set[str]) -> tuple[str, list[Any], list[str]]:
-    """The script for ``parts``, its values, and the statements it prepares first (pure).
+def render(parts: Sequence[Part], ready: set[str], quote: Quote) -> tuple[str, list[str]]:
+    """The script for ``parts``, values quoted in, and the statements it prepares first (pure).
 
     ``ready``: what the connection has prepared already.
     """
     head: list[str] = []
     body: list[str] = []
-    values: list[Any] = []
     fresh: list[str] = []
     for part in parts:
         if isinstance(part, str):
@@ -95,10 +104,9 @@ def render(parts: Sequence[Part], ready: set[str]) -> tuple[str, list[Any], list
         if statement.name not in ready and statement.name not in fresh:
             head.append(statement.prepare)
             fresh.append(statement.name)
-        slots = ", ".join("%s" for _ in range(statement.count))
-        body.append(f"EXECUTE {statement.name}({slots})" if slots else f"EXECUTE {statement.name}")
-        values += statement.values(params)
-    return "; ".join(head + body), values, fresh
+        values = ", ".join(quote(value) for value in statement.values(params))
+        body.append(f"EXECUTE {statement.name}" + (f"({values})" if values else ""))
+    return "; ".join(head + body), fresh
 
 
 class Prepared:
@@ -128,56 +136,108 @@ class Prepared:
 PREPARED = Prepared()
 
 
-def _results(cursor: Any, prepares: int, parts: Sequence[Part]) -> Iterator[bool]:
-    """Move ``cursor`` to each part's result in turn, past the PREPAREs; yield whether the
-    part has a row to read there (a command, or a statement without rows, has none)."""
-    for _ in range(prepares):
-        cursor.nextset()
-    for index, part in enumerate(parts):
-        if index:
-            cursor.nextset()
-        yield not isinstance(part, str) and cursor.description is not None
+def quoter(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Quote:
+    """Quote values for ``conn`` (its encoding, libpq's escaping): text, integers and None,
+    the only kinds a step's statements carry."""
+    escape = pq.Escaping(conn.pgconn).escape_literal
+    encoding = conn.info.encoding
+
+    def quote(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if type(value) is int:
+            return str(value)
+        if isinstance(value, str):
+            return escape(value.encode(encoding)).decode(encoding)
+        raise TypeError(f"a step's statement takes text, integers or None, not {type(value)}")
+
+    return quote
 
 
-def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
-    """Run ``parts`` as one script on ``conn`` (idle, autocommit); each part's first row.
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """What came of a script's parts: the first row of each that ran (None without one),
+    and the error of the one that failed (the parts after it did not run)."""
+
+    rows: list[Row]
+    error: psycopg.Error | None = None
+
+    def raised(self) -> list[Row]:
+        """The rows, or the error raised."""
+        if self.error is not None:
+            raise self.error
+        return self.rows
+
+
+def _answers(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+    results: Sequence[pq.abc.PGresult],
+    prepares: int,
+) -> Answers:
+    """The script's results past its PREPAREs, as ``Answers``."""
+    rows: list[Row] = []
+    load = Transformer(conn)
+    for index, result in enumerate(results):
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            return Answers(rows, errors.error_from_result(result, conn.info.encoding))
+        if index < prepares:
+            continue
+        if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples:
+            load.set_pgresult(result)
+            rows.append(load.load_row(0, tuple))
+        else:
+            rows.append(None)
+    return Answers(rows)
+
+
+def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
+    """Run ``parts`` as one script on ``conn`` (idle, autocommit); what came of each.
 
     A session that lost its prepared statements (someone ran ``DISCARD ALL`` on it) fails
     at its first ``EXECUTE``, before anything committed: its transaction is rolled back
     and the script sent again with every ``PREPARE``. (Were only a later statement lost,
     the attempt would be found made by this very try: a step that is not idempotent then
-    waits for a person, the safe side.)
+    waits for a person, the safe side.) A lost connection raises ``OperationalError``.
     """
     for last in (False, True):
-        text, values, fresh = render(parts, PREPARED.ready(conn))
-        cursor: psycopg.ClientCursor[Any] = cursors.kept(conn, psycopg.ClientCursor)
-        try:
-            cursor.execute(text, values)
-        except psycopg.errors.InvalidSqlStatementName:
+        text, fresh = render(parts, PREPARED.ready(conn), quoter(conn))
+        with conn.lock:
+            conn.pgconn.send_query(text.encode(conn.info.encoding))
+            results = conn.wait(generators.execute(conn.pgconn))
+        done = _answers(conn, results, len(fresh))
+        if isinstance(done.error, errors.InvalidSqlStatementName) and not last:
             PREPARED.forget(conn)
             roll_back_open(conn)
-            if last:
-                raise
             continue
-        PREPARED.add(conn, fresh)
-        return [cursor.fetchone() if has else None for has in _results(cursor, len(fresh), parts)]
+        if done.error is None or len(results) > len(fresh):  # its PREPAREs ran
+            PREPARED.add(conn, fresh)
+        return done
+    raise AssertionError("unreachable")
+
+
+def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
+    """``answers``, each part's first row; the first error raised."""
+    return answers(conn, parts).raised()
+
+
+async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part]) -> Answers:
+    """``answers`` on an async connection."""
+    for last in (False, True):
+        text, fresh = render(parts, PREPARED.ready(aconn), quoter(aconn))
+        async with aconn.lock:
+            aconn.pgconn.send_query(text.encode(aconn.info.encoding))
+            results = await aconn.wait(generators.execute(aconn.pgconn))
+        done = _answers(aconn, results, len(fresh))
+        if isinstance(done.error, errors.InvalidSqlStatementName) and not last:
+            PREPARED.forget(aconn)
+            await roll_back_open_async(aconn)
+            continue
+        if done.error is None or len(results) > len(fresh):
+            PREPARED.add(aconn, fresh)
+        return done
     raise AssertionError("unreachable")
 
 
 async def send_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part]) -> list[Row]:
     """``send`` on an async connection."""
-    for last in (False, True):
-        text, values, fresh = render(parts, PREPARED.ready(aconn))
-        cursor: psycopg.AsyncClientCursor[Any] = cursors.kept(aconn, psycopg.AsyncClientCursor)
-        try:
-            await cursor.execute(text, values)
-        except psycopg.errors.InvalidSqlStatementName:
-            PREPARED.forget(aconn)
-            await roll_back_open_async(aconn)
-            if last:
-                raise
-            continue
-        PREPARED.add(aconn, fresh)
-        results = _results(cursor, len(fresh), parts)
-        return [await cursor.fetchone() if has else None for has in results]
-    raise AssertionError("unreachable")
+    return (await answers_async(aconn, parts)).raised()
