@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import psycopg
 import structlog
+from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.entity_lock import entity_held
 from consumer.kinds.steps.errors import (
@@ -21,9 +22,22 @@ from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.retries import Action
-from consumer.kinds.steps.single import Became, drive, drive_async, one_step
+from consumer.kinds.steps.single import (
+    ALONE,
+    Became,
+    Carried,
+    Chain,
+    drive,
+    drive_async,
+    one_step,
+    opening,
+)
 from consumer.kinds.steps.store import Conn, StepStore
-from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
+from consumer.kinds.steps.transaction import (
+    pipelined_transaction,
+    plain_transaction,
+    roll_back_open,
+)
 from schemas import Event
 from schemas.snapshot import is_snapshot
 
@@ -72,11 +86,18 @@ def _stop(conn: Conn, store: StepStore, entity_id: str, seq: int, reason: str) -
 
 
 def _apply_single(
-    conn: Conn, store: StepStore, handlers: Handlers, lanes: Lanes, start: Progress, event: Event
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    start: Progress,
+    event: Event,
+    carried: Carried = ALONE,
 ) -> tuple[bool, str | None]:
     """One step in its own transaction; an external call is recorded, committed, before it.
 
     Whether it applied, and why the entity was stopped for a person when it was.
+    ``carried``: the openings sent with closings (``single.drive``).
     """
     entry = handlers.entry(event)
     external = entry is not None and entry[0].external
@@ -85,7 +106,7 @@ def _apply_single(
     if handlers.awaited(event):  # on an async connection of the lane's event loop
         became = lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange))
     else:
-        became = drive(conn, handlers, exchange)
+        became = drive(conn, handlers, exchange, carried)
     if became is Became.UNFINISHED_CALL:
         assert entry is not None
         reason = (
@@ -94,6 +115,24 @@ def _apply_single(
         )
         return False, _stop(conn, store, event.entity_id, event.seq, reason)
     return became is Became.APPLIED, None
+
+
+def _chained(
+    store: StepStore,
+    handlers: Handlers,
+    event: Event,
+    after: Progress,
+    pending: list[Event],
+) -> tuple[Event, Chain] | None:
+    """The step due once ``event`` applied, and its opening to send with ``event``'s closing:
+    both driven on the lane's connection (neither ``async def``), else None."""
+    if handlers.awaited(event):
+        return None
+    upcoming = plan(after, pending, baseline=store.route.baseline).apply
+    if not upcoming or handlers.awaited(upcoming[0]):
+        return None
+    nxt = upcoming[0]
+    return nxt, Chain(opening(store, after, nxt, external=handlers.external(nxt)))
 
 
 def apply_alone(
@@ -137,36 +176,63 @@ def _apply_pending(
     pending: list[Event],
     done: Plan,
 ) -> Plan:
-    """``apply_alone`` past its copies: progress read once, then each step claimed from it."""
+    """``apply_alone`` past its copies: progress read once, then each step claimed from it.
+
+    On a lane's connection a step's closing also carries the next step's opening (the
+    step due once it applied, ``_chained``): one round trip between two calls, not two.
+    """
     progress = store.made(conn, firsts({entity_id: pending})[entity_id])
     # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
     done.start = progress
-    while pending:
-        step_plan = plan(progress, pending, baseline=store.route.baseline)
-        done.stale += step_plan.stale
-        done.end = step_plan.end
-        if not step_plan.apply:
-            done.park += step_plan.park
-            break
-        event = step_plan.apply[0]
-        aside = {id(event), *(id(e) for e in step_plan.stale)}
-        pending = [e for e in pending if id(e) not in aside]
-        try:
-            applied, done.stopped = _apply_single(conn, store, handlers, lanes, progress, event)
-        except StepFailedError as raised:  # rolled back: retried later, stopped, or moved on
-            failure = failed(conn, store, handlers, event, raised.error)
-            done.settle(failure)
-            applied = False
-            if failure.verdict.action in (Action.SKIP, Action.DEAD_LETTER):
-                progress = replace(progress, generation=event.generation, last_applied=event.seq)
-                continue
-        if not applied:
-            done.park += [event, *pending]  # it waits too, for a person or the next try
-            break
-        done.apply.append(event)
-        # Where the claim left the entity: no need to read it again for the next step.
-        progress = replace(progress, generation=event.generation, last_applied=event.seq)
-    return done
+    lane = _lane(conn)
+    chain: Chain | None = None  # the opening the last closing carried, and for which step
+    chained: Event | None = None
+    try:
+        while pending:
+            step_plan = plan(progress, pending, baseline=store.route.baseline)
+            done.stale += step_plan.stale
+            done.end = step_plan.end
+            if not step_plan.apply:
+                done.park += step_plan.park
+                break
+            event = step_plan.apply[0]
+            aside = {id(event), *(id(e) for e in step_plan.stale)}
+            pending = [e for e in pending if id(e) not in aside]
+            answered = chain.replies if chain is not None and chained is event else None
+            if chain is not None and answered is None:
+                roll_back_open(conn)  # carried for another step, or failed: sent again
+            chain, chained = None, None
+            after = replace(progress, generation=event.generation, last_applied=event.seq)
+            upcoming = _chained(store, handlers, event, after, pending) if lane else None
+            if upcoming is not None:
+                chained, chain = upcoming
+            try:
+                carried = Carried(answered, chain)
+                applied, done.stopped = _apply_single(
+                    conn, store, handlers, lanes, progress, event, carried
+                )
+            except StepFailedError as raised:  # rolled back: retried later, stopped, moved on
+                failure = failed(conn, store, handlers, event, raised.error)
+                done.settle(failure)
+                applied = False
+                if failure.verdict.action in (Action.SKIP, Action.DEAD_LETTER):
+                    progress = after
+                    continue
+            if not applied:
+                done.park += [event, *pending]  # it waits too, for a person or the next try
+                break
+            done.apply.append(event)
+            # Where the claim left the entity: no need to read it again for the next step.
+            progress = after
+        return done
+    finally:
+        if chain is not None and chain.replies is not None:
+            roll_back_open(conn)  # a next step carried but not driven
+
+
+def _lane(conn: Conn) -> bool:
+    """Whether ``conn`` is idle in autocommit, as a lane's is: its steps go as scripts."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def apply_steps(

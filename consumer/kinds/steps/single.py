@@ -73,6 +73,40 @@ class Became(enum.Enum):
 
 Asked = Opening | Call | Closing
 Exchange = Generator[Asked, Any, Became]
+# What an opening answers: the attempt's first row (None: none, or no attempt), the claim's.
+Replies = tuple[Row, Row]
+
+
+def opening(store: StepStore, start: Progress, event: Event, *, external: bool) -> Opening:
+    """The statements before ``event``'s call, from ``start``: its attempt and its claim."""
+    attempt = store.attempt_query(event) if external else None
+    return Opening(attempt, store.claim_one_query(event.entity_id, start, event))
+
+
+@dataclass(slots=True)
+class Chain:
+    """The next step's opening, sent with this step's closing should this step apply.
+
+    ``replies`` is set when it was: the connection is then in the next step's
+    transaction, its attempt committed and its claim made, and that step is driven with
+    them (``answered``). A next opening that failed is rolled back and not set: that
+    step sends its own.
+    """
+
+    opening: Opening
+    replies: Replies | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """What a step's closing and opening carry: ``answered``, this step's opening as the
+    previous closing sent it; ``chain``, the next step's, to send with this closing."""
+
+    answered: Replies | None = None
+    chain: Chain | None = None
+
+
+ALONE = Carried()
 
 
 def one_step(
@@ -87,8 +121,7 @@ def one_step(
     another transaction have moved the row meanwhile, nothing is claimed and the step is
     not called.
     """
-    attempt = store.attempt_query(event) if external else None
-    fresh, claimed = yield Opening(attempt, store.claim_one_query(event.entity_id, start, event))
+    fresh, claimed = yield opening(store, start, event, external=external)
     if external and fresh is None and not idempotent:
         return Became.UNFINISHED_CALL  # the claim, made with it, is rolled back
     if claimed is None:
@@ -145,14 +178,22 @@ def _alone(conn: Conn) -> AbstractContextManager[Any]:
     return nullcontext() if conn.autocommit and idle else conn.transaction()
 
 
-def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
+def drive(
+    conn: Conn,
+    handlers: Handlers,
+    exchange: Exchange,
+    carried: Carried = ALONE,
+) -> Became:
     """Run ``exchange`` in one transaction on ``conn`` (a savepoint inside one already
     open); what became of the step.
 
-    An attempt is committed on its own before the step's transaction begins.
+    An attempt is committed on its own before the step's transaction begins. On a
+    connection idle in autocommit, ``carried.chain`` sends the next step's opening with
+    this step's closing, and ``carried.answered`` is this step's opening as an earlier
+    closing sent it (the connection in its transaction).
     """
-    if _scripted(conn):
-        return _drive_scripted(conn, handlers, exchange)
+    if carried.answered is not None or _scripted(conn):
+        return _drive_scripted(conn, handlers, exchange, carried)
     steps = Driven(exchange)
     with ExitStack() as stack:
         step: psycopg.Transaction | None = None
@@ -173,26 +214,54 @@ def drive(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
     return steps.result
 
 
-def _drive_scripted(conn: Conn, handlers: Handlers, exchange: Exchange) -> Became:
+def _drive_scripted(
+    conn: Conn,
+    handlers: Handlers,
+    exchange: Exchange,
+    carried: Carried = ALONE,
+) -> Became:
     """``drive`` on a connection idle in autocommit: the opening and the closing as scripts.
 
     The transaction the opening begins ends here whatever happens: committed by the
     closing, else rolled back (a step not applied, a function that raised, an error).
+    Only the next step's transaction, once its chained opening answered, stays open.
     """
     steps = Driven(exchange)
+    chain = carried.chain
     try:
         for asked in steps:
             if isinstance(asked, Call):
                 handlers.run(conn, {asked.event.entity_id: [asked.event]})
             elif isinstance(asked, Opening):
-                steps.reply = _replies(
-                    asked, script.send(conn, _opening(asked.attempt, asked.claim))
-                )
+                if carried.answered is not None:  # sent with the previous step's closing
+                    steps.reply = carried.answered
+                else:
+                    rows = script.send(conn, _opening(asked.attempt, asked.claim))
+                    steps.reply = _replies(asked, rows)
             else:
-                script.send(conn, [asked.log, "COMMIT"])
+                _close(conn, asked, chain)
     finally:
-        roll_back_open(conn)
+        if chain is None or chain.replies is None:
+            roll_back_open(conn)
     return steps.result
+
+
+def _close(conn: Conn, asked: Closing, chain: Chain | None) -> None:
+    """Log and commit the step; with ``chain``, the next step's opening in the same script.
+
+    Should the script fail before this step's ``COMMIT`` answered, the step did not
+    commit: the error is raised. Should it fail after (in the next step's opening), the
+    step stands, and the next one, rolled back, sends its own opening again.
+    """
+    if chain is None:
+        script.send(conn, [asked.log, "COMMIT"])
+        return
+    nxt = chain.opening
+    done = script.answers(conn, [asked.log, "COMMIT", *_opening(nxt.attempt, nxt.claim)])
+    if done.error is None:
+        chain.replies = _replies(nxt, done.rows[2:])
+    elif len(done.rows) < 2:
+        raise done.error
 
 
 def _alone_async(aconn: AsyncConn) -> AbstractAsyncContextManager[Any]:
