@@ -123,16 +123,16 @@ def _chained(
     event: Event,
     after: Progress,
     pending: list[Event],
-) -> tuple[Event, Chain] | None:
-    """The step due once ``event`` applied, and its opening to send with ``event``'s closing:
-    both driven on the lane's connection (neither ``async def``), else None."""
+) -> Chain | None:
+    """The opening of the step due once ``event`` applied, to send with ``event``'s closing
+    when both are driven on the lane's connection (neither is ``async def``)."""
     if handlers.awaited(event):
         return None
     upcoming = plan(after, pending, baseline=store.route.baseline).apply
     if not upcoming or handlers.awaited(upcoming[0]):
         return None
     nxt = upcoming[0]
-    return nxt, Chain(opening(store, after, nxt, external=handlers.external(nxt)))
+    return Chain(opening(store, after, nxt, external=handlers.external(nxt)))
 
 
 def apply_alone(
@@ -185,8 +185,9 @@ def _apply_pending(
     # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
     done.start = progress
     lane = _lane(conn)
-    chain: Chain | None = None  # the opening the last closing carried, and for which step
-    chained: Event | None = None
+    # The opening the last closing carried: the step due next, which the loop's plan
+    # picks again (the same progress and events), answered or, failed, rolled back.
+    chain: Chain | None = None
     try:
         while pending:
             step_plan = plan(progress, pending, baseline=store.route.baseline)
@@ -198,14 +199,9 @@ def _apply_pending(
             event = step_plan.apply[0]
             aside = {id(event), *(id(e) for e in step_plan.stale)}
             pending = [e for e in pending if id(e) not in aside]
-            answered = chain.replies if chain is not None and chained is event else None
-            if chain is not None and answered is None:
-                roll_back_open(conn)  # carried for another step, or failed: sent again
-            chain, chained = None, None
+            answered = None if chain is None else chain.replies
             after = replace(progress, generation=event.generation, last_applied=event.seq)
-            upcoming = _chained(store, handlers, event, after, pending) if lane else None
-            if upcoming is not None:
-                chained, chain = upcoming
+            chain = _chained(store, handlers, event, after, pending) if lane else None
             try:
                 carried = Carried(answered, chain)
                 applied, done.stopped = _apply_single(

@@ -1,0 +1,176 @@
+"""An entity's steps in a lane, each closing carrying the next opening, on real PostgreSQL.
+
+``apply_alone`` on a lane's connection (idle, autocommit) sends the step due next with
+the script that logs and commits a step. What another session sees between two calls
+must be what it saw when each opening went alone, and a failure on either side of the
+commit must cost nothing that was committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from consumer.kinds.steps.apply import apply_alone
+from consumer.kinds.steps.handlers import Handlers
+from consumer.kinds.steps.lanes import Lanes
+from consumer.kinds.steps.route import Handler
+from consumer.kinds.steps.store import StepStore
+from schemas import Event
+from tests.conftest import PgSchema
+from tests.integration import step_handlers
+from tests.integration import step_support as ss
+
+
+class _Route:
+    stream = ss.STREAM
+    baseline = False
+
+
+@pytest.fixture
+def store(pg_schema: PgSchema) -> StepStore:
+    ss.prepare(pg_schema)
+    return StepStore(_Route())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def lane(pg_schema: PgSchema) -> Iterator[psycopg.Connection[Any]]:
+    conn = pg_schema.connect(autocommit=True)
+    yield conn
+    conn.close()
+
+
+def _handlers(function: Callable[..., Any], *, idempotent: bool = True) -> Handlers:
+    handler = Handler("tests:function", external=True, idempotent=idempotent)
+    return Handlers({"ledger.added": (handler, function)})
+
+
+def _seen(schema: PgSchema, entity: str = "a") -> tuple[Any, ...]:
+    """What another session sees of ``entity``: its attempts (seq, finished), its progress,
+    its logged steps."""
+    with schema.connect(autocommit=True) as other:
+        attempts = other.execute(
+            "SELECT seq, completed_at IS NOT NULL FROM inorder_step_attempts "
+            "WHERE entity_id = %s ORDER BY seq",
+            (entity,),
+        ).fetchall()
+        last = other.execute(
+            "SELECT last_applied FROM inorder_step_progress WHERE entity_id = %s", (entity,)
+        ).fetchone()
+        logged = other.execute(
+            "SELECT seq FROM inorder_step_log WHERE entity_id = %s ORDER BY seq", (entity,)
+        ).fetchall()
+    return (attempts, None if last is None else last[0], [s for (s,) in logged])
+
+
+def _fail_once(schema: PgSchema, table: str, seq: int) -> None:
+    """The first row with ``seq`` written to ``table`` fails (a sequence counts: it is not
+    rolled back with the failing statement)."""
+    with schema.connect(autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE failures")
+        conn.execute(
+            "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.seq = {seq} AND nextval('failures') = 1 THEN "
+            "RAISE EXCEPTION 'planted failure'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER fail_once BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION fail_once()"
+        )
+
+
+def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """During each call the steps before it are logged and its own attempt is committed."""
+    during: list[tuple[Any, ...]] = []
+    sent: list[str] = []  # the script the lane sent last before each call
+
+    def call(conn: Any, event: Event) -> None:
+        during.append(_seen(pg_schema))
+        with pg_schema.connect(autocommit=True) as other:
+            row = other.execute(
+                "SELECT query FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,)
+            ).fetchone()
+        sent.append(row[0] if row else "")
+        step_handlers.record(conn, event)
+
+    events = [ss.step(s) for s in (1, 2, 3)]
+    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    assert [e.seq for e in done.apply] == [1, 2, 3]
+    # Steps 2 and 3 were opened by the script that logged and committed the step before.
+    # (The first script also prepares the statements; the commits are the attempts' and,
+    # once chained, the step's before.)
+    assert sent[0].count("COMMIT") == 1
+    for script in sent[1:]:
+        assert script.count("COMMIT") == 2
+        assert script.split("; ")[-1].startswith("EXECUTE inorder_step_")  # the claim
+    assert during == [
+        ([(1, False)], 0, []),
+        ([(1, True), (2, False)], 1, [1]),
+        ([(1, True), (2, True), (3, False)], 2, [1, 2]),
+    ]
+    assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])
+    assert ss.applied(pg_schema) == [(1, 1), (1, 2), (1, 3)]
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """Step 2's attempt fails once inside step 1's closing: 1 stands, 2 opens again, all apply."""
+    _fail_once(pg_schema, "inorder_step_attempts", 2)
+    calls: list[int] = []
+
+    def call(conn: Any, event: Event) -> None:
+        calls.append(event.seq)
+        step_handlers.record(conn, event)
+
+    events = [ss.step(s) for s in (1, 2, 3)]
+    done = apply_alone(lane, store, _handlers(call, idempotent=False), Lanes(1), "a", events)
+    assert [e.seq for e in done.apply] == [1, 2, 3]
+    assert done.stopped is None
+    assert calls == [1, 2, 3]
+    assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_closing_that_fails_commits_neither_its_step_nor_the_next_opening(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """Step 1's log fails: 1 is not applied, 2 neither attempted nor claimed; later both apply."""
+    _fail_once(pg_schema, "inorder_step_log", 1)
+    events = [ss.step(s) for s in (1, 2)]
+    handlers = _handlers(step_handlers.record)
+    with pytest.raises(psycopg.errors.RaiseException, match="planted failure"):
+        apply_alone(lane, store, handlers, Lanes(1), "a", events)
+    assert _seen(pg_schema) == ([(1, False)], 0, [])
+    assert ss.applied(pg_schema) == []
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+    done = apply_alone(lane, store, handlers, Lanes(1), "a", events)
+    assert [e.seq for e in done.apply] == [1, 2]
+    assert ss.applied(pg_schema) == [(1, 1), (1, 2)]
+
+
+def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """Step 2 opened by step 1's closing raises: 1 stands, 2's claim is undone, 3 waits."""
+
+    def call(conn: Any, event: Event) -> None:
+        if event.seq == 2:
+            raise TimeoutError("the API did not answer")
+        step_handlers.record(conn, event)
+
+    events = [ss.step(s) for s in (1, 2, 3)]
+    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    assert [e.seq for e in done.apply] == [1]
+    assert [e.seq for e in done.park] == [2, 3]
+    assert [f.event.seq for f in done.failed] == [2]
+    assert _seen(pg_schema) == ([(1, True), (2, False)], 1, [1])
+    assert ss.applied(pg_schema) == [(1, 1)]
+    assert lane.info.transaction_status == TransactionStatus.IDLE
