@@ -9,6 +9,7 @@ import psycopg
 import structlog
 from psycopg.pq import TransactionStatus
 
+from consumer.kinds.steps import script
 from consumer.kinds.steps.entity_lock import entity_held
 from consumer.kinds.steps.errors import (
     ManyFailedError,
@@ -181,10 +182,15 @@ def _apply_pending(
     On a lane's connection a step's closing also carries the next step's opening (the
     step due once it applied, ``_chained``): one round trip between two calls, not two.
     """
-    progress = store.made(conn, firsts({entity_id: pending})[entity_id])
+    lane = _lane(conn)
+    first = firsts({entity_id: pending})[entity_id]
+    if lane:  # prepared, as the lane's step scripts are
+        [row] = script.send(conn, [store.made_query(first)])
+        progress = store.made_from(conn, first, row)
+    else:
+        progress = store.made(conn, first)
     # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
     done.start = progress
-    lane = _lane(conn)
     # The opening the last closing carried: the step due next, which the loop's plan
     # picks again (the same progress and events), answered or, failed, rolled back.
     chain: Chain | None = None

@@ -124,22 +124,32 @@ class StepStore:
     def made(self, conn: Conn, event: Event) -> Progress:
         """One entity's progress with its park mark, its row made if missing; no lock.
 
-        One statement: the row is inserted when missing, else read. For an entity applied
-        alone, whose every step's claim checks the progress again, a lock held only for
-        this read would cost a write and a commit for nothing.
+        One statement (``made_query``): the row is inserted when missing, else read. For
+        an entity applied alone, whose every step's claim checks the progress again, a
+        lock held only for this read would cost a write and a commit for nothing.
         """
         with conn.transaction() if not conn.autocommit else nullcontext():
-            row = conn.execute(
-                "WITH ins AS (INSERT INTO inorder_step_progress "
-                "(route, entity_id, generation, last_applied) VALUES (%(r)s, %(e)s, %(g)s, 0) "
-                "ON CONFLICT DO NOTHING RETURNING generation, last_applied, false, "
-                "NULL::bigint, NULL::bigint) "
-                "SELECT * FROM ins UNION ALL SELECT generation, last_applied, "
-                "stopped_at_seq IS NOT NULL, parked_generation, parked_through "
-                "FROM inorder_step_progress WHERE route = %(r)s AND entity_id = %(e)s",
-                {"r": self.route.stream, "e": event.entity_id, "g": event.generation},
-            ).fetchone()
-        if row is None:  # made meanwhile by another transaction, not yet in this snapshot
+            row = conn.execute(*self.made_query(event)).fetchone()
+        return self.made_from(conn, event, row)
+
+    def made_query(self, event: Event) -> Query:
+        """The statement ``made`` sends: a row of the entity's progress, made if missing
+        (none when another transaction made it and this one cannot see it yet)."""
+        return (
+            "WITH ins AS (INSERT INTO inorder_step_progress "
+            "(route, entity_id, generation, last_applied) VALUES (%(r)s, %(e)s, %(g)s, 0) "
+            "ON CONFLICT DO NOTHING RETURNING generation, last_applied, false, "
+            "NULL::bigint, NULL::bigint) "
+            "SELECT * FROM ins UNION ALL SELECT generation, last_applied, "
+            "stopped_at_seq IS NOT NULL, parked_generation, parked_through "
+            "FROM inorder_step_progress WHERE route = %(r)s AND entity_id = %(e)s",
+            {"r": self.route.stream, "e": event.entity_id, "g": event.generation},
+        )
+
+    def made_from(self, conn: Conn, event: Event, row: Any) -> Progress:
+        """The progress ``made_query`` answered; its row read under a lock when none came
+        (made meanwhile by another transaction, not yet in this one's snapshot)."""
+        if row is None:
             with conn.transaction():
                 return self.lock(conn, {event.entity_id: event})[event.entity_id]
         return Progress(row[0], row[1], row[2], None if row[3] is None else (row[3], row[4]))
