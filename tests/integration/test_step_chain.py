@@ -16,6 +16,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps.apply import apply_alone
+from consumer.kinds.steps.errors import StatementsLostError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.route import Handler
@@ -174,3 +175,41 @@ def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
     assert _seen(pg_schema) == ([(1, True), (2, False)], 1, [1])
     assert ss.applied(pg_schema) == [(1, 1)]
     assert lane.info.transaction_status == TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize(
+    "function_sends",
+    [
+        ["DEALLOCATE ALL"],
+        # psycopg, having prepared the function's statement, clears its cache on a ROLLBACK
+        ["SAVEPOINT mine", "ROLLBACK TO SAVEPOINT mine"],
+    ],
+)
+def test_statements_deallocated_inside_a_step_cost_it_one_more_try_only(
+    pg_schema: PgSchema,
+    store: StepStore,
+    lane: psycopg.Connection[Any],
+    function_sends: list[str],
+) -> None:
+    """Step 2's function deallocates the lane's statements once: 2 is undone, then applied."""
+    lane.prepare_threshold = 0  # psycopg prepares the function's own statement at once
+    tries: list[int] = []
+
+    def call(conn: Any, event: Event) -> None:
+        tries.append(event.seq)
+        step_handlers.record(conn, event)
+        if event.seq == 2 and tries.count(2) == 1:
+            for statement in function_sends:
+                conn.execute(statement)
+
+    events = [ss.step(s) for s in (1, 2, 3)]
+    with pytest.raises(StatementsLostError):
+        apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    assert _seen(pg_schema) == ([(1, True), (2, False)], 1, [1])  # 2 neither logged nor moved
+    assert ss.applied(pg_schema) == [(1, 1)]
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    assert [e.seq for e in done.apply] == [2, 3]
+    assert tries == [1, 2, 2, 3]
+    assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])
+    assert ss.applied(pg_schema) == [(1, 1), (1, 2), (1, 3)]

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from consumer.kinds.steps.errors import StepFailedError
+from consumer.kinds.steps.errors import StatementsLostError, StepFailedError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.route import Handler
@@ -173,3 +173,59 @@ def test_a_connection_lost_during_the_call_leaves_the_attempt_and_applies_nothin
         drive(conn, _handlers(call), one_step(store, Progress(1, 1), EVENT, external=True))
     assert _seen(pg_schema) == ((False,), (1,), (0,))
     assert ss.applied(pg_schema) == []
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_statements_deallocated_during_the_call_undo_the_step_as_an_outage(
+    pg_schema: PgSchema, store: StepStore, driver: str
+) -> None:
+    """The function deallocates the lane's prepared statements: nothing logged, the loop waits."""
+    with pg_schema.connect(autocommit=True) as conn:  # a step of b first prepares them all
+        conn.execute(
+            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
+            "VALUES (%s, 'b', 1, 0)",
+            (ss.STREAM,),
+        )
+    warm = ss.step(1, "b")
+
+    def call(conn: Any, event: Event) -> None:
+        step_handlers.record(conn, event)
+        if event.entity_id == "a":
+            conn.execute("DEALLOCATE ALL")
+
+    async def call_async(aconn: Any, event: Event) -> None:
+        if event.entity_id == "a":
+            await aconn.execute("DEALLOCATE ALL")
+
+    steps = [
+        one_step(store, Progress(1, 0), warm, external=True),
+        one_step(store, Progress(1, 1), EVENT, external=True),
+    ]
+
+    def run() -> None:
+        if driver == "sync":
+            _drive_sync(pg_schema, call, steps)
+        else:
+            asyncio.run(_drive_async(pg_schema, call_async, steps))
+
+    with pytest.raises(StatementsLostError):
+        run()
+    assert _seen(pg_schema) == ((False,), (1,), (1,))  # a: attempt open, at 1; b's log only
+
+
+def _drive_sync(schema: PgSchema, call: Callable[..., Any], steps: list[Any]) -> None:
+    with schema.connect(autocommit=True) as conn:
+        try:
+            for step in steps:
+                assert drive(conn, _handlers(call), step) is Became.APPLIED
+        finally:
+            assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+async def _drive_async(schema: PgSchema, call: Callable[..., Any], steps: list[Any]) -> None:
+    async with await psycopg.AsyncConnection.connect(schema.url, autocommit=True) as aconn:
+        try:
+            for step in steps:
+                assert await drive_async(aconn, _handlers(call), step) is Became.APPLIED
+        finally:
+            assert aconn.info.transaction_status == TransactionStatus.IDLE

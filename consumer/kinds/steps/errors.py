@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from consumer.errors import ConsumerError, StartupError
 from schemas import Event
+from schemas.errors import OutageError
 
 # A step given up on after its last call, its route saying dead_letter.
 STEP_FAILED = "step_failed"
@@ -35,3 +36,11 @@ class ManyFailedError(ConsumerError):
 
 class PipelinedError(ConsumerError):
     """Raised when a pipelined statement failed and cannot be traced to one entity."""
+
+
+class StatementsLostError(ConsumerError, OutageError):
+    """Raised when a lane's prepared statements were deallocated inside a step's transaction.
+
+    The transaction is lost with them (its work, its claim); the loop waits it out and
+    the entity's lane applies the step again from its start.
+    """

@@ -36,6 +36,7 @@ import psycopg
 from psycopg import errors, generators, pq
 from psycopg.adapt import Transformer
 
+from consumer.kinds.steps.errors import StatementsLostError
 from consumer.kinds.steps.store import Query
 from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 
@@ -43,6 +44,7 @@ from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_asyn
 Part = str | Query
 Row = tuple[Any, ...] | None
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
+LOST = "a lane's prepared statements were deallocated inside a step's transaction"
 # Quotes one value as an SQL literal (``quoter``).
 Quote = Callable[[Any], str]
 
@@ -198,19 +200,29 @@ def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
     and the script sent again with every ``PREPARE``. (Were only a later statement lost,
     the attempt would be found made by this very try: a step that is not idempotent then
     waits for a person, the safe side.) A lost connection raises ``OperationalError``.
+
+    A script sent inside a transaction already open (a step's closing) cannot be sent
+    again: the transaction is aborted with whatever the step did in it. Its statements
+    lost there (``DEALLOCATE ALL`` by the step's function, or by psycopg clearing its own
+    cache after a function's ``ROLLBACK TO SAVEPOINT``) raise ``StatementsLostError``, an
+    outage: the step is applied again from its start once the loop has waited.
     """
     for last in (False, True):
+        idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
         text, fresh = render(parts, PREPARED.ready(conn), quoter(conn))
         with conn.lock:
             conn.pgconn.send_query(text.encode(conn.info.encoding))
             results = conn.wait(generators.execute(conn.pgconn))
         done = _answers(conn, results, len(fresh))
-        if isinstance(done.error, errors.InvalidSqlStatementName) and not last:
-            PREPARED.forget(conn)
-            roll_back_open(conn)
-            continue
         if done.error is None or len(results) > len(fresh):  # its PREPAREs ran
             PREPARED.add(conn, fresh)
+        if isinstance(done.error, errors.InvalidSqlStatementName):
+            PREPARED.forget(conn)
+            if not idle:
+                raise StatementsLostError(LOST) from done.error
+            if not last:
+                roll_back_open(conn)
+                continue
         return done
     raise AssertionError("unreachable")
 
@@ -223,17 +235,21 @@ def send(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> list[Row]:
 async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Part]) -> Answers:
     """``answers`` on an async connection."""
     for last in (False, True):
+        idle = aconn.info.transaction_status == pq.TransactionStatus.IDLE
         text, fresh = render(parts, PREPARED.ready(aconn), quoter(aconn))
         async with aconn.lock:
             aconn.pgconn.send_query(text.encode(aconn.info.encoding))
             results = await aconn.wait(generators.execute(aconn.pgconn))
         done = _answers(aconn, results, len(fresh))
-        if isinstance(done.error, errors.InvalidSqlStatementName) and not last:
-            PREPARED.forget(aconn)
-            await roll_back_open_async(aconn)
-            continue
         if done.error is None or len(results) > len(fresh):
             PREPARED.add(aconn, fresh)
+        if isinstance(done.error, errors.InvalidSqlStatementName):
+            PREPARED.forget(aconn)
+            if not idle:
+                raise StatementsLostError(LOST) from done.error
+            if not last:
+                await roll_back_open_async(aconn)
+                continue
         return done
     raise AssertionError("unreachable")
 
