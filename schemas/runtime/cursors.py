@@ -1,14 +1,12 @@
 """A cursor kept on a connection, for statements a program sends on it again and again.
 
 ``conn.execute`` makes a new cursor for every statement, and with it psycopg looks up
-again how to send each parameter and read each column: 15-20 µs of CPU a statement,
-which an ``emit`` in a transaction or a lane's step pays several times over. A cursor
-of each kind is kept on the connection itself (it goes with the connection), made
-again should it be closed.
+again how to send each parameter and read each column: about 15 µs of CPU a statement,
+a tenth of an ``emit`` in a transaction. A cursor of each kind is kept on the
+connection itself (it goes with the connection), made again should it be closed.
 
 Every execute holds the connection's lock, so tasks and threads sharing a connection
-may share a cursor whose results nobody reads (the outbox writers'); one whose results
-are read (a lane's scripts) is used by the one lane holding the connection.
+may share a cursor whose results nobody reads (the outbox writers').
 """
 
 from __future__ import annotations
