@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import psycopg
 import structlog
-from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps import script
 from consumer.kinds.steps.entity_lock import entity_held
@@ -32,6 +31,7 @@ from consumer.kinds.steps.single import (
     drive_async,
     one_step,
     opening,
+    scripted,
 )
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import (
@@ -182,7 +182,7 @@ def _apply_pending(
     On a lane's connection a step's closing also carries the next step's opening (the
     step due once it applied, ``_chained``): one round trip between two calls, not two.
     """
-    lane = _lane(conn)
+    lane = scripted(conn)  # a lane's connection: its steps go as scripts
     first = firsts({entity_id: pending})[entity_id]
     if lane:  # prepared, as the lane's step scripts are
         [row] = script.send(conn, [store.made_query(first)])
@@ -230,11 +230,6 @@ def _apply_pending(
     finally:
         if chain is not None and chain.replies is not None:
             roll_back_open(conn)  # a next step carried but not driven
-
-
-def _lane(conn: Conn) -> bool:
-    """Whether ``conn`` is idle in autocommit, as a lane's is: its steps go as scripts."""
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def apply_steps(

@@ -152,7 +152,7 @@ class Driven:
             yield asked
 
 
-def _scripted(conn: Conn | AsyncConn) -> bool:
+def scripted(conn: Conn | AsyncConn) -> bool:
     """Whether the step's statements may go as scripts: idle in autocommit, no pipeline."""
     return (
         conn.autocommit
@@ -167,7 +167,7 @@ def _opening(attempt: Query | None, claim: Query) -> list[Part]:
     return ["BEGIN", attempt, "COMMIT", "BEGIN", claim]
 
 
-def _replies(asked: Opening, rows: list[Row]) -> tuple[Row, Row]:
+def _replies(asked: Opening, rows: list[Row]) -> Replies:
     """The attempt's row and the claim's, out of the opening script's rows."""
     return (rows[1] if asked.attempt is not None else None), rows[-1]
 
@@ -192,7 +192,7 @@ def drive(
     this step's closing, and ``carried.answered`` is this step's opening as an earlier
     closing sent it (the connection in its transaction).
     """
-    if carried.answered is not None or _scripted(conn):
+    if carried.answered is not None or scripted(conn):
         return _drive_scripted(conn, handlers, exchange, carried)
     steps = Driven(exchange)
     with ExitStack() as stack:
@@ -271,7 +271,7 @@ def _alone_async(aconn: AsyncConn) -> AbstractAsyncContextManager[Any]:
 
 async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
     """``drive`` on the async ``aconn``: the same statements and call, in the same order."""
-    if _scripted(aconn):
+    if scripted(aconn):
         return await _drive_scripted_async(aconn, handlers, exchange)
     steps = Driven(exchange)
     async with AsyncExitStack() as stack:
