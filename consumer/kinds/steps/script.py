@@ -192,6 +192,23 @@ def _answers(
     return Answers(rows)
 
 
+def _lost(conn: Any, done: Answers, results: int, fresh: list[str], *, idle: bool) -> bool:
+    """Note what a script's PREPAREs left on ``conn``; whether its statements were lost.
+
+    ``results``: how many statements answered (its PREPAREs ran if any past them did).
+    Lost with the session's transaction open (``idle`` false), they raise
+    ``StatementsLostError``; lost from idle, the script may be sent again.
+    """
+    if done.error is None or results > len(fresh):
+        PREPARED.add(conn, fresh)
+    if not isinstance(done.error, errors.InvalidSqlStatementName):
+        return False
+    PREPARED.forget(conn)
+    if not idle:
+        raise StatementsLostError(LOST) from done.error
+    return True
+
+
 def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
     """Run ``parts`` as one script on ``conn`` (idle, autocommit); what came of each.
 
@@ -214,15 +231,9 @@ def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
             conn.pgconn.send_query(text.encode(conn.info.encoding))
             results = conn.wait(generators.execute(conn.pgconn))
         done = _answers(conn, results, len(fresh))
-        if done.error is None or len(results) > len(fresh):  # its PREPAREs ran
-            PREPARED.add(conn, fresh)
-        if isinstance(done.error, errors.InvalidSqlStatementName):
-            PREPARED.forget(conn)
-            if not idle:
-                raise StatementsLostError(LOST) from done.error
-            if not last:
-                roll_back_open(conn)
-                continue
+        if _lost(conn, done, len(results), fresh, idle=idle) and not last:
+            roll_back_open(conn)
+            continue
         return done
     raise AssertionError("unreachable")
 
@@ -241,15 +252,9 @@ async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Par
             aconn.pgconn.send_query(text.encode(aconn.info.encoding))
             results = await aconn.wait(generators.execute(aconn.pgconn))
         done = _answers(aconn, results, len(fresh))
-        if done.error is None or len(results) > len(fresh):
-            PREPARED.add(aconn, fresh)
-        if isinstance(done.error, errors.InvalidSqlStatementName):
-            PREPARED.forget(aconn)
-            if not idle:
-                raise StatementsLostError(LOST) from done.error
-            if not last:
-                await roll_back_open_async(aconn)
-                continue
+        if _lost(aconn, done, len(results), fresh, idle=idle) and not last:
+            await roll_back_open_async(aconn)
+            continue
         return done
     raise AssertionError("unreachable")
 
