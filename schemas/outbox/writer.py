@@ -47,12 +47,6 @@ def _require_transaction(conn: psycopg.Connection[Any]) -> None:
     refuse_outside(status)
 
 
-def kept_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """The cursor the connection's outbox writes go through, of its ``cursor_factory``'s
-    kind: kept on the connection (``cursors.kept``); nothing reads its results."""
-    return cursors.kept(conn, conn.cursor_factory)
-
-
 def statement(batch: list[OutboxEvent]) -> tuple[str, Any]:
     """The one statement that writes ``batch`` and its parameters.
 
@@ -80,7 +74,8 @@ def emit_many(
     if not batch:
         return
     try:
-        kept_cursor(conn).execute(*statement(batch))
+        # One cursor of the connection's own kind, kept on it: nothing reads its results.
+        cursors.kept(conn, conn.cursor_factory).execute(*statement(batch))
     except pg_errors.UniqueViolation as exc:
         raise duplicate_of(exc) or exc from exc
 

@@ -1,6 +1,6 @@
 """The cursor a connection's outbox writes go through: kept on it, shared, made again when it must.
 
-``emit`` writes through one cursor per connection (``kept_cursor``) instead of a new one a
+``emit`` writes through one cursor per connection (``cursors.kept``) instead of a new one a
 statement. These tests hold it to what a new cursor a statement gave: every row written
 whatever shares the connection, a failed statement harming nothing after it, a closed
 cursor or a changed cursor factory honoured, a pipeline's results kept apart.
@@ -17,7 +17,6 @@ import psycopg
 import pytest
 
 from producer import DuplicateEventError, OutboxEvent, emit, emit_async, emit_many, emit_many_async
-from schemas.outbox.writer import kept_cursor
 from schemas.runtime import cursors
 from tests.conftest import PgSchema
 
@@ -96,7 +95,7 @@ def test_a_cursor_closed_behind_its_back_is_made_again(outbox: PgSchema) -> None
     with outbox.connect() as conn:
         with conn.transaction():
             emit(conn, _event("a", 1))
-        kept_cursor(conn).close()
+        cursors.kept(conn, conn.cursor_factory).close()
         with conn.transaction():
             emit(conn, _event("a", 2))
     assert _written(outbox) == [("a", 1), ("a", 2)]
