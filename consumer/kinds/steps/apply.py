@@ -119,20 +119,14 @@ def _apply_single(
 
 
 def _chained(
-    store: StepStore,
-    handlers: Handlers,
-    event: Event,
-    after: Progress,
-    pending: list[Event],
+    store: StepStore, handlers: Handlers, event: Event, after: Progress, upcoming: Plan
 ) -> Chain | None:
-    """The opening of the step due once ``event`` applied, to send with ``event``'s closing
-    when both are driven on the lane's connection (neither is ``async def``)."""
-    if handlers.awaited(event):
+    """The opening of ``upcoming``'s first step (the plan once ``event`` applied), to send
+    with ``event``'s closing when both are driven on the lane's connection (neither is
+    ``async def``)."""
+    if handlers.awaited(event) or not upcoming.apply or handlers.awaited(upcoming.apply[0]):
         return None
-    upcoming = plan(after, pending, baseline=store.route.baseline).apply
-    if not upcoming or handlers.awaited(upcoming[0]):
-        return None
-    nxt = upcoming[0]
+    nxt = upcoming.apply[0]
     return Chain(opening(store, after, nxt, external=handlers.external(nxt)))
 
 
@@ -191,12 +185,19 @@ def _apply_pending(
         progress = store.made(conn, first)
     # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
     done.start = progress
-    # The opening the last closing carried: the step due next, which the loop's plan
-    # picks again (the same progress and events), answered or, failed, rolled back.
+    # The plan once the last step applied, made to carry its opening with that step's
+    # closing: the loop goes on from there (the same progress and events) and uses it.
+    upcoming: Plan | None = None
+    # The opening the last closing carried: answered or, failed, rolled back.
     chain: Chain | None = None
     try:
         while pending:
-            step_plan = plan(progress, pending, baseline=store.route.baseline)
+            step_plan = (
+                plan(progress, pending, baseline=store.route.baseline)
+                if upcoming is None
+                else upcoming
+            )
+            upcoming = None
             done.stale += step_plan.stale
             done.end = step_plan.end
             if not step_plan.apply:
@@ -207,7 +208,10 @@ def _apply_pending(
             pending = [e for e in pending if id(e) not in aside]
             answered = None if chain is None else chain.replies
             after = replace(progress, generation=event.generation, last_applied=event.seq)
-            chain = _chained(store, handlers, event, after, pending) if lane else None
+            chain = None
+            if lane and pending:
+                upcoming = plan(after, pending, baseline=store.route.baseline)
+                chain = _chained(store, handlers, event, after, upcoming)
             try:
                 carried = Carried(answered, chain)
                 applied, done.stopped = _apply_single(
