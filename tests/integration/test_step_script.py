@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import psycopg
@@ -9,6 +10,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps import script
+from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 from tests.conftest import PgSchema
 
 INSERT = "INSERT INTO scripted (k, v) VALUES (%(k)s, %(v)s) RETURNING k, v"
@@ -109,3 +111,74 @@ def test_a_value_of_another_kind_is_refused_before_anything_is_sent(
     with pytest.raises(TypeError, match="text, integers or None"):
         script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": value}), "COMMIT"])
     assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+OTHER = "SELECT count(*) FROM scripted WHERE k = %(k)s"
+BROKEN = "SELECT FROM no_such_table WHERE k = %(k)s"
+
+
+def _ours(conn: psycopg.Connection) -> set[str]:
+    """The scripts' statements the session has prepared, as the server says."""
+    rows = conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'inorder_step_%'")
+    return {name for (name,) in rows.fetchall()}
+
+
+def test_rolling_a_lane_back_keeps_its_statements_whatever_psycopg_prepared(
+    conn: psycopg.Connection,
+) -> None:
+    """A transaction left open by a script and rolled back: psycopg, which prepared a statement
+    of its own, does not deallocate the script's with it, and the next script runs at once."""
+    conn.execute("SELECT 1", prepare=True)  # psycopg keeps a prepared statement of its own
+    script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": 1})])
+    kept = _ours(conn)
+    roll_back_open(conn)
+    conn.execute("SELECT 2", prepare=True)  # psycopg's next statement
+    assert _ours(conn) == kept
+    assert script.answers(conn, [(INSERT, {"k": "b", "v": 2})]).error is None
+    assert conn.execute("SELECT k FROM scripted").fetchall() == [("b",)]
+
+
+def test_a_session_that_lost_some_statements_prepares_only_those_again(
+    conn: psycopg.Connection,
+) -> None:
+    """One statement deallocated, another still prepared: the script is sent again with the
+    lost one's PREPARE only, where preparing both failed on the one the session still had."""
+    script.send(conn, [(INSERT, {"k": "a", "v": 1}), (OTHER, {"k": "a"})])
+    conn.execute(f"DEALLOCATE {script.prepared(OTHER).name}")
+    rows = script.send(conn, [(INSERT, {"k": "b", "v": 2}), (OTHER, {"k": "b"})])
+    assert rows == [("b", 2), (1,)]
+    assert _ours(conn) == {script.prepared(INSERT).name, script.prepared(OTHER).name}
+
+
+def test_a_statement_prepared_before_one_that_failed_to_prepare_is_known_prepared(
+    conn: psycopg.Connection,
+) -> None:
+    """A script whose second PREPARE fails: the first one stands, and is not prepared twice."""
+    done = script.answers(conn, [(INSERT, {"k": "a", "v": 1}), (BROKEN, {"k": "a"})])
+    assert isinstance(done.error, psycopg.errors.UndefinedTable)
+    assert done.rows == []
+    assert _ours(conn) == {script.prepared(INSERT).name}
+    assert script.send(conn, [(INSERT, {"k": "b", "v": 2})]) == [("b", 2)]
+
+
+def test_async_scripts_keep_their_statements_through_a_rollback_and_a_partial_loss(
+    conn: psycopg.Connection, pg_schema: PgSchema
+) -> None:
+    """The async twin: a rollback keeps the statements; one deallocated is prepared again alone."""
+
+    async def run() -> list[script.Row]:
+        aconn = await psycopg.AsyncConnection.connect(pg_schema.conninfo, autocommit=True)
+        async with aconn:
+            await aconn.execute("SELECT 1", prepare=True)
+            await script.send_async(
+                aconn, ["BEGIN", (INSERT, {"k": "a", "v": 1}), (OTHER, {"k": "a"})]
+            )
+            await roll_back_open_async(aconn)
+            await aconn.execute("SELECT 2", prepare=True)
+            await aconn.execute(f"DEALLOCATE {script.prepared(OTHER).name}")
+            return await script.send_async(
+                aconn, [(INSERT, {"k": "b", "v": 2}), (OTHER, {"k": "b"})]
+            )
+
+    assert asyncio.run(run()) == [("b", 2), (1,)]
+    assert conn.execute("SELECT k FROM scripted").fetchall() == [("b",)]

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.pq import PipelineStatus, TransactionStatus
 
-from consumer.kinds.steps import script
+from consumer.kinds.steps import script, single
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.single import (
     Became,
@@ -192,8 +192,17 @@ def test_both_drivers_ask_the_same_of_their_connection(
     async def send_async(aconn: _Conn, parts: Sequence[Any]) -> list[Any]:
         return aconn.script(parts)
 
+    def roll_back(conn: _Conn) -> None:  # libpq's ROLLBACK, recorded as the others
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            _Conn.execute(conn, "ROLLBACK")
+
+    async def roll_back_async(aconn: _Conn) -> None:
+        roll_back(aconn)
+
     monkeypatch.setattr(script, "send", lambda conn, parts: conn.script(parts))
     monkeypatch.setattr(script, "send_async", send_async)
+    monkeypatch.setattr(single, "roll_back_open", roll_back)
+    monkeypatch.setattr(single, "roll_back_open_async", roll_back_async)
     sync, aio = _Conn(claimed, autocommit), _AsyncConn(claimed, autocommit)
     step = one_step(_store(), Progress(1, 4), EVENT, external=True)
     a = drive(sync, _Handlers(sync), step)  # type: ignore[arg-type]

@@ -45,6 +45,9 @@ Part = str | Query
 Row = tuple[Any, ...] | None
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
 LOST = "a lane's prepared statements were deallocated inside a step's transaction"
+# What the session has prepared of the scripts' statements, read again once some were lost
+# (the rest are not prepared twice).
+_SERVER_HAS = r"SELECT name FROM pg_prepared_statements WHERE name LIKE 'inorder\_step\_%'"
 # Quotes one value as an SQL literal (``quoter``).
 Quote = Callable[[Any], str]
 
@@ -199,8 +202,9 @@ def _lost(conn: Any, done: Answers, results: int, fresh: list[str], *, idle: boo
     Lost with the session's transaction open (``idle`` false), they raise
     ``StatementsLostError``; lost from idle, the script may be sent again.
     """
-    if done.error is None or results > len(fresh):
-        PREPARED.add(conn, fresh)
+    # The PREPAREs come first: all ran unless one of them failed (the last to answer).
+    ran = len(fresh) if done.error is None or results > len(fresh) else results - 1
+    PREPARED.add(conn, fresh[:ran])
     if not isinstance(done.error, errors.InvalidSqlStatementName):
         return False
     PREPARED.forget(conn)
@@ -213,8 +217,9 @@ def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
     """Run ``parts`` as one script on ``conn`` (idle, autocommit); what came of each.
 
     A session that lost its prepared statements (someone ran ``DISCARD ALL`` on it) fails
-    at its first ``EXECUTE``, before anything committed: its transaction is rolled back
-    and the script sent again with every ``PREPARE``. (Were only a later statement lost,
+    at its first ``EXECUTE``, before anything committed: its transaction is rolled back,
+    what the session still has prepared is read from the server, and the script is sent
+    again with the ``PREPARE`` of every other statement. (Were only a later statement lost,
     the attempt would be found made by this very try: a step that is not idempotent then
     waits for a person, the safe side.) A lost connection raises ``OperationalError``.
 
@@ -233,6 +238,7 @@ def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
         done = _answers(conn, results, len(fresh))
         if _lost(conn, done, len(results), fresh, idle=idle) and not last:
             roll_back_open(conn)
+            PREPARED.add(conn, [name for (name,) in conn.execute(_SERVER_HAS).fetchall()])
             continue
         return done
     raise AssertionError("unreachable")
@@ -254,6 +260,8 @@ async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Par
         done = _answers(aconn, results, len(fresh))
         if _lost(aconn, done, len(results), fresh, idle=idle) and not last:
             await roll_back_open_async(aconn)
+            has = await (await aconn.execute(_SERVER_HAS)).fetchall()
+            PREPARED.add(aconn, [name for (name,) in has])
             continue
         return done
     raise AssertionError("unreachable")

@@ -14,7 +14,8 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg import generators
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 Sync = Callable[[], None]
 
@@ -53,17 +54,35 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[Sync]:
 def roll_back_open(conn: psycopg.Connection[Any]) -> None:
     """End the transaction ``conn`` was left in, if any: a failed statement leaves it
     aborted, an exception between statements leaves it open. A lost connection has
-    nothing to end."""
-    if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-        with suppress(psycopg.Error):
+    nothing to end.
+
+    The ``ROLLBACK`` goes through libpq, as a lane's scripts do, not through psycopg's
+    ``execute``: psycopg takes a ``ROLLBACK`` it ran for a sign to drop every statement
+    prepared on the session (``DEALLOCATE ALL`` before its next one), the scripts' too,
+    where the server keeps them through a rollback.
+    """
+    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with suppress(psycopg.Error):
+        if conn.info.pipeline_status != PipelineStatus.OFF:
             conn.execute("ROLLBACK")
+            return
+        with conn.lock:
+            conn.pgconn.send_query(b"ROLLBACK")
+            conn.wait(generators.execute(conn.pgconn))
 
 
 async def roll_back_open_async(aconn: psycopg.AsyncConnection[Any]) -> None:
     """``roll_back_open`` on an async connection."""
-    if not aconn.closed and aconn.info.transaction_status != TransactionStatus.IDLE:
-        with suppress(psycopg.Error):
+    if aconn.closed or aconn.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with suppress(psycopg.Error):
+        if aconn.info.pipeline_status != PipelineStatus.OFF:
             await aconn.execute("ROLLBACK")
+            return
+        async with aconn.lock:
+            aconn.pgconn.send_query(b"ROLLBACK")
+            await aconn.wait(generators.execute(aconn.pgconn))
 
 
 @contextmanager
