@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from consumer.kinds.steps import script
 from consumer.kinds.steps.apply import apply_alone
 from consumer.kinds.steps.errors import StatementsLostError
 from consumer.kinds.steps.handlers import Handlers
@@ -85,31 +86,40 @@ def _fail_once(schema: PgSchema, table: str, seq: int) -> None:
 
 
 def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema,
+    store: StepStore,
+    lane: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """During each call the steps before it are logged and its own attempt is committed."""
     during: list[tuple[Any, ...]] = []
-    sent: list[str] = []  # the script the lane sent last before each call
+    scripts: list[list[Any]] = []  # every script the lane sent, its parts
+    sent: list[list[Any]] = []  # the script the lane sent last before each call
+    answers = script.answers
+
+    def spied(conn: Any, parts: Any) -> Any:
+        scripts.append(list(parts))
+        return answers(conn, parts)
 
     def call(conn: Any, event: Event) -> None:
         during.append(_seen(pg_schema))
-        with pg_schema.connect(autocommit=True) as other:
-            row = other.execute(
-                "SELECT query FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,)
-            ).fetchone()
-        sent.append(row[0] if row else "")
+        sent.append(scripts[-1])
         step_handlers.record(conn, event)
 
+    monkeypatch.setattr(script, "answers", spied)
     events = [ss.step(s) for s in (1, 2, 3)]
     done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
-    # Steps 2 and 3 were opened by the script that logged and committed the step before.
-    # (The first script also prepares the statements; the commits are the attempts' and,
-    # once chained, the step's before.)
+    # Step 1 was opened by the script that read the entity's progress; steps 2 and 3 by
+    # the script that logged and committed the step before. (The commits are the
+    # attempts' and, once chained, the step's before.)
+    assert len(scripts) == 4  # the read, two closings chained, the last closing
+    assert sent[0][0][0].startswith("WITH ins AS (INSERT INTO inorder_step_progress")
     assert sent[0].count("COMMIT") == 1
-    for script in sent[1:]:
-        assert script.count("COMMIT") == 2
-        assert script.split("; ")[-1].startswith("EXECUTE inorder_step_")  # the claim
+    for parts in sent[1:]:
+        assert parts.count("COMMIT") == 2
+    for parts in sent:
+        assert parts[-1][0].startswith("UPDATE inorder_step_progress")  # the claim
     assert during == [
         ([(1, False)], 0, []),
         ([(1, True), (2, False)], 1, [1]),

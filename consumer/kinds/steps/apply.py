@@ -8,7 +8,7 @@ from dataclasses import replace
 import psycopg
 import structlog
 
-from consumer.kinds.steps import script
+from consumer.kinds.steps import made
 from consumer.kinds.steps.entity_lock import entity_held
 from consumer.kinds.steps.errors import (
     ManyFailedError,
@@ -173,24 +173,25 @@ def _apply_pending(
 ) -> Plan:
     """``apply_alone`` past its copies: progress read once, then each step claimed from it.
 
-    On a lane's connection a step's closing also carries the next step's opening (the
-    step due once it applied, ``_chained``): one round trip between two calls, not two.
+    On a lane's connection the read carries the first step's opening, guessed
+    (``made``), and a step's closing the next step's (the step due once it applied,
+    ``_chained``): one round trip before each call, not two.
     """
     lane = scripted(conn)  # a lane's connection: its steps go as scripts
     first = firsts({entity_id: pending})[entity_id]
-    if lane:  # prepared, as the lane's step scripts are
-        [row] = script.send(conn, [store.made_query(first)])
-        progress = store.made_from(conn, first, row)
-    else:
-        progress = store.made(conn, first)
-    # Where it stood, with its park mark: whether Redis may hold parks of it to drain after.
-    done.start = progress
     # The plan once the last step applied, made to carry its opening with that step's
     # closing: the loop goes on from there (the same progress and events) and uses it.
     upcoming: Plan | None = None
-    # The opening the last closing carried: answered or, failed, rolled back.
+    # The opening the last closing carried (or the read, guessed): answered or, failed,
+    # rolled back.
     chain: Chain | None = None
     try:
+        if lane:  # read with the first step's opening, guessed (``made``)
+            progress, chain = made.read(conn, store, handlers, first, pending)
+        else:
+            progress = store.made(conn, first)
+        # Where it stood, with its park mark: whether Redis may hold parks of it to drain.
+        done.start = progress
         while pending:
             step_plan = (
                 plan(progress, pending, baseline=store.route.baseline)

@@ -16,7 +16,7 @@ savepoint then holds the step) they go one by one.
 from __future__ import annotations
 
 import enum
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -47,6 +47,16 @@ class Opening:
 
     attempt: Query | None
     claim: Query
+
+    def parts(self) -> list[Part]:
+        """The opening as a script: the attempt committed on its own, then the claim."""
+        if self.attempt is None:
+            return ["BEGIN", self.claim]
+        return ["BEGIN", self.attempt, "COMMIT", "BEGIN", self.claim]
+
+    def replies(self, rows: Sequence[Row]) -> Replies:
+        """The attempt's row and the claim's, out of the rows of ``parts``."""
+        return (rows[1] if self.attempt is not None else None), rows[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,17 +171,6 @@ def scripted(conn: Conn | AsyncConn) -> bool:
     )
 
 
-def _opening(attempt: Query | None, claim: Query) -> list[Part]:
-    if attempt is None:
-        return ["BEGIN", claim]
-    return ["BEGIN", attempt, "COMMIT", "BEGIN", claim]
-
-
-def _replies(asked: Opening, rows: list[Row]) -> Replies:
-    """The attempt's row and the claim's, out of the opening script's rows."""
-    return (rows[1] if asked.attempt is not None else None), rows[-1]
-
-
 def _alone(conn: Conn) -> AbstractContextManager[Any]:
     """Where a statement commits on its own: by itself in autocommit, else in a transaction."""
     idle = conn.info.transaction_status == TransactionStatus.IDLE
@@ -236,8 +235,8 @@ def _drive_scripted(
                 if carried.answered is not None:  # sent with the previous step's closing
                     steps.reply = carried.answered
                 else:
-                    rows = script.send(conn, _opening(asked.attempt, asked.claim))
-                    steps.reply = _replies(asked, rows)
+                    rows = script.send(conn, asked.parts())
+                    steps.reply = asked.replies(rows)
             else:
                 _close(conn, asked, chain)
     finally:
@@ -257,9 +256,9 @@ def _close(conn: Conn, asked: Closing, chain: Chain | None) -> None:
         script.send(conn, [asked.log, "COMMIT"])
         return
     nxt = chain.opening
-    done = script.answers(conn, [asked.log, "COMMIT", *_opening(nxt.attempt, nxt.claim)])
+    done = script.answers(conn, [asked.log, "COMMIT", *nxt.parts()])
     if done.error is None:
-        chain.replies = _replies(nxt, done.rows[2:])
+        chain.replies = nxt.replies(done.rows[2:])
     elif len(done.rows) < 2:
         raise done.error
 
@@ -301,8 +300,8 @@ async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: 
             if isinstance(asked, Call):
                 await handlers.run_async(aconn, asked.event)
             elif isinstance(asked, Opening):
-                rows = await script.send_async(aconn, _opening(asked.attempt, asked.claim))
-                steps.reply = _replies(asked, rows)
+                rows = await script.send_async(aconn, asked.parts())
+                steps.reply = asked.replies(rows)
             else:
                 await script.send_async(aconn, [asked.log, "COMMIT"])
     finally:

@@ -330,6 +330,26 @@ class StepStore:
             (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
         )
 
+    def attempt_from_query(self, event: Event, start: Progress) -> Query:
+        """``attempt_query``, recorded only while the entity stands at ``start`` (not
+        stopped): for an opening sent before its progress was read (``made.guessed``)."""
+        return (
+            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+            "SELECT %(r)s, %(e)s, %(g)s, %(s)s, %(i)s WHERE EXISTS (SELECT FROM "
+            "inorder_step_progress WHERE route = %(r)s AND entity_id = %(e)s AND generation "
+            "= %(sg)s AND last_applied = %(sl)s AND stopped_at_seq IS NULL) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            {
+                "r": self.route.stream,
+                "e": event.entity_id,
+                "g": event.generation,
+                "s": event.seq,
+                "i": event.event_id,
+                "sg": start.generation,
+                "sl": start.last_applied,
+            },
+        )
+
     def logged_query(self, event: Event, *, called: bool) -> Query:
         """The statement logging one step (and, ``called``, finishing its call's attempt)."""
         return (

@@ -1,0 +1,75 @@
+"""A lane's first read of an entity, sent with the opening of the step it most likely applies.
+
+A lane reads (or makes) an entity's progress before it plans the entity's steps, and
+the first step's opening then waits for that plan: two round trips before the first
+call. Where an entity's events arrive one at a time, as they do when its steps are
+spread over time, every step pays both.
+
+The step due is nearly always the earliest event the lane holds, one past where the
+entity stands. So, when the plan from that start applies that event first, its opening
+is sent in the same script as the read, each statement conditional on the guess: the
+attempt is recorded only while the entity stands there (an attempt recorded for a step
+that is not due would later read as a call cut short), and the claim moves the
+progress only from there. What the opening answered then decides, not what the read
+did (another applier may move the entity between the two): an attempt recorded, or a
+claim made without one, stands for the step's own opening (``single.Carried``), the
+step driven from the guessed start. Otherwise nothing was written: the guessed
+transaction is rolled back and the step, planned from the read, sends its own opening.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from consumer.kinds.steps import script
+from consumer.kinds.steps.handlers import Handlers
+from consumer.kinds.steps.plan import Progress, plan
+from consumer.kinds.steps.single import Chain, Opening
+from consumer.kinds.steps.store import Conn, StepStore
+from consumer.kinds.steps.transaction import roll_back_open
+from schemas import Event
+from schemas.snapshot import is_snapshot
+
+
+def guessed(
+    store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
+) -> Chain | None:
+    """The opening of ``first`` from one seq before it, conditional on the entity standing
+    there; None unless the plan of ``pending`` from there applies ``first`` first, or when
+    ``first`` is not opened by script (``async def``)."""
+    if handlers.awaited(first) or is_snapshot(first):
+        return None
+    start = Progress(first.generation, first.seq - 1)
+    due = plan(start, pending, baseline=store.route.baseline)
+    if not due.apply or due.apply[0] is not first:
+        return None
+    attempt = store.attempt_from_query(first, start) if handlers.external(first) else None
+    return Chain(Opening(attempt, store.claim_one_query(first.entity_id, start, first)))
+
+
+def read(
+    conn: Conn, store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
+) -> tuple[Progress, Chain | None]:
+    """The entity's progress, its row made if missing, from ``first`` (the earliest of
+    ``pending``); with ``first``'s opening, guessed, answered in the same script when it
+    stands (``Chain.replies`` set: the connection is then in that step's transaction, to
+    be driven or rolled back) and the progress then the guessed start."""
+    chain = guessed(store, handlers, first, pending)
+    parts = [store.made_query(first), *(chain.opening.parts() if chain is not None else [])]
+    done = script.answers(conn, parts)
+    if not done.rows:  # the read itself failed
+        assert done.error is not None
+        roll_back_open(conn)
+        raise done.error
+    row = done.rows[0]
+    if chain is not None and done.error is None:
+        fresh, claimed = chain.opening.replies(done.rows[1:])
+        recorded = fresh is not None if chain.opening.attempt is not None else claimed is not None
+        if recorded:
+            chain.replies = (fresh, claimed)
+            # The park mark as read (none read: the row under a lock, in the step's
+            # transaction, which moved only its progress).
+            parked = store.made_from(conn, first, row).parked
+            return replace(Progress(first.generation, first.seq - 1), parked=parked), chain
+    roll_back_open(conn)  # nothing guessed was written
+    return store.made_from(conn, first, row), None
