@@ -190,3 +190,29 @@ def test_any_order_of_arrival_with_duplicates_calls_each_step_once_in_order(
     assert calls == [(entity, 1, s) for s in range(1, 7)]
     assert ss.applied(pg_schema, entity) == [(1, s) for s in range(1, 7)]
     assert _attempts(pg_schema, entity) == [(1, s, True) for s in range(1, 7)]
+
+
+def test_a_function_rolling_back_its_own_savepoint_costs_the_lane_nothing(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """A function that catches a failure in a savepoint of its own, once psycopg has prepared
+    statements of its own on the lane: every step applies, each call made once."""
+    calls: list[tuple[str, int, int]] = []
+
+    def call(conn: Any, event: Event) -> None:
+        calls.append((event.entity_id, event.generation, event.seq))
+        step_handlers.record(conn, event)  # prepared by psycopg from its fifth time
+        if event.seq in (7, 9):
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT 1 / 0")
+            except psycopg.errors.DivisionByZero:
+                pass  # a failure the function expects, rolled back to its savepoint
+        conn.execute("SELECT 1")
+
+    events = [ss.step(s) for s in range(1, 11)]
+    for event in events:  # one at a time, each read with its opening
+        apply_alone(lane, store, _handlers(call), Lanes(1), "a", [event])
+    assert ss.progress(pg_schema)[:4] == (1, 10, False, None)
+    assert calls == [("a", 1, s) for s in range(1, 11)]
+    assert ss.applied(pg_schema) == [(1, s) for s in range(1, 11)]

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from consumer.kinds.steps.errors import StatementsLostError, StepFailedError
+from consumer.kinds.steps.errors import StepFailedError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.plan import Progress
 from consumer.kinds.steps.route import Handler
@@ -176,10 +176,11 @@ def test_a_connection_lost_during_the_call_leaves_the_attempt_and_applies_nothin
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_statements_deallocated_during_the_call_undo_the_step_as_an_outage(
+def test_statements_deallocated_during_the_call_are_prepared_again_in_the_step(
     pg_schema: PgSchema, store: StepStore, driver: str
 ) -> None:
-    """The function deallocates the lane's prepared statements: nothing logged, the loop waits."""
+    """The function deallocates the lane's prepared statements: the closing goes back to its
+    savepoint and prepares them again, the step's own writes kept, logged once."""
     with pg_schema.connect(autocommit=True) as conn:  # a step of b first prepares them all
         conn.execute(
             "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied) "
@@ -208,9 +209,9 @@ def test_statements_deallocated_during_the_call_undo_the_step_as_an_outage(
         else:
             asyncio.run(_drive_async(pg_schema, call_async, steps))
 
-    with pytest.raises(StatementsLostError):
-        run()
-    assert _seen(pg_schema) == ((False,), (1,), (1,))  # a: attempt open, at 1; b's log only
+    run()
+    assert _seen(pg_schema) == ((True,), (2,), (2,))  # a: its call finished, at 2; both logged
+    assert ss.applied(pg_schema, "a") == ([(1, 2)] if driver == "sync" else [])
 
 
 def _drive_sync(schema: PgSchema, call: Callable[..., Any], steps: list[Any]) -> None:

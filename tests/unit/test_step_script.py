@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from psycopg import errors
 
-from consumer.kinds.steps.script import prepared, render
+from consumer.kinds.steps.errors import StatementsLostError
+from consumer.kinds.steps.script import Answers, Next, Part, after, prepared, render
 
 
 def _quote(value: object) -> str:
@@ -65,3 +67,41 @@ def test_different_statements_get_different_names() -> None:
     """The name is the statement's digest: two statements never share one."""
     assert prepared("SELECT %s").name != prepared("SELECT %s + 1").name
     assert prepared("SELECT %s").name == prepared("SELECT %s").name
+
+
+LOST_ERROR = errors.InvalidSqlStatementName("prepared statement does not exist")
+# A closing carrying the next opening: the log, its commit, then the next step's statements.
+CLOSING: list[Part] = [("log", ()), "COMMIT", "BEGIN", ("attempt", ()), "COMMIT"]
+
+
+@pytest.mark.parametrize(
+    ("answered", "idle", "last", "expected"),
+    [
+        (0, True, False, Next.FROM_IDLE),  # lost from idle: rolled back, sent again
+        (0, True, True, Next.DONE),  # lost again: the answers say so
+        (0, False, False, Next.FROM_SAVEPOINT),  # the log lost: back to the savepoint
+        (3, False, False, Next.DONE),  # the next attempt lost: the step committed before it
+        (2, False, True, Next.DONE),
+    ],
+)
+def test_a_script_whose_statements_were_lost_is_sent_again_only_where_nothing_committed(
+    answered: int, idle: bool, last: bool, expected: Next
+) -> None:
+    """From idle, again from the start; inside a transaction, again from the savepoint only
+    while the script's first COMMIT has not run."""
+    done = Answers([None] * answered, LOST_ERROR)
+    assert after(done, CLOSING, idle=idle, last=last) is expected
+
+
+def test_statements_lost_twice_inside_a_transaction_raise_an_outage() -> None:
+    """Lost again after going back to the savepoint: the step's transaction cannot go on."""
+    with pytest.raises(StatementsLostError):
+        after(Answers([], LOST_ERROR), CLOSING, idle=False, last=True)
+
+
+@pytest.mark.parametrize("idle", [True, False])
+def test_answers_without_a_lost_statement_are_done(idle: bool) -> None:
+    """An answered script, or one failing for another reason, is not sent again."""
+    assert after(Answers([None]), CLOSING, idle=idle, last=False) is Next.DONE
+    other = Answers([], errors.UniqueViolation("duplicate"))
+    assert after(other, CLOSING, idle=idle, last=False) is Next.DONE

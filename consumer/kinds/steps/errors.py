@@ -39,7 +39,8 @@ class PipelinedError(ConsumerError):
 
 
 class StatementsLostError(ConsumerError, OutageError):
-    """Raised when a lane's prepared statements were deallocated inside a step's transaction.
+    """Raised when a lane's prepared statements were deallocated inside a step's transaction
+    again after the closing went back to its savepoint and prepared them once more.
 
     The transaction is lost with them (its work, its claim); the loop waits it out and
     the entity's lane applies the step again from its start.

@@ -23,6 +23,7 @@ that failed, so what came of each part is known (``answers``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import re
@@ -38,7 +39,12 @@ from psycopg.adapt import Transformer
 
 from consumer.kinds.steps.errors import StatementsLostError
 from consumer.kinds.steps.store import Query
-from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
+from consumer.kinds.steps.transaction import (
+    back_to,
+    back_to_async,
+    roll_back_open,
+    roll_back_open_async,
+)
 
 # A part of a script: a command without values (BEGIN, COMMIT) or a statement and its values.
 Part = str | Query
@@ -47,6 +53,10 @@ _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
 LOST = "a lane's prepared statements were deallocated inside a step's transaction"
 # What the session has prepared of the scripts' statements, read again once some were lost
 # (the rest are not prepared twice).
+# A script sent inside a transaction begins with a savepoint, to come back to should its
+# statements be found lost there (``after``).
+_SAVEPOINT = "SAVEPOINT inorder_script"
+_BACK = b"ROLLBACK TO SAVEPOINT inorder_script"
 _SERVER_HAS = r"SELECT name FROM pg_prepared_statements WHERE name LIKE 'inorder\_step\_%'"
 # Quotes one value as an SQL literal (``quoter``).
 Quote = Callable[[Any], str]
@@ -118,24 +128,32 @@ class Prepared:
     """Which statements each connection has prepared (forgotten with the connection)."""
 
     def __init__(self) -> None:
-        self._by_conn: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        # None: some were lost, and which are left is to be read from the server.
+        self._by_conn: weakref.WeakKeyDictionary[Any, set[str] | None] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # lanes on threads share this registry
 
-    def ready(self, conn: Any) -> set[str]:
-        """The statements ``conn`` has prepared (a copy)."""
+    def ready(self, conn: Any) -> set[str] | None:
+        """The statements ``conn`` has prepared (a copy); None when not known."""
         with self._lock:
-            return set(self._by_conn.get(conn, ()))
+            names = self._by_conn.get(conn, set())
+            return None if names is None else set(names)
 
     def add(self, conn: Any, names: Sequence[str]) -> None:
         """Note that ``conn`` prepared ``names``."""
         if names:
             with self._lock:
-                self._by_conn.setdefault(conn, set()).update(names)
+                known = self._by_conn.get(conn, set())
+                self._by_conn[conn] = None if known is None else known | set(names)
+
+    def known(self, conn: Any, names: Sequence[str]) -> None:
+        """``conn`` has prepared ``names`` and no other (as the server said)."""
+        with self._lock:
+            self._by_conn[conn] = set(names)
 
     def forget(self, conn: Any) -> None:
-        """``conn`` lost its prepared statements (its session was reset)."""
+        """``conn`` lost some of its prepared statements: which are left is not known."""
         with self._lock:
-            self._by_conn.pop(conn, None)
+            self._by_conn[conn] = None
 
 
 PREPARED = Prepared()
@@ -195,52 +213,89 @@ def _answers(
     return Answers(rows)
 
 
-def _lost(conn: Any, done: Answers, results: int, fresh: list[str], *, idle: bool) -> bool:
-    """Note what a script's PREPAREs left on ``conn``; whether its statements were lost.
+class Next(enum.Enum):
+    """What follows a script's answers (``after``)."""
+
+    DONE = "done"
+    FROM_IDLE = "from_idle"  # rolled back, sent again
+    FROM_SAVEPOINT = "from_savepoint"  # back to the script's savepoint, sent again
+
+
+def after(done: Answers, parts: Sequence[Part], *, idle: bool, last: bool) -> Next:
+    """Whether a script whose statements may have been lost is sent again, and how (pure).
+
+    Lost from idle (``DISCARD ALL`` by someone), it failed at its first ``EXECUTE``, before
+    anything committed: rolled back and sent again. Lost inside the transaction it was
+    sent in (a step function's ``DEALLOCATE ALL``, or psycopg's after a ``ROLLBACK`` the
+    function made), before the script's first ``COMMIT``: back to the savepoint the
+    script began with, what the step did kept, and sent again; lost again, that raises
+    ``StatementsLostError``. Lost past its ``COMMIT``, what came before stands: the
+    answers say where it stopped.
+    """
+    if not isinstance(done.error, errors.InvalidSqlStatementName):
+        return Next.DONE
+    if idle:
+        return Next.DONE if last else Next.FROM_IDLE
+    commits = [i for i, part in enumerate(parts) if part == "COMMIT"]
+    if len(done.rows) > (commits[0] if commits else len(parts)):
+        return Next.DONE
+    if last:
+        raise StatementsLostError(LOST) from done.error
+    return Next.FROM_SAVEPOINT
+
+
+def _noted(conn: Any, done: Answers, results: int, fresh: list[str]) -> None:
+    """Note what a script's PREPAREs left on ``conn``; lost statements make it unknown.
 
     ``results``: how many statements answered (its PREPAREs ran if any past them did).
-    Lost with the session's transaction open (``idle`` false), they raise
-    ``StatementsLostError``; lost from idle, the script may be sent again.
     """
     # The PREPAREs come first: all ran unless one of them failed (the last to answer).
     ran = len(fresh) if done.error is None or results > len(fresh) else results - 1
     PREPARED.add(conn, fresh[:ran])
-    if not isinstance(done.error, errors.InvalidSqlStatementName):
-        return False
-    PREPARED.forget(conn)
-    if not idle:
-        raise StatementsLostError(LOST) from done.error
-    return True
+    if isinstance(done.error, errors.InvalidSqlStatementName):
+        PREPARED.forget(conn)
+
+
+def _script(parts: Sequence[Part], *, idle: bool) -> list[Part]:
+    """The parts as sent: inside a transaction, after a savepoint to come back to."""
+    return list(parts) if idle else [_SAVEPOINT, *parts]
+
+
+def _answered(done: Answers, *, idle: bool) -> Answers:
+    """The answers of the parts as given (the savepoint's taken out)."""
+    return done if idle else Answers(done.rows[1:], done.error)
 
 
 def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
-    """Run ``parts`` as one script on ``conn`` (idle, autocommit); what came of each.
+    """Run ``parts`` as one script on ``conn`` (autocommit, idle or in a transaction the
+    scripts began); what came of each.
 
-    A session that lost its prepared statements (someone ran ``DISCARD ALL`` on it) fails
-    at its first ``EXECUTE``, before anything committed: its transaction is rolled back,
-    what the session still has prepared is read from the server, and the script is sent
-    again with the ``PREPARE`` of every other statement. (Were only a later statement lost,
-    the attempt would be found made by this very try: a step that is not idempotent then
-    waits for a person, the safe side.) A lost connection raises ``OperationalError``.
-
-    A script sent inside a transaction already open (a step's closing) cannot be sent
-    again: the transaction is aborted with whatever the step did in it. Its statements
-    lost there (``DEALLOCATE ALL`` by the step's function, or by psycopg clearing its own
-    cache after a function's ``ROLLBACK TO SAVEPOINT``) raise ``StatementsLostError``, an
-    outage: the step is applied again from its start once the loop has waited.
+    A session that lost prepared statements is sent the script again as ``after``
+    decides, with the ``PREPARE`` of every statement the server says it lacks. (Were
+    only a later statement lost from idle, the attempt would be found made by this very
+    try: a step that is not idempotent then waits for a person, the safe side.) A lost
+    connection raises ``OperationalError``.
     """
     for last in (False, True):
         idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
-        text, fresh = render(parts, PREPARED.ready(conn), quoter(conn))
+        ready = PREPARED.ready(conn)
+        if ready is None:  # read from the server (a statement of psycopg's own)
+            ready = {name for (name,) in conn.execute(_SERVER_HAS).fetchall()}
+            PREPARED.known(conn, list(ready))
+        text, fresh = render(_script(parts, idle=idle), ready, quoter(conn))
         with conn.lock:
             conn.pgconn.send_query(text.encode(conn.info.encoding))
             results = conn.wait(generators.execute(conn.pgconn))
         done = _answers(conn, results, len(fresh))
-        if _lost(conn, done, len(results), fresh, idle=idle) and not last:
+        _noted(conn, done, len(results), fresh)
+        done = _answered(done, idle=idle)
+        step = after(done, parts, idle=idle, last=last)
+        if step is Next.FROM_IDLE:
             roll_back_open(conn)
-            PREPARED.add(conn, [name for (name,) in conn.execute(_SERVER_HAS).fetchall()])
-            continue
-        return done
+        elif step is Next.FROM_SAVEPOINT:
+            back_to(conn, _BACK)
+        else:
+            return done
     raise AssertionError("unreachable")
 
 
@@ -253,17 +308,24 @@ async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Par
     """``answers`` on an async connection."""
     for last in (False, True):
         idle = aconn.info.transaction_status == pq.TransactionStatus.IDLE
-        text, fresh = render(parts, PREPARED.ready(aconn), quoter(aconn))
+        ready = PREPARED.ready(aconn)
+        if ready is None:
+            ready = {name for (name,) in await (await aconn.execute(_SERVER_HAS)).fetchall()}
+            PREPARED.known(aconn, list(ready))
+        text, fresh = render(_script(parts, idle=idle), ready, quoter(aconn))
         async with aconn.lock:
             aconn.pgconn.send_query(text.encode(aconn.info.encoding))
             results = await aconn.wait(generators.execute(aconn.pgconn))
         done = _answers(aconn, results, len(fresh))
-        if _lost(aconn, done, len(results), fresh, idle=idle) and not last:
+        _noted(aconn, done, len(results), fresh)
+        done = _answered(done, idle=idle)
+        step = after(done, parts, idle=idle, last=last)
+        if step is Next.FROM_IDLE:
             await roll_back_open_async(aconn)
-            has = await (await aconn.execute(_SERVER_HAS)).fetchall()
-            PREPARED.add(aconn, [name for (name,) in has])
-            continue
-        return done
+        elif step is Next.FROM_SAVEPOINT:
+            await back_to_async(aconn, _BACK)
+        else:
+            return done
     raise AssertionError("unreachable")
 
 

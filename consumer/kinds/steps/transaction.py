@@ -67,9 +67,14 @@ def roll_back_open(conn: psycopg.Connection[Any]) -> None:
         if conn.info.pipeline_status != PipelineStatus.OFF:
             conn.execute("ROLLBACK")
             return
-        with conn.lock:
-            conn.pgconn.send_query(b"ROLLBACK")
-            conn.wait(generators.execute(conn.pgconn))
+        back_to(conn, b"ROLLBACK")
+
+
+def back_to(conn: psycopg.Connection[Any], rollback: bytes) -> None:
+    """Send ``rollback`` (``ROLLBACK``, or to a savepoint) through libpq (``roll_back_open``)."""
+    with conn.lock:
+        conn.pgconn.send_query(rollback)
+        conn.wait(generators.execute(conn.pgconn))
 
 
 async def roll_back_open_async(aconn: psycopg.AsyncConnection[Any]) -> None:
@@ -80,9 +85,14 @@ async def roll_back_open_async(aconn: psycopg.AsyncConnection[Any]) -> None:
         if aconn.info.pipeline_status != PipelineStatus.OFF:
             await aconn.execute("ROLLBACK")
             return
-        async with aconn.lock:
-            aconn.pgconn.send_query(b"ROLLBACK")
-            await aconn.wait(generators.execute(aconn.pgconn))
+        await back_to_async(aconn, b"ROLLBACK")
+
+
+async def back_to_async(aconn: psycopg.AsyncConnection[Any], rollback: bytes) -> None:
+    """``back_to`` on an async connection."""
+    async with aconn.lock:
+        aconn.pgconn.send_query(rollback)
+        await aconn.wait(generators.execute(aconn.pgconn))
 
 
 @contextmanager
