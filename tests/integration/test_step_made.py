@@ -8,6 +8,7 @@ is not due (found later, it would read as a call cut short and stop the entity).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -216,3 +217,37 @@ def test_a_function_rolling_back_its_own_savepoint_costs_the_lane_nothing(
     assert ss.progress(pg_schema)[:4] == (1, 10, False, None)
     assert calls == [("a", 1, s) for s in range(1, 11)]
     assert ss.applied(pg_schema) == [(1, s) for s in range(1, 11)]
+
+
+def _flushes(schema: PgSchema, lane: psycopg.Connection[Any]) -> int:
+    """How many times the server has flushed its write-ahead log to disk (the lane's
+    session made to report its own counts first)."""
+    lane.execute("SELECT pg_stat_force_next_flush()")
+    lane.execute("SELECT 1")  # idle after it: the session reports
+    time.sleep(0.05)
+    with schema.connect(autocommit=True) as conn:
+        row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_an_idempotent_call_s_attempt_does_not_wait_for_the_disk(
+    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any], together: bool
+) -> None:
+    """Steps given one at a time (each opened with the read) or all at once (each opened
+    with the closing before): a call that is not idempotent flushes its attempt and its
+    step, two flushes a step; an idempotent one only its step."""
+    steps = 30
+    flushes = {}
+    for idempotent in (False, True):
+        handler = Handler("tests:once", external=True, idempotent=idempotent)
+        handlers = Handlers({"ledger.added": (handler, step_handlers.record)})
+        entity = f"flush-{idempotent}"
+        events = [ss.step(seq, entity) for seq in range(1, steps + 1)]
+        before = _flushes(pg_schema, lane)
+        for batch in [events] if together else [[e] for e in events]:
+            apply_alone(lane, store, handlers, Lanes(1), entity, batch)
+        flushes[idempotent] = _flushes(pg_schema, lane) - before
+        assert _attempts(pg_schema, entity) == [(1, s, True) for s in range(1, steps + 1)]
+    assert flushes[False] >= 2 * steps
+    assert flushes[True] < flushes[False] - steps // 2

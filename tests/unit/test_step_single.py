@@ -21,6 +21,7 @@ from consumer.kinds.steps.single import (
     drive,
     drive_async,
     one_step,
+    opening,
 )
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
@@ -175,9 +176,10 @@ ONE_BY_ONE = {
     True: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "call", "WITH", "tx>"],
     False: ["<tx", "INSERT", "tx>", "<tx", "UPDATE", "tx>"],
 }
+# (The call is idempotent: its attempt's commit does not wait for the disk.)
 SCRIPTED = {
-    True: ["BEGIN", "INSERT", "COMMIT", "BEGIN", "UPDATE", "call", "WITH", "COMMIT"],
-    False: ["BEGIN", "INSERT", "COMMIT", "BEGIN", "UPDATE", "ROLLBACK"],
+    True: ["BEGIN", "SET", "INSERT", "COMMIT", "BEGIN", "UPDATE", "call", "WITH", "COMMIT"],
+    False: ["BEGIN", "SET", "INSERT", "COMMIT", "BEGIN", "UPDATE", "ROLLBACK"],
 }
 
 
@@ -212,3 +214,18 @@ def test_both_drivers_ask_the_same_of_their_connection(
     assert sync.asked == aio.asked
     assert sync.asked == (SCRIPTED if autocommit else ONE_BY_ONE)[claimed]
     assert sync.info.transaction_status == TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_only_a_call_that_is_not_idempotent_waits_for_its_attempt_to_reach_the_disk(
+    idempotent: bool,
+) -> None:
+    """The opening script of an idempotent call commits its attempt unflushed; the replies
+    are the attempt's and the claim's rows either way."""
+    asked = opening(_store(), Progress(1, 4), EVENT, external=True, idempotent=idempotent)
+    parts = asked.parts()
+    unflushed = "SET LOCAL synchronous_commit TO off"
+    assert (unflushed in parts) is idempotent
+    assert parts.index("COMMIT") == (3 if idempotent else 2)
+    rows = [("r", i) for i in range(len(parts))]
+    assert asked.replies(rows) == (rows[parts.index("COMMIT") - 1], rows[-1])

@@ -100,15 +100,14 @@ def _apply_single(
     Whether it applied, and why the entity was stopped for a person when it was.
     ``carried``: the openings sent with closings (``single.drive``).
     """
-    entry = handlers.entry(event)
-    external = entry is not None and entry[0].external
-    idempotent = entry is None or entry[0].idempotent
+    external, idempotent = handlers.external(event), handlers.idempotent(event)
     exchange = one_step(store, start, event, external=external, idempotent=idempotent)
     if handlers.awaited(event):  # on an async connection of the lane's event loop
         became = lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange))
     else:
         became = drive(conn, handlers, exchange, carried)
     if became is Became.UNFINISHED_CALL:
+        entry = handlers.entry(event)
         assert entry is not None
         reason = (
             f"needs_review: an earlier call of {entry[0].function} may have taken "
@@ -127,7 +126,8 @@ def _chained(
     if handlers.awaited(event) or not upcoming.apply or handlers.awaited(upcoming.apply[0]):
         return None
     nxt = upcoming.apply[0]
-    return Chain(opening(store, after, nxt, external=handlers.external(nxt)))
+    external, idempotent = handlers.external(nxt), handlers.idempotent(nxt)
+    return Chain(opening(store, after, nxt, external=external, idempotent=idempotent))
 
 
 def apply_alone(

@@ -44,6 +44,12 @@ class Handlers:
         entry = self.functions.get(event.event_type)
         return entry is not None and entry[0].external
 
+    def idempotent(self, event: Event) -> bool:
+        """True unless the event's function acts outside PostgreSQL and may not be called
+        twice for one step."""
+        entry = self.functions.get(event.event_type)
+        return entry is None or entry[0].idempotent
+
     def awaited(self, event: Event) -> bool:
         """True when the event's function is ``async def`` (awaited on an async connection)."""
         return event.event_type in self.awaited_types

@@ -44,7 +44,8 @@ def guessed(
     if not due.apply or due.apply[0] is not first:
         return None
     attempt = store.attempt_from_query(first, start) if handlers.external(first) else None
-    return Chain(Opening(attempt, store.claim_one_query(first.entity_id, start, first)))
+    claim = store.claim_one_query(first.entity_id, start, first)
+    return Chain(Opening(attempt, claim, flushed=not handlers.idempotent(first)))
 
 
 def read(

@@ -39,24 +39,38 @@ from consumer.kinds.steps.store import Conn, Query, StepStore
 from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 from schemas import Event
 
+# An idempotent call's attempt is committed without waiting for the disk (``Opening``).
+_UNFLUSHED = "SET LOCAL synchronous_commit TO off"
+
 
 @dataclass(frozen=True, slots=True)
 class Opening:
     """Before the call: ``attempt`` (an external call's) committed on its own, then ``claim``
-    in the step's transaction. Sent back: the first row of each (None without one)."""
+    in the step's transaction. Sent back: the first row of each (None without one).
+
+    ``flushed``: whether the attempt's commit, sent as a script, waits for the disk. Only
+    a call that is not idempotent needs it to outlive a crash (found unfinished, it is
+    not made again); an idempotent one lost with a crash is made again, as it would be
+    were its attempt found unfinished. It is visible to other sessions at once either
+    way, and the step's own commit, later in the same log, flushes it.
+    """
 
     attempt: Query | None
     claim: Query
+    flushed: bool = True
 
     def parts(self) -> list[Part]:
         """The opening as a script: the attempt committed on its own, then the claim."""
         if self.attempt is None:
             return ["BEGIN", self.claim]
-        return ["BEGIN", self.attempt, "COMMIT", "BEGIN", self.claim]
+        unflushed = [] if self.flushed else [_UNFLUSHED]
+        return ["BEGIN", *unflushed, self.attempt, "COMMIT", "BEGIN", self.claim]
 
     def replies(self, rows: Sequence[Row]) -> Replies:
         """The attempt's row and the claim's, out of the rows of ``parts``."""
-        return (rows[1] if self.attempt is not None else None), rows[-1]
+        if self.attempt is None:
+            return None, rows[-1]
+        return rows[1 if self.flushed else 2], rows[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +101,13 @@ Exchange = Generator[Asked, Any, Became]
 Replies = tuple[Row, Row]
 
 
-def opening(store: StepStore, start: Progress, event: Event, *, external: bool) -> Opening:
+def opening(
+    store: StepStore, start: Progress, event: Event, *, external: bool, idempotent: bool = True
+) -> Opening:
     """The statements before ``event``'s call, from ``start``: its attempt and its claim."""
     attempt = store.attempt_query(event) if external else None
-    return Opening(attempt, store.claim_one_query(event.entity_id, start, event))
+    claim = store.claim_one_query(event.entity_id, start, event)
+    return Opening(attempt, claim, flushed=not idempotent)
 
 
 @dataclass(slots=True)
@@ -131,7 +148,7 @@ def one_step(
     another transaction have moved the row meanwhile, nothing is claimed and the step is
     not called.
     """
-    fresh, claimed = yield opening(store, start, event, external=external)
+    fresh, claimed = yield opening(store, start, event, external=external, idempotent=idempotent)
     if external and fresh is None and not idempotent:
         return Became.UNFINISHED_CALL  # the claim, made with it, is rolled back
     if claimed is None:
