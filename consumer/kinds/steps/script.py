@@ -19,6 +19,11 @@ generator that reads every result), not through a cursor: a cursor binds the val
 with psycopg's adapters and walks its results one by one, which took a third of the
 consumer's CPU for a step. The server answers each statement that ran, up to the first
 that failed, so what came of each part is known (``answers``).
+
+A script sent inside a transaction (a step's closing, after its function) begins with a
+savepoint: should the function have deallocated the statements (psycopg does, after
+a rollback to a savepoint of the function's own), the script goes back to it and is
+sent again with their ``PREPARE``, the step's work kept (``after``).
 """
 
 from __future__ import annotations
