@@ -1,18 +1,24 @@
 """Fixtures of the integration tests: the outbox and the relay's topics; the example
-projection table and its routes file for the consumer's.
+projection table and its routes file for the consumer's; a step route's store and a
+lane's connection.
 
 A module that needs another routes file defines its own ``routes`` fixture.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
+from consumer.kinds.steps.store import StepStore
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
 from tests.integration import relay_support as rs
+from tests.integration import step_support as ss
 
 
 @pytest.fixture
@@ -43,3 +49,23 @@ def routes(tmp_path: Path) -> Path:
     path = tmp_path / "routes.toml"
     path.write_text(cs.ROUTES)
     return path
+
+
+class _StepRoute:
+    stream = ss.STREAM
+    baseline = False
+
+
+@pytest.fixture
+def step_store(pg_schema: PgSchema) -> StepStore:
+    """The store of the ``ledger`` step route, its tables made in the test's schema."""
+    ss.prepare(pg_schema)
+    return StepStore(_StepRoute())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def lane(pg_schema: PgSchema) -> Iterator[psycopg.Connection[Any]]:
+    """A connection as a lane's: idle, in autocommit."""
+    conn = pg_schema.connect(autocommit=True)
+    yield conn
+    conn.close()

@@ -8,7 +8,7 @@ commit must cost nothing that was committed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -25,24 +25,6 @@ from schemas import Event
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
-
-
-class _Route:
-    stream = ss.STREAM
-    baseline = False
-
-
-@pytest.fixture
-def store(pg_schema: PgSchema) -> StepStore:
-    ss.prepare(pg_schema)
-    return StepStore(_Route())  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def lane(pg_schema: PgSchema) -> Iterator[psycopg.Connection[Any]]:
-    conn = pg_schema.connect(autocommit=True)
-    yield conn
-    conn.close()
 
 
 def _handlers(function: Callable[..., Any], *, idempotent: bool = True) -> Handlers:
@@ -86,7 +68,7 @@ def _fail_once(schema: PgSchema, table: str, seq: int) -> None:
 
 def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too(
     pg_schema: PgSchema,
-    store: StepStore,
+    step_store: StepStore,
     lane: psycopg.Connection[Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -107,7 +89,7 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
 
     monkeypatch.setattr(script, "answers", spied)
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
     # Step 1 was opened by the script that read the entity's progress; steps 2 and 3 by
     # the script that logged and committed the step before. (The commits are the
@@ -130,7 +112,7 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
 
 
 def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
 ) -> None:
     """Step 2's attempt fails once inside step 1's closing: 1 stands, 2 opens again, all apply."""
     _fail_once(pg_schema, "inorder_step_attempts", 2)
@@ -141,7 +123,7 @@ def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
         step_handlers.record(conn, event)
 
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, store, _handlers(call, idempotent=False), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(call, idempotent=False), Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
     assert done.stopped is None
     assert calls == [1, 2, 3]
@@ -150,24 +132,24 @@ def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
 
 
 def test_a_closing_that_fails_commits_neither_its_step_nor_the_next_opening(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
 ) -> None:
     """Step 1's log fails: 1 is not applied, 2 neither attempted nor claimed; later both apply."""
     _fail_once(pg_schema, "inorder_step_log", 1)
     events = [ss.step(s) for s in (1, 2)]
     handlers = _handlers(step_handlers.record)
     with pytest.raises(psycopg.errors.RaiseException, match="planted failure"):
-        apply_alone(lane, store, handlers, Lanes(1), "a", events)
+        apply_alone(lane, step_store, handlers, Lanes(1), "a", events)
     assert _seen(pg_schema) == ([(1, False)], 0, [])
     assert ss.applied(pg_schema) == []
     assert lane.info.transaction_status == TransactionStatus.IDLE
-    done = apply_alone(lane, store, handlers, Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, handlers, Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1, 2]
     assert ss.applied(pg_schema) == [(1, 1), (1, 2)]
 
 
 def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
 ) -> None:
     """Step 2 opened by step 1's closing raises: 1 stands, 2's claim is undone, 3 waits."""
 
@@ -177,7 +159,7 @@ def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
         step_handlers.record(conn, event)
 
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1]
     assert [e.seq for e in done.park] == [2, 3]
     assert [f.event.seq for f in done.failed] == [2]
@@ -196,7 +178,7 @@ def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
 )
 def test_statements_deallocated_inside_a_step_cost_it_nothing(
     pg_schema: PgSchema,
-    store: StepStore,
+    step_store: StepStore,
     lane: psycopg.Connection[Any],
     function_sends: list[str],
 ) -> None:
@@ -214,7 +196,7 @@ def test_statements_deallocated_inside_a_step_cost_it_nothing(
             conn.execute("SELECT 1")  # psycopg's next statement, after which it deallocates
 
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, store, _handlers(call), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
     assert tries == [1, 2, 3]
     assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])

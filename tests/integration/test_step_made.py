@@ -8,9 +8,8 @@ is not due (found later, it would read as a call cut short and stop the entity).
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,24 +27,6 @@ from schemas import Event
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
-
-
-class _Route:
-    stream = ss.STREAM
-    baseline = False
-
-
-@pytest.fixture
-def store(pg_schema: PgSchema) -> StepStore:
-    ss.prepare(pg_schema)
-    return StepStore(_Route())  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def lane(pg_schema: PgSchema) -> Iterator[psycopg.Connection[Any]]:
-    conn = pg_schema.connect(autocommit=True)
-    yield conn
-    conn.close()
 
 
 def _once(calls: list[tuple[str, int, int]]) -> Callable[[Any, Event], None]:
@@ -89,7 +70,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
 
 def test_a_step_arriving_alone_takes_one_script_before_its_call_and_one_after(
     pg_schema: PgSchema,
-    store: StepStore,
+    step_store: StepStore,
     lane: psycopg.Connection[Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -97,7 +78,7 @@ def test_a_step_arriving_alone_takes_one_script_before_its_call_and_one_after(
     calls: list[tuple[str, int, int]] = []
     scripts = _spy(monkeypatch)
     for seq in (1, 2, 3):
-        done = apply_alone(lane, store, _handlers(_once(calls)), Lanes(1), "a", [ss.step(seq)])
+        done = apply_alone(lane, step_store, _handlers(_once(calls)), Lanes(1), "a", [ss.step(seq)])
         assert [e.seq for e in done.apply] == [seq]
     assert len(scripts) == 6
     assert calls == [("a", 1, 1), ("a", 1, 2), ("a", 1, 3)]
@@ -120,7 +101,7 @@ def test_a_step_arriving_alone_takes_one_script_before_its_call_and_one_after(
 )
 def test_a_wrong_guess_writes_nothing_and_the_due_steps_still_apply(
     pg_schema: PgSchema,
-    store: StepStore,
+    step_store: StepStore,
     lane: psycopg.Connection[Any],
     stands: tuple[int, int],
     given: list[Any],
@@ -138,7 +119,7 @@ def test_a_wrong_guess_writes_nothing_and_the_due_steps_still_apply(
     due = [v if isinstance(v, tuple) else (generation, v) for v in applies]
     calls: list[tuple[str, int, int]] = []
     events = [ss.step(s, generation=g) for g, s in versions]
-    done = apply_alone(lane, store, _handlers(_once(calls)), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(_once(calls)), Lanes(1), "a", events)
     assert [e.version for e in done.apply] == due
     assert calls == [("a", g, s) for g, s in due]
     assert _attempts(pg_schema, "a") == [(g, s, True) for g, s in due]
@@ -147,7 +128,7 @@ def test_a_wrong_guess_writes_nothing_and_the_due_steps_still_apply(
 
 
 def test_an_entity_stopped_for_a_person_records_no_attempt_for_its_stopped_step(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
 ) -> None:
     """An entity stopped before seq 3: given seq 3, nothing is attempted, claimed or called."""
     with pg_schema.connect(autocommit=True) as conn:
@@ -157,7 +138,7 @@ def test_an_entity_stopped_for_a_person_records_no_attempt_for_its_stopped_step(
             (ss.STREAM,),
         )
     calls: list[tuple[str, int, int]] = []
-    done = apply_alone(lane, store, _handlers(_once(calls)), Lanes(1), "a", [ss.step(3)])
+    done = apply_alone(lane, step_store, _handlers(_once(calls)), Lanes(1), "a", [ss.step(3)])
     assert done.apply == []
     assert [e.seq for e in done.park] == [3]
     assert calls == []
@@ -170,7 +151,7 @@ def test_an_entity_stopped_for_a_person_records_no_attempt_for_its_stopped_step(
 )
 @given(data=st.data())
 def test_any_order_of_arrival_with_duplicates_calls_each_step_once_in_order(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any], data: st.DataObject
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any], data: st.DataObject
 ) -> None:
     """Steps 1-6 of an entity given in any order, repeated, in any chunks, parked ones given
     again with the next chunk: every call made once, in order, none stopped for review."""
@@ -184,7 +165,9 @@ def test_any_order_of_arrival_with_duplicates_calls_each_step_once_in_order(
     handlers = _handlers(_once(calls))
     parked: list[Event] = []
     for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
-        done = apply_alone(lane, store, handlers, Lanes(1), entity, parked + delivered[start:end])
+        done = apply_alone(
+            lane, step_store, handlers, Lanes(1), entity, parked + delivered[start:end]
+        )
         assert done.stopped is None
         parked = done.park
     assert parked == []
@@ -194,7 +177,7 @@ def test_any_order_of_arrival_with_duplicates_calls_each_step_once_in_order(
 
 
 def test_a_function_rolling_back_its_own_savepoint_costs_the_lane_nothing(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
 ) -> None:
     """A function that catches a failure in a savepoint of its own, once psycopg has prepared
     statements of its own on the lane: every step applies, each call made once."""
@@ -213,41 +196,46 @@ def test_a_function_rolling_back_its_own_savepoint_costs_the_lane_nothing(
 
     events = [ss.step(s) for s in range(1, 11)]
     for event in events:  # one at a time, each read with its opening
-        apply_alone(lane, store, _handlers(call), Lanes(1), "a", [event])
+        apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", [event])
     assert ss.progress(pg_schema)[:4] == (1, 10, False, None)
     assert calls == [("a", 1, s) for s in range(1, 11)]
     assert ss.applied(pg_schema) == [(1, s) for s in range(1, 11)]
 
 
-def _flushes(schema: PgSchema, lane: psycopg.Connection[Any]) -> int:
-    """How many times the server has flushed its write-ahead log to disk (the lane's
-    session made to report its own counts first)."""
-    lane.execute("SELECT pg_stat_force_next_flush()")
-    lane.execute("SELECT 1")  # idle after it: the session reports
-    time.sleep(0.05)
+def _commit_setting(schema: PgSchema) -> None:
+    """Each attempt row records the ``synchronous_commit`` its transaction ran with."""
     with schema.connect(autocommit=True) as conn:
-        row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
-    return int(row[0]) if row else 0
+        conn.execute("CREATE TABLE attempt_commits (seq bigint, setting text)")
+        conn.execute(
+            "CREATE FUNCTION note_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO attempt_commits VALUES (NEW.seq, current_setting('synchronous_commit'));"
+            " RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER note_commit AFTER INSERT ON inorder_step_attempts "
+            "FOR EACH ROW EXECUTE FUNCTION note_commit()"
+        )
 
 
 @pytest.mark.parametrize("together", [False, True])
-def test_an_idempotent_call_s_attempt_does_not_wait_for_the_disk(
-    pg_schema: PgSchema, store: StepStore, lane: psycopg.Connection[Any], together: bool
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_only_a_call_that_is_not_idempotent_waits_for_its_attempt_to_reach_the_disk(
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    together: bool,
+    idempotent: bool,
 ) -> None:
     """Steps given one at a time (each opened with the read) or all at once (each opened
-    with the closing before): a call that is not idempotent flushes its attempt and its
-    step, two flushes a step; an idempotent one only its step."""
-    steps = 30
-    flushes = {}
-    for idempotent in (False, True):
-        handler = Handler("tests:once", external=True, idempotent=idempotent)
-        handlers = Handlers({"ledger.added": (handler, step_handlers.record)})
-        entity = f"flush-{idempotent}"
-        events = [ss.step(seq, entity) for seq in range(1, steps + 1)]
-        before = _flushes(pg_schema, lane)
-        for batch in [events] if together else [[e] for e in events]:
-            apply_alone(lane, store, handlers, Lanes(1), entity, batch)
-        flushes[idempotent] = _flushes(pg_schema, lane) - before
-        assert _attempts(pg_schema, entity) == [(1, s, True) for s in range(1, steps + 1)]
-    assert flushes[False] >= 2 * steps
-    assert flushes[True] < flushes[False] - steps // 2
+    with the closing before): an idempotent call's attempt commits with
+    ``synchronous_commit`` off, one that is not with the server's setting; each recorded."""
+    _commit_setting(pg_schema)
+    handler = Handler("tests:once", external=True, idempotent=idempotent)
+    handlers = Handlers({"ledger.added": (handler, step_handlers.record)})
+    events = [ss.step(seq) for seq in range(1, 6)]
+    for batch in [events] if together else [[e] for e in events]:
+        apply_alone(lane, step_store, handlers, Lanes(1), "a", batch)
+    assert _attempts(pg_schema, "a") == [(1, s, True) for s in range(1, 6)]
+    with pg_schema.connect(autocommit=True) as conn:
+        noted = conn.execute("SELECT seq, setting FROM attempt_commits ORDER BY seq").fetchall()
+    assert noted == [(s, "on" if not idempotent else "off") for s in range(1, 6)]
