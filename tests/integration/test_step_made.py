@@ -8,6 +8,8 @@ is not due (found later, it would read as a call cut short and stop the entity).
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -239,3 +241,44 @@ def test_only_a_call_that_is_not_idempotent_waits_for_its_attempt_to_reach_the_d
     with pg_schema.connect(autocommit=True) as conn:
         noted = conn.execute("SELECT seq, setting FROM attempt_commits ORDER BY seq").fetchall()
     assert noted == [(s, "on" if not idempotent else "off") for s in range(1, 6)]
+
+
+def test_a_row_made_by_another_session_meanwhile_is_read_under_the_guessed_step_s_lock(
+    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
+) -> None:
+    """Another session makes the entity's row while the read waits for it: the read finds
+    none, the guessed opening finds it; the step applies once, its park mark read."""
+    calls: list[tuple[str, int, int]] = []
+    with pg_schema.connect() as other:  # a transaction making the row, not yet committed
+        other.execute(
+            "INSERT INTO inorder_step_progress (route, entity_id, generation, last_applied, "
+            "parked_generation, parked_through) VALUES (%s, 'a', 1, 0, 1, 3)",
+            (ss.STREAM,),
+        )
+        done: list[Any] = []
+        applying = threading.Thread(
+            target=lambda: done.append(
+                apply_alone(lane, step_store, _handlers(_once(calls)), Lanes(1), "a", [ss.step(1)])
+            )
+        )
+        applying.start()
+        with pg_schema.connect(autocommit=True) as watch:  # the read waits on the row
+            for _ in range(500):
+                waiting = watch.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                    (lane.info.backend_pid,),
+                ).fetchone()
+                if waiting and waiting[0] == "Lock":
+                    break
+                time.sleep(0.01)
+            else:
+                pytest.fail("the lane's read never waited for the other session's row")
+        other.commit()
+        applying.join(10)
+    [plan] = done
+    assert [e.seq for e in plan.apply] == [1]
+    assert plan.start is not None
+    assert plan.start.parked == (1, 3)  # read under the lock, in the step's transaction
+    assert calls == [("a", 1, 1)]
+    assert ss.applied(pg_schema) == [(1, 1)]
+    assert ss.progress(pg_schema)[:2] == (1, 1)
