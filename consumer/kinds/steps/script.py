@@ -56,12 +56,12 @@ Part = str | Query
 Row = tuple[Any, ...] | None
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
 LOST = "a lane's prepared statements were deallocated inside a step's transaction"
-# What the session has prepared of the scripts' statements, read again once some were lost
-# (the rest are not prepared twice).
 # A script sent inside a transaction begins with a savepoint, to come back to should its
 # statements be found lost there (``after``).
 _SAVEPOINT = "SAVEPOINT inorder_script"
 _BACK = b"ROLLBACK TO SAVEPOINT inorder_script"
+# What the session has prepared of the scripts' statements, read again once some were lost
+# (the rest are not prepared twice).
 _SERVER_HAS = r"SELECT name FROM pg_prepared_statements WHERE name LIKE 'inorder\_step\_%'"
 # Quotes one value as an SQL literal (``quoter``).
 Quote = Callable[[Any], str]
