@@ -125,6 +125,13 @@ def fail_unless_ok(conn: Any, event: Event) -> None:
     record(conn, event)
 
 
+def fail_sql_unless_ok(conn: Any, event: Event) -> None:
+    """Record the step; for entities not named ok-*, first run SQL that fails."""
+    if not event.entity_id.startswith("ok-"):
+        conn.execute("SELECT 1 / 0")
+    record(conn, event)
+
+
 SLOW_CALLS: list[tuple[str, int, float, float]] = []  # entity, seq, started, ended
 
 

@@ -10,7 +10,13 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from consumer.kinds.steps import script
-from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
+from consumer.kinds.steps.prepared import PREPARED
+from consumer.kinds.steps.rollback import (
+    roll_back_open,
+    roll_back_open_async,
+    roll_back_scripts,
+    roll_back_scripts_async,
+)
 from tests.conftest import PgSchema
 
 INSERT = "INSERT INTO scripted (k, v) VALUES (%(k)s, %(v)s) RETURNING k, v"
@@ -131,7 +137,7 @@ def test_rolling_a_lane_back_keeps_its_statements_whatever_psycopg_prepared(
     conn.execute("SELECT 1", prepare=True)  # psycopg keeps a prepared statement of its own
     script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": 1})])
     kept = _ours(conn)
-    roll_back_open(conn)
+    roll_back_scripts(conn)
     conn.execute("SELECT 2", prepare=True)  # psycopg's next statement
     assert _ours(conn) == kept
     assert script.answers(conn, [(INSERT, {"k": "b", "v": 2})]).error is None
@@ -173,7 +179,7 @@ def test_async_scripts_keep_their_statements_through_a_rollback_and_a_partial_lo
             await script.send_async(
                 aconn, ["BEGIN", (INSERT, {"k": "a", "v": 1}), (OTHER, {"k": "a"})]
             )
-            await roll_back_open_async(aconn)
+            await roll_back_scripts_async(aconn)
             await aconn.execute("SELECT 2", prepare=True)
             await aconn.execute(f"DEALLOCATE {script.prepared(OTHER).name}")
             return await script.send_async(
@@ -181,4 +187,55 @@ def test_async_scripts_keep_their_statements_through_a_rollback_and_a_partial_lo
             )
 
     assert asyncio.run(run()) == [("b", 2), (1,)]
+    assert conn.execute("SELECT k FROM scripted").fetchall() == [("b",)]
+
+
+def _second_use_after_a_failure(conn: psycopg.Connection) -> None:
+    with conn.pipeline():
+        conn.execute("SELECT 1 / 0")
+        conn.execute("SELECT %s::int", (2,))  # its second use: listed, but skipped
+
+
+async def _second_use_after_a_failure_async(aconn: psycopg.AsyncConnection) -> None:
+    async with aconn.pipeline():
+        await aconn.execute("SELECT 1 / 0")
+        await aconn.execute("SELECT %s::int", (2,))
+
+
+def test_a_transaction_a_function_sent_statements_in_rolls_back_through_psycopg(
+    conn: psycopg.Connection,
+) -> None:
+    """psycopg's statement skipped in an aborted pipeline runs after the rollback, and so does
+    the script, whose statements psycopg deallocated with its own."""
+    script.send(conn, ["BEGIN", (INSERT, {"k": "a", "v": 1})])
+    conn.prepare_threshold = 1  # psycopg prepares a statement at its second use
+    conn.execute("SELECT %s::int", (1,))
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        _second_use_after_a_failure(conn)
+    roll_back_open(conn)
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+    assert PREPARED.ready(conn) is None  # read from the server before the next script
+    assert conn.execute("SELECT %s::int", (3,)).fetchone() == (3,)
+    assert script.send(conn, [(INSERT, {"k": "b", "v": 2})]) == [("b", 2)]
+    assert conn.execute("SELECT k FROM scripted").fetchall() == [("b",)]
+
+
+def test_async_a_transaction_a_function_sent_statements_in_rolls_back_through_psycopg(
+    conn: psycopg.Connection, pg_schema: PgSchema
+) -> None:
+    """The async twin: psycopg's statement and the script both run after the rollback."""
+
+    async def run() -> tuple[object, list[script.Row]]:
+        aconn = await psycopg.AsyncConnection.connect(pg_schema.conninfo, autocommit=True)
+        async with aconn:
+            await script.send_async(aconn, ["BEGIN", (INSERT, {"k": "a", "v": 1})])
+            aconn.prepare_threshold = 1
+            await aconn.execute("SELECT %s::int", (1,))
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await _second_use_after_a_failure_async(aconn)
+            await roll_back_open_async(aconn)
+            again = await (await aconn.execute("SELECT %s::int", (3,))).fetchone()
+            return again, await script.send_async(aconn, [(INSERT, {"k": "b", "v": 2})])
+
+    assert asyncio.run(run()) == ((3,), [("b", 2)])
     assert conn.execute("SELECT k FROM scripted").fetchall() == [("b",)]

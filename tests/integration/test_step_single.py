@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -230,3 +231,76 @@ async def _drive_async(schema: PgSchema, call: Callable[..., Any], steps: list[A
                 assert await drive_async(aconn, _handlers(call), step) is Became.APPLIED
         finally:
             assert aconn.info.transaction_status == TransactionStatus.IDLE
+
+
+def _record_unless_second(calls: list[int], conn: Any, event: Event) -> None:
+    """Record in a pipeline of the function's own; at its second call, fail there first."""
+    calls.append(event.seq)
+    with conn.pipeline():
+        if len(calls) == 2:
+            conn.execute("SELECT 1 / 0")  # the record's PREPARE after it is skipped
+        step_handlers.record(conn, event)
+
+
+async def _record_unless_second_async(calls: list[int], aconn: Any, event: Event) -> None:
+    """``_record_unless_second`` on an async connection."""
+    calls.append(event.seq)
+    async with aconn.pipeline():
+        if len(calls) == 2:
+            await aconn.execute("SELECT 1 / 0")
+        await aconn.execute(
+            "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
+            " VALUES (%s, %s, %s, %s)",
+            (event.entity_id, event.generation, event.seq, event.event_type),
+        )
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_statement_the_function_s_failed_pipeline_skipped_runs_in_the_retry(
+    pg_schema: PgSchema, store: StepStore, driver: str
+) -> None:
+    """psycopg listed the function's statement as prepared where the server skipped it, after
+    a failure in the function's own pipeline: the step fails once, and its retry and the next
+    step run that statement (none fails as never prepared) and apply in order."""
+    calls: list[int] = []
+    handlers = _handlers(
+        functools.partial(
+            _record_unless_second if driver == "sync" else _record_unless_second_async, calls
+        )
+    )
+    tries = [(Progress(1, 1), ss.step(2)), (Progress(1, 2), ss.step(3))]
+    tries += [tries[1], (Progress(1, 3), ss.step(4))]
+
+    def outcomes(conn: Any) -> list[str]:
+        seen = []
+        for start, event in tries:
+            try:
+                became = drive(conn, handlers, one_step(store, start, event, external=True))
+                seen.append(became.name)
+            except StepFailedError as failed:
+                seen.append(type(failed.error).__name__)
+        return seen
+
+    async def outcomes_async(aconn: Any) -> list[str]:
+        seen = []
+        for start, event in tries:
+            exchange = one_step(store, start, event, external=True)
+            try:
+                seen.append((await drive_async(aconn, handlers, exchange)).name)
+            except StepFailedError as failed:
+                seen.append(type(failed.error).__name__)
+        return seen
+
+    async def run_async() -> list[str]:
+        async with await psycopg.AsyncConnection.connect(pg_schema.url, autocommit=True) as aconn:
+            aconn.prepare_threshold = 1  # psycopg prepares a statement at its second use
+            return await outcomes_async(aconn)
+
+    if driver == "sync":
+        with pg_schema.connect(autocommit=True) as conn:
+            conn.prepare_threshold = 1
+            seen = outcomes(conn)
+    else:
+        seen = asyncio.run(run_async())
+    assert seen == ["APPLIED", "DivisionByZero", "APPLIED", "APPLIED"]
+    assert ss.applied(pg_schema) == [(1, 2), (1, 3), (1, 4)]

@@ -122,6 +122,32 @@ def test_many_failing_functions_in_one_batch_stop_each_entity_and_apply_the_rest
         assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
 
 
+@pytest.mark.parametrize("threshold", [1, 3, 5])
+def test_a_statement_skipped_after_another_step_s_failure_runs_in_the_retry(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, threshold: int
+) -> None:
+    """A failing step's statement in a pipelined batch makes the server skip the PREPARE
+    psycopg sent after it for an earlier entity's second step, and listed as made: the
+    batch's retry statement by statement runs that statement from the entity's first
+    step, and every other entity applies, in this batch and the next ones, none stopped."""
+    run = ss.runner(redis_client, redis_prefix, ss.routes_text("fail_sql_unless_ok"))
+    # Before the failing entity in every round; psycopg prepares the statement at a use in
+    # round 2 (its default threshold is 5).
+    good = [f"ok-{i}" for i in range(max(threshold - 1, 1))]
+    with steps_db.connect(autocommit=True) as conn:
+        conn.prepare_threshold = threshold
+        first = [ss.step(seq, entity) for entity in good for seq in (1, 2)]
+        ss.feed(run, conn, [*first, ss.step(1, "zz-bad")])
+        for seq in range(3, 6):
+            ss.feed(run, conn, [ss.step(seq, entity) for entity in good])
+    for entity in good:
+        assert ss.progress(steps_db, entity)[1:4] == (5, False, None)
+        assert ss.applied(steps_db, entity) == [(1, s) for s in range(1, 6)]
+    _, last, _, stopped_at, reason = ss.progress(steps_db, "zz-bad")
+    assert (last, stopped_at) == (0, 1)
+    assert "DivisionByZero" in reason
+
+
 EXTERNAL = (
     '[route.handlers."ledger.mailed"]\n'
     'function = "tests.integration.step_handlers:call_out"\nexternal = true\n'

@@ -95,3 +95,28 @@ def test_a_lost_connection_raises_what_happened(
         _lose_the_session(conn, pg_schema)
     with pg_schema.connect() as other:
         assert other.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def _fail_before_a_first_use(conn: psycopg.Connection) -> None:
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (1)")  # a duplicate: the pipeline is aborted here
+        conn.execute("INSERT INTO t VALUES (%s)", (5,))  # its PREPARE is skipped
+
+
+@pytest.mark.parametrize("failed_before", [0, 2])
+def test_a_statement_skipped_in_a_failed_pipeline_is_prepared_when_next_used(
+    conn: psycopg.Connection, failed_before: int
+) -> None:
+    """A statement whose PREPARE the server skipped, after a failure earlier in the same
+    pipeline, runs in the next transaction instead of failing as never prepared."""
+    conn.prepare_threshold = 1  # psycopg prepares a statement at its second use
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (%s)", (1,))  # its first use
+    for _ in range(failed_before):  # psycopg heeds a ROLLBACK it runs only the first time
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            _insert_twice(conn)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _fail_before_a_first_use(conn)
+    with pipelined_transaction(conn):
+        conn.execute("INSERT INTO t VALUES (%s)", (3,))
+    assert _rows(conn) == [1, 3]

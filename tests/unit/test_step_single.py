@@ -194,7 +194,7 @@ def test_both_drivers_ask_the_same_of_their_connection(
     async def send_async(aconn: _Conn, parts: Sequence[Any]) -> list[Any]:
         return aconn.script(parts)
 
-    def roll_back(conn: _Conn) -> None:  # libpq's ROLLBACK, recorded as the others
+    def roll_back(conn: _Conn) -> None:  # the ROLLBACK, recorded as the others
         if conn.info.transaction_status != TransactionStatus.IDLE:
             _Conn.execute(conn, "ROLLBACK")
 
@@ -203,8 +203,9 @@ def test_both_drivers_ask_the_same_of_their_connection(
 
     monkeypatch.setattr(script, "send", lambda conn, parts: conn.script(parts))
     monkeypatch.setattr(script, "send_async", send_async)
-    monkeypatch.setattr(single, "roll_back_open", roll_back)
-    monkeypatch.setattr(single, "roll_back_open_async", roll_back_async)
+    for name in ("roll_back_open", "roll_back_scripts"):
+        monkeypatch.setattr(single, name, roll_back)
+        monkeypatch.setattr(single, f"{name}_async", roll_back_async)
     sync, aio = _Conn(claimed, autocommit), _AsyncConn(claimed, autocommit)
     step = one_step(_store(), Progress(1, 4), EVENT, external=True)
     a = drive(sync, _Handlers(sync), step)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
 from consumer.kinds.steps.retries import Action
+from consumer.kinds.steps.rollback import roll_back_scripts
 from consumer.kinds.steps.single import (
     ALONE,
     Became,
@@ -34,11 +35,7 @@ from consumer.kinds.steps.single import (
     scripted,
 )
 from consumer.kinds.steps.store import Conn, StepStore
-from consumer.kinds.steps.transaction import (
-    pipelined_transaction,
-    plain_transaction,
-    roll_back_open,
-)
+from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
 from schemas.snapshot import is_snapshot
 
@@ -234,7 +231,7 @@ def _apply_pending(
         return done
     finally:
         if chain is not None and chain.replies is not None:
-            roll_back_open(conn)  # a next step carried but not driven
+            roll_back_scripts(conn)  # a next step carried but not driven
 
 
 def apply_steps(

@@ -24,9 +24,9 @@ from dataclasses import replace
 from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.plan import Progress, plan
+from consumer.kinds.steps.rollback import roll_back_scripts
 from consumer.kinds.steps.single import Chain, Opening
 from consumer.kinds.steps.store import Conn, StepStore
-from consumer.kinds.steps.transaction import roll_back_open
 from schemas import Event
 from schemas.snapshot import is_snapshot
 
@@ -60,7 +60,7 @@ def read(
     done = script.answers(conn, parts)
     if not done.rows:  # the read itself failed
         assert done.error is not None
-        roll_back_open(conn)
+        roll_back_scripts(conn)
         raise done.error
     row = done.rows[0]
     if chain is not None and done.error is None:
@@ -72,5 +72,5 @@ def read(
             # transaction, which moved only its progress).
             parked = store.made_from(conn, first, row).parked
             return replace(Progress(first.generation, first.seq - 1), parked=parked), chain
-    roll_back_open(conn)  # nothing guessed was written
+    roll_back_scripts(conn)  # nothing guessed was written
     return store.made_from(conn, first, row), None

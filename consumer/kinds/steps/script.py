@@ -32,8 +32,6 @@ import enum
 import functools
 import hashlib
 import re
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,13 +41,14 @@ from psycopg import errors, generators, pq
 from psycopg.adapt import Transformer
 
 from consumer.kinds.steps.errors import StatementsLostError
-from consumer.kinds.steps.store import Query
-from consumer.kinds.steps.transaction import (
+from consumer.kinds.steps.prepared import PREPARED
+from consumer.kinds.steps.rollback import (
     back_to,
     back_to_async,
-    roll_back_open,
-    roll_back_open_async,
+    roll_back_scripts,
+    roll_back_scripts_async,
 )
+from consumer.kinds.steps.store import Query
 
 # A part of a script: a command without values (BEGIN, COMMIT) or a statement and its values.
 Part = str | Query
@@ -127,41 +126,6 @@ def render(parts: Sequence[Part], ready: set[str], quote: Quote) -> tuple[str, l
         values = ", ".join(quote(value) for value in statement.values(params))
         body.append(f"EXECUTE {statement.name}" + (f"({values})" if values else ""))
     return "; ".join(head + body), fresh
-
-
-class Prepared:
-    """Which statements each connection has prepared (forgotten with the connection)."""
-
-    def __init__(self) -> None:
-        # None: some were lost, and which are left is to be read from the server.
-        self._by_conn: weakref.WeakKeyDictionary[Any, set[str] | None] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()  # lanes on threads share this registry
-
-    def ready(self, conn: Any) -> set[str] | None:
-        """The statements ``conn`` has prepared (a copy); None when not known."""
-        with self._lock:
-            names = self._by_conn.get(conn, set())
-            return None if names is None else set(names)
-
-    def add(self, conn: Any, names: Sequence[str]) -> None:
-        """Note that ``conn`` prepared ``names``."""
-        if names:
-            with self._lock:
-                known = self._by_conn.get(conn, set())
-                self._by_conn[conn] = None if known is None else known | set(names)
-
-    def known(self, conn: Any, names: Sequence[str]) -> None:
-        """``conn`` has prepared ``names`` and no other (as the server said)."""
-        with self._lock:
-            self._by_conn[conn] = set(names)
-
-    def forget(self, conn: Any) -> None:
-        """``conn`` lost some of its prepared statements: which are left is not known."""
-        with self._lock:
-            self._by_conn[conn] = None
-
-
-PREPARED = Prepared()
 
 
 def quoter(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Quote:
@@ -296,7 +260,7 @@ def answers(conn: psycopg.Connection[Any], parts: Sequence[Part]) -> Answers:
         done = _answered(done, idle=idle)
         step = after(done, parts, idle=idle, last=last)
         if step is Next.FROM_IDLE:
-            roll_back_open(conn)
+            roll_back_scripts(conn)
         elif step is Next.FROM_SAVEPOINT:
             back_to(conn, _BACK)
         else:
@@ -326,7 +290,7 @@ async def answers_async(aconn: psycopg.AsyncConnection[Any], parts: Sequence[Par
         done = _answered(done, idle=idle)
         step = after(done, parts, idle=idle, last=last)
         if step is Next.FROM_IDLE:
-            await roll_back_open_async(aconn)
+            await roll_back_scripts_async(aconn)
         elif step is Next.FROM_SAVEPOINT:
             await back_to_async(aconn, _BACK)
         else:

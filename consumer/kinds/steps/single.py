@@ -34,9 +34,14 @@ from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.rollback import (
+    roll_back_open,
+    roll_back_open_async,
+    roll_back_scripts,
+    roll_back_scripts_async,
+)
 from consumer.kinds.steps.script import Part, Row
 from consumer.kinds.steps.store import Conn, Query, StepStore
-from consumer.kinds.steps.transaction import roll_back_open, roll_back_open_async
 from schemas import Event
 
 # An idempotent call's attempt is committed without waiting for the disk (``Opening``).
@@ -239,14 +244,17 @@ def _drive_scripted(
     """``drive`` on a connection idle in autocommit: the opening and the closing as scripts.
 
     The transaction the opening begins ends here whatever happens: committed by the
-    closing, else rolled back (a step not applied, a function that raised, an error).
-    Only the next step's transaction, once its chained opening answered, stays open.
+    closing, else rolled back (a step not applied, a function that raised, an error),
+    by psycopg once the function sent statements in it (``rollback``). Only the next
+    step's transaction, once its chained opening answered, stays open.
     """
     steps = Driven(exchange)
     chain = carried.chain
+    called = False
     try:
         for asked in steps:
             if isinstance(asked, Call):
+                called = True
                 handlers.run(conn, {asked.event.entity_id: [asked.event]})
             elif isinstance(asked, Opening):
                 if carried.answered is not None:  # sent with the previous step's closing
@@ -258,7 +266,7 @@ def _drive_scripted(
                 _close(conn, asked, chain)
     finally:
         if chain is None or chain.replies is None:
-            roll_back_open(conn)
+            (roll_back_open if called else roll_back_scripts)(conn)
     return steps.result
 
 
@@ -312,9 +320,11 @@ async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) 
 async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
     """``_drive_scripted`` on the async ``aconn``."""
     steps = Driven(exchange)
+    called = False
     try:
         for asked in steps:
             if isinstance(asked, Call):
+                called = True
                 await handlers.run_async(aconn, asked.event)
             elif isinstance(asked, Opening):
                 rows = await script.send_async(aconn, asked.parts())
@@ -322,5 +332,5 @@ async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: 
             else:
                 await script.send_async(aconn, [asked.log, "COMMIT"])
     finally:
-        await roll_back_open_async(aconn)
+        await (roll_back_open_async if called else roll_back_scripts_async)(aconn)
     return steps.result

@@ -10,12 +10,13 @@ result is read on the way.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import generators
-from psycopg.pq import PipelineStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
+
+from consumer.kinds.steps.rollback import roll_back_open
 
 Sync = Callable[[], None]
 
@@ -49,50 +50,6 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[Sync]:
     except BaseException:
         roll_back_open(conn)
         raise
-
-
-def roll_back_open(conn: psycopg.Connection[Any]) -> None:
-    """End the transaction ``conn`` was left in, if any: a failed statement leaves it
-    aborted, an exception between statements leaves it open. A lost connection has
-    nothing to end.
-
-    The ``ROLLBACK`` goes through libpq, as a lane's scripts do, not through psycopg's
-    ``execute``: psycopg takes a ``ROLLBACK`` it ran for a sign to drop every statement
-    prepared on the session (``DEALLOCATE ALL`` before its next one), the scripts' too,
-    where the server keeps them through a rollback.
-    """
-    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
-        return
-    with suppress(psycopg.Error):
-        if conn.info.pipeline_status != PipelineStatus.OFF:
-            conn.execute("ROLLBACK")
-            return
-        back_to(conn, b"ROLLBACK")
-
-
-def back_to(conn: psycopg.Connection[Any], rollback: bytes) -> None:
-    """Send ``rollback`` (``ROLLBACK``, or to a savepoint) through libpq (``roll_back_open``)."""
-    with conn.lock:
-        conn.pgconn.send_query(rollback)
-        conn.wait(generators.execute(conn.pgconn))
-
-
-async def roll_back_open_async(aconn: psycopg.AsyncConnection[Any]) -> None:
-    """``roll_back_open`` on an async connection."""
-    if aconn.closed or aconn.info.transaction_status == TransactionStatus.IDLE:
-        return
-    with suppress(psycopg.Error):
-        if aconn.info.pipeline_status != PipelineStatus.OFF:
-            await aconn.execute("ROLLBACK")
-            return
-        await back_to_async(aconn, b"ROLLBACK")
-
-
-async def back_to_async(aconn: psycopg.AsyncConnection[Any], rollback: bytes) -> None:
-    """``back_to`` on an async connection."""
-    async with aconn.lock:
-        aconn.pgconn.send_query(rollback)
-        await aconn.wait(generators.execute(aconn.pgconn))
 
 
 @contextmanager
