@@ -25,7 +25,7 @@ from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.plan import Progress, plan
 from consumer.kinds.steps.rollback import roll_back_scripts
-from consumer.kinds.steps.single import Chain, Opening
+from consumer.kinds.steps.single import Chain, opening
 from consumer.kinds.steps.store import Conn, StepStore
 from schemas import Event
 from schemas.snapshot import is_snapshot
@@ -43,9 +43,10 @@ def guessed(
     due = plan(start, pending, baseline=store.route.baseline)
     if not due.apply or due.apply[0] is not first:
         return None
-    attempt = store.attempt_from_query(first, start) if handlers.external(first) else None
-    claim = store.claim_one_query(first.entity_id, start, first)
-    return Chain(Opening(attempt, claim, flushed=not handlers.idempotent(first)))
+    external, idempotent = handlers.external(first), handlers.idempotent(first)
+    return Chain(
+        opening(store, start, first, external=external, idempotent=idempotent, guessed=True)
+    )
 
 
 def read(

@@ -107,10 +107,19 @@ Replies = tuple[Row, Row]
 
 
 def opening(
-    store: StepStore, start: Progress, event: Event, *, external: bool, idempotent: bool = True
+    store: StepStore,
+    start: Progress,
+    event: Event,
+    *,
+    external: bool,
+    idempotent: bool = True,
+    guessed: bool = False,
 ) -> Opening:
-    """The statements before ``event``'s call, from ``start``: its attempt and its claim."""
-    attempt = store.attempt_query(event) if external else None
+    """The statements before ``event``'s call, from ``start``: its attempt and its claim.
+
+    ``guessed``: ``start`` was not read; the attempt, as the claim, is made only there.
+    """
+    attempt = store.attempt_query(event, start if guessed else None) if external else None
     claim = store.claim_one_query(event.entity_id, start, event)
     return Opening(attempt, claim, flushed=not idempotent)
 

@@ -321,18 +321,16 @@ class StepStore:
         ).fetchone()
         return found is not None
 
-    def attempt_query(self, event: Event) -> Query:
+    def attempt_query(self, event: Event, standing: Progress | None = None) -> Query:
         """Record an external call before making it: a row back, unless an earlier one of
-        the same step never finished."""
-        return (
-            "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
-        )
-
-    def attempt_from_query(self, event: Event, start: Progress) -> Query:
-        """``attempt_query``, recorded only while the entity stands at ``start`` (not
-        stopped): for an opening sent before its progress was read (``made.guessed``)."""
+        the same step never finished. With ``standing``, only while the entity stands
+        there, not stopped: for an opening sent before its progress was read (``made``)."""
+        if standing is None:
+            return (
+                "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (self.route.stream, event.entity_id, event.generation, event.seq, event.event_id),
+            )
         return (
             "INSERT INTO inorder_step_attempts (route, entity_id, generation, seq, event_id) "
             "SELECT %(r)s, %(e)s, %(g)s, %(s)s, %(i)s WHERE EXISTS (SELECT FROM "
@@ -345,8 +343,8 @@ class StepStore:
                 "g": event.generation,
                 "s": event.seq,
                 "i": event.event_id,
-                "sg": start.generation,
-                "sl": start.last_applied,
+                "sg": standing.generation,
+                "sl": standing.last_applied,
             },
         )
 
