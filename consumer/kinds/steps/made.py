@@ -31,6 +31,11 @@ from schemas import Event
 from schemas.snapshot import is_snapshot
 
 
+def _start(first: Event) -> Progress:
+    """Where the entity is guessed to stand: one seq before ``first``."""
+    return Progress(first.generation, first.seq - 1)
+
+
 def guessed(
     store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
 ) -> Chain | None:
@@ -39,7 +44,7 @@ def guessed(
     ``first`` is not opened by script (``async def``)."""
     if handlers.awaited(first) or is_snapshot(first):
         return None
-    start = Progress(first.generation, first.seq - 1)
+    start = _start(first)
     due = plan(start, pending, baseline=store.route.baseline)
     if not due.apply or due.apply[0] is not first:
         return None
@@ -72,6 +77,6 @@ def read(
             # The park mark as read (none read: the row under a lock, in the step's
             # transaction, which moved only its progress).
             parked = store.made_from(conn, first, row).parked
-            return replace(Progress(first.generation, first.seq - 1), parked=parked), chain
+            return replace(_start(first), parked=parked), chain
     roll_back_scripts(conn)  # nothing guessed was written
     return store.made_from(conn, first, row), None
