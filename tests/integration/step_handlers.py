@@ -35,6 +35,15 @@ def record(conn: Any, event: Event) -> None:
     )
 
 
+async def record_async(aconn: Any, event: Event) -> None:
+    """``record`` on an async connection."""
+    await aconn.execute(
+        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
+        " VALUES (%s, %s, %s, %s)",
+        (event.entity_id, event.generation, event.seq, event.event_type),
+    )
+
+
 def record_and_emit(conn: Any, event: Event) -> None:
     """Record the step and write a follow-up event to the outbox, in the step's transaction."""
     record(conn, event)
@@ -175,20 +184,12 @@ async def slow_call_async(aconn: Any, event: Event) -> None:
     started = time.monotonic()
     await asyncio.sleep(0.05)
     ASYNC_CALLS.append((event.entity_id, event.seq, started, time.monotonic()))
-    await aconn.execute(
-        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
-        " VALUES (%s, %s, %s, %s)",
-        (event.entity_id, event.generation, event.seq, event.event_type),
-    )
+    await record_async(aconn, event)
 
 
 async def fail_async_for_b(aconn: Any, event: Event) -> None:
     """Record the step, except entity ``...b`` at seq 2, whose async call fails after writing."""
-    await aconn.execute(
-        "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
-        " VALUES (%s, %s, %s, %s)",
-        (event.entity_id, event.generation, event.seq, event.event_type),
-    )
+    await record_async(aconn, event)
     if event.entity_id.endswith("b") and event.seq == 2:
         raise TimeoutError("the async API timed out")
 

@@ -248,11 +248,7 @@ async def _record_unless_second_async(calls: list[int], aconn: Any, event: Event
     async with aconn.pipeline():
         if len(calls) == 2:
             await aconn.execute("SELECT 1 / 0")
-        await aconn.execute(
-            "INSERT INTO applied_steps (entity_id, generation, seq, event_type)"
-            " VALUES (%s, %s, %s, %s)",
-            (event.entity_id, event.generation, event.seq, event.event_type),
-        )
+        await step_handlers.record_async(aconn, event)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
