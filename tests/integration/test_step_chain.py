@@ -1,14 +1,15 @@
 """An entity's steps in a lane, each closing carrying the next opening, on real PostgreSQL.
 
 ``apply_alone`` on a lane's connection (idle, autocommit) sends the step due next with
-the script that logs and commits a step. What another session sees between two calls
-must be what it saw when each opening went alone, and a failure on either side of the
-commit must cost nothing that was committed.
+the script that logs and commits a step; a run of ``async def`` steps does the same on
+one async connection of the lanes' event loop. What another session sees between two
+calls must be what it saw when each opening went alone, and a failure on either side of
+the commit must cost nothing that was committed. Each test runs both kinds of function.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -30,6 +31,43 @@ from tests.integration import step_support as ss
 def _handlers(function: Callable[..., Any], *, idempotent: bool = True) -> Handlers:
     handler = Handler("tests:function", external=True, idempotent=idempotent)
     return Handlers({"ledger.added": (handler, function)})
+
+
+Before = Callable[[Event], None]
+
+
+def _function(kind: str, before: Before | None = None) -> Callable[..., Any]:
+    """A step function of ``kind`` (called, or awaited: ``async def``) that runs ``before``
+    (which may raise), then records the step on its connection."""
+    if kind == "called":
+
+        def call(conn: Any, event: Event) -> None:
+            if before is not None:
+                before(event)
+            step_handlers.record(conn, event)
+
+        return call
+
+    async def awaited(aconn: Any, event: Event) -> None:
+        if before is not None:
+            before(event)
+        await step_handlers.record_async(aconn, event)
+
+    return awaited
+
+
+@pytest.fixture(params=["called", "awaited"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """A step function called on the lane's connection, or awaited on the lanes' loop."""
+    return str(request.param)
+
+
+@pytest.fixture
+def lanes(pg_schema: PgSchema) -> Iterator[Lanes]:
+    """One lane, whose awaited steps connect to the test's schema."""
+    one = Lanes(1, dsn=pg_schema.url)
+    yield one
+    one.close()
 
 
 def _seen(schema: PgSchema, entity: str = "a") -> tuple[Any, ...]:
@@ -70,32 +108,55 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
     pg_schema: PgSchema,
     step_store: StepStore,
     lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    kind: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """During each call the steps before it are logged and its own attempt is committed."""
+    """During each call the steps before it are logged and its own attempt is committed;
+    awaited steps go to the loop once for the whole run."""
     during: list[tuple[Any, ...]] = []
     scripts: list[list[Any]] = []  # every script the lane sent, its parts
     sent: list[list[Any]] = []  # the script the lane sent last before each call
-    answers = script.answers
+    answers, answers_async = script.answers, script.answers_async
+    handed: list[int] = []  # the hand-overs to the lanes' event loop
+    awaiting = lanes.awaiting
 
     def spied(conn: Any, parts: Any) -> Any:
         scripts.append(list(parts))
         return answers(conn, parts)
 
-    def call(conn: Any, event: Event) -> None:
+    async def spied_async(aconn: Any, parts: Any) -> Any:
+        scripts.append(list(parts))
+        return await answers_async(aconn, parts)
+
+    def handed_over(work: Any) -> Any:
+        handed.append(1)
+        return awaiting(work)
+
+    def seen(event: Event) -> None:
         during.append(_seen(pg_schema))
         sent.append(scripts[-1])
-        step_handlers.record(conn, event)
 
     monkeypatch.setattr(script, "answers", spied)
+    monkeypatch.setattr(script, "answers_async", spied_async)
+    monkeypatch.setattr(lanes, "awaiting", handed_over)
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", events)
+    handlers = _handlers(_function(kind, seen))
+    done = apply_alone(lane, step_store, handlers, lanes, "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
-    # Step 1 was opened by the script that read the entity's progress; steps 2 and 3 by
-    # the script that logged and committed the step before. (The commits are the
-    # attempts' and, once chained, the step's before.)
-    assert len(scripts) == 4  # the read, two closings chained, the last closing
-    assert sent[0][0][0].startswith("WITH ins AS (INSERT INTO inorder_step_progress")
+    # Called, step 1 was opened by the script that read the entity's progress; awaited,
+    # by a script of its own on the loop's connection. Steps 2 and 3 by the script that
+    # logged and committed the step before. (The commits are the attempts' and, once
+    # chained, the step's before.)
+    read = scripts[0]
+    assert read[0][0].startswith("WITH ins AS (INSERT INTO inorder_step_progress")
+    if kind == "called":
+        assert len(scripts) == 4  # the read with the opening, two closings chained, the last
+        assert handed == []
+    else:
+        assert len(scripts) == 5  # the read, the opening, two closings chained, the last
+        assert len(read) == 1
+        assert handed == [1]
     assert sent[0].count("COMMIT") == 1
     for parts in sent[1:]:
         assert parts.count("COMMIT") == 2
@@ -112,18 +173,18 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
 
 
 def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
-    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    kind: str,
 ) -> None:
     """Step 2's attempt fails once inside step 1's closing: 1 stands, 2 opens again, all apply."""
     _fail_once(pg_schema, "inorder_step_attempts", 2)
     calls: list[int] = []
-
-    def call(conn: Any, event: Event) -> None:
-        calls.append(event.seq)
-        step_handlers.record(conn, event)
-
+    handlers = _handlers(_function(kind, lambda event: calls.append(event.seq)), idempotent=False)
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, step_store, _handlers(call, idempotent=False), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, handlers, lanes, "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
     assert done.stopped is None
     assert calls == [1, 2, 3]
@@ -132,34 +193,41 @@ def test_a_next_opening_that_fails_leaves_the_step_before_and_is_sent_again(
 
 
 def test_a_closing_that_fails_commits_neither_its_step_nor_the_next_opening(
-    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    kind: str,
 ) -> None:
     """Step 1's log fails: 1 is not applied, 2 neither attempted nor claimed; later both apply."""
     _fail_once(pg_schema, "inorder_step_log", 1)
     events = [ss.step(s) for s in (1, 2)]
-    handlers = _handlers(step_handlers.record)
+    handlers = _handlers(_function(kind))
     with pytest.raises(psycopg.errors.RaiseException, match="planted failure"):
-        apply_alone(lane, step_store, handlers, Lanes(1), "a", events)
+        apply_alone(lane, step_store, handlers, lanes, "a", events)
     assert _seen(pg_schema) == ([(1, False)], 0, [])
     assert ss.applied(pg_schema) == []
     assert lane.info.transaction_status == TransactionStatus.IDLE
-    done = apply_alone(lane, step_store, handlers, Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, handlers, lanes, "a", events)
     assert [e.seq for e in done.apply] == [1, 2]
     assert ss.applied(pg_schema) == [(1, 1), (1, 2)]
 
 
 def test_a_step_that_raises_after_a_carried_opening_rolls_back_its_claim(
-    pg_schema: PgSchema, step_store: StepStore, lane: psycopg.Connection[Any]
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    kind: str,
 ) -> None:
     """Step 2 opened by step 1's closing raises: 1 stands, 2's claim is undone, 3 waits."""
 
-    def call(conn: Any, event: Event) -> None:
+    def refuse_2(event: Event) -> None:
         if event.seq == 2:
             raise TimeoutError("the API did not answer")
-        step_handlers.record(conn, event)
 
     events = [ss.step(s) for s in (1, 2, 3)]
-    done = apply_alone(lane, step_store, _handlers(call), Lanes(1), "a", events)
+    done = apply_alone(lane, step_store, _handlers(_function(kind, refuse_2)), lanes, "a", events)
     assert [e.seq for e in done.apply] == [1]
     assert [e.seq for e in done.park] == [2, 3]
     assert [f.event.seq for f in done.failed] == [2]

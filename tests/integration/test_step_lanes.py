@@ -24,6 +24,11 @@ SLOW = (
 )
 
 
+ASYNC = (
+    '[route.handlers."ledger.awaited"]\nfunction = "tests.integration.step_handlers:{function}"\n'
+)
+
+
 def _text(lanes: int, *, idempotent: bool = True, function: str = "slow_call") -> str:
     extra = SLOW.replace("slow_call", function) + ("idempotent = true\n" if idempotent else "")
     return ss.routes_text(extra=extra).replace(
@@ -84,23 +89,29 @@ def test_a_route_without_lanes_opens_no_connection_of_its_own(
 def test_any_order_duplicates_cuts_and_lane_count_give_the_one_lane_step_log(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, data: st.DataObject
 ) -> None:
-    """External and plain steps of 6 entities, shuffled, repeated, cut, lanes going on past
-    their batch or not: each step once, in order."""
+    """External, awaited and plain steps of 6 entities, shuffled, repeated, cut, lanes going
+    on past their batch or not: each step once, in order."""
     tag = uuid.uuid4().hex[:8]  # each example its own entities (the schema is shared)
     lanes = data.draw(st.sampled_from([1, 2, 4, 16]))
     carry = data.draw(st.booleans())
     entities = [f"p{tag}-{i}" for i in range(6)]
-    kinds = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    kinds = data.draw(
+        st.lists(
+            st.sampled_from(["ledger.mailed", "ledger.added", "ledger.awaited"]),
+            min_size=5,
+            max_size=5,
+        )
+    )
     events = [
-        ss.step(seq, entity, event_type="ledger.mailed" if external else "ledger.added")
+        ss.step(seq, entity, event_type=event_type)
         for entity in entities
-        for seq, external in enumerate(kinds, 1)
+        for seq, event_type in enumerate(kinds, 1)
     ]
     delivered = data.draw(
         st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=10)))
     )
     cuts = sorted(data.draw(st.lists(st.integers(1, len(delivered) - 1), max_size=4, unique=True)))
-    text = _text(lanes, function="call_out")
+    text = _text(lanes, function="call_out") + ASYNC.format(function="record_async")
     run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url, carry=carry)
     try:
         with steps_db.connect(autocommit=True) as conn:
@@ -165,11 +176,6 @@ def test_a_route_without_lanes_takes_the_consumer_s_step_lanes(
         assert ss.feed(run, conn, events) == []
     run.lanes.close()
     assert [ss.applied(steps_db, e) for e in ("sa", "sb", "sc", "sd")] == [[(1, 1)]] * 4
-
-
-ASYNC = (
-    '[route.handlers."ledger.awaited"]\nfunction = "tests.integration.step_handlers:{function}"\n'
-)
 
 
 def _async_text(lanes: int, function: str = "slow_call_async", *, external: bool = False) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import psycopg
 import structlog
 
-from consumer.kinds.steps import made
+from consumer.kinds.steps import awaited, made
 from consumer.kinds.steps.entity_lock import entity_held
 from consumer.kinds.steps.errors import (
     ManyFailedError,
@@ -19,8 +19,8 @@ from consumer.kinds.steps.errors import (
 from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
-from consumer.kinds.steps.lanes import Lanes
-from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share
+from consumer.kinds.steps.lanes import AsyncConn, Lanes
+from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share, taken
 from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.rollback import roll_back_scripts
 from consumer.kinds.steps.single import (
@@ -29,7 +29,6 @@ from consumer.kinds.steps.single import (
     Carried,
     Chain,
     drive,
-    drive_async,
     one_step,
     opening,
     scripted,
@@ -87,31 +86,61 @@ def _apply_single(
     conn: Conn,
     store: StepStore,
     handlers: Handlers,
-    lanes: Lanes,
     start: Progress,
     event: Event,
     carried: Carried = ALONE,
-) -> tuple[bool, str | None]:
+) -> Became:
     """One step in its own transaction; an external call is recorded, committed, before it.
 
-    Whether it applied, and why the entity was stopped for a person when it was.
     ``carried``: the openings sent with closings (``single.drive``).
     """
     external, idempotent = handlers.external(event), handlers.idempotent(event)
     exchange = one_step(store, start, event, external=external, idempotent=idempotent)
-    if handlers.awaited(event):  # on an async connection of the lane's event loop
-        became = lanes.awaiting(lambda aconn: drive_async(aconn, handlers, exchange))
-    else:
-        became = drive(conn, handlers, exchange, carried)
-    if became is Became.UNFINISHED_CALL:
-        entry = handlers.entry(event)
-        assert entry is not None
-        reason = (
-            f"needs_review: an earlier call of {entry[0].function} may have taken "
-            "effect; confirm it before the step is retried"
+    return drive(conn, handlers, exchange, carried)
+
+
+def _unfinished(conn: Conn, store: StepStore, handlers: Handlers, event: Event) -> str:
+    """Stop the entity before ``event``, whose earlier call never finished; the reason."""
+    entry = handlers.entry(event)
+    assert entry is not None
+    reason = (
+        f"needs_review: an earlier call of {entry[0].function} may have taken "
+        "effect; confirm it before the step is retried"
+    )
+    return _stop(conn, store, event.entity_id, event.seq, reason)
+
+
+def _awaited(
+    lanes: Lanes, store: StepStore, handlers: Handlers, first: awaited.Ran, done: Plan
+) -> awaited.Ran:
+    """``first.event`` and the awaited steps due after it, on the lanes' event loop."""
+
+    async def run(aconn: AsyncConn) -> awaited.Ran:
+        return await awaited.run(
+            aconn, store, handlers, first.progress, first.event, first.pending, done
         )
-        return False, _stop(conn, store, event.entity_id, event.seq, reason)
-    return became is Became.APPLIED, None
+
+    return lanes.awaiting(run)
+
+
+def _went_on(
+    conn: Conn, store: StepStore, handlers: Handlers, done: Plan, ran: awaited.Ran
+) -> bool:
+    """Settle what came of ``ran.event``: whether the lane goes on past it (it applied, or
+    its failure moved the entity on); else it parks, and ``ran.pending`` behind it."""
+    event, came = ran.event, ran.came
+    if isinstance(came, StepFailedError):  # rolled back: retried later, stopped, moved on
+        failure = failed(conn, store, handlers, event, came.error)
+        done.settle(failure)
+        if failure.verdict.action in (Action.SKIP, Action.DEAD_LETTER):
+            return True
+    elif came is Became.UNFINISHED_CALL:
+        done.stopped = _unfinished(conn, store, handlers, event)
+    if came is not Became.APPLIED:
+        done.park += [event, *ran.pending]  # it waits too, for a person or the next try
+        return False
+    done.apply.append(event)
+    return True
 
 
 def _chained(
@@ -196,38 +225,31 @@ def _apply_pending(
                 else upcoming
             )
             upcoming = None
-            done.stale += step_plan.stale
-            done.end = step_plan.end
-            if not step_plan.apply:
-                done.park += step_plan.park
+            event, pending = taken(step_plan, pending, done)
+            if event is None:
                 break
-            event = step_plan.apply[0]
-            aside = {id(event), *(id(e) for e in step_plan.stale)}
-            pending = [e for e in pending if id(e) not in aside]
             answered = None if chain is None else chain.replies
-            after = replace(progress, generation=event.generation, last_applied=event.seq)
             chain = None
-            if lane and pending:
-                upcoming = plan(after, pending, baseline=store.route.baseline)
-                chain = _chained(store, handlers, event, after, upcoming)
-            try:
-                carried = Carried(answered, chain)
-                applied, done.stopped = _apply_single(
-                    conn, store, handlers, lanes, progress, event, carried
-                )
-            except StepFailedError as raised:  # rolled back: retried later, stopped, moved on
-                failure = failed(conn, store, handlers, event, raised.error)
-                done.settle(failure)
-                applied = False
-                if failure.verdict.action in (Action.SKIP, Action.DEAD_LETTER):
-                    progress = after
-                    continue
-            if not applied:
-                done.park += [event, *pending]  # it waits too, for a person or the next try
+            came: Became | StepFailedError
+            if handlers.awaited(event):  # it, and the awaited steps after it, on the loop
+                ran = _awaited(lanes, store, handlers, awaited.Ran(progress, pending, event), done)
+                progress, pending, event, came = ran.progress, ran.pending, ran.event, ran.came
+            else:
+                if lane and pending:
+                    after = replace(progress, generation=event.generation, last_applied=event.seq)
+                    upcoming = plan(after, pending, baseline=store.route.baseline)
+                    chain = _chained(store, handlers, event, after, upcoming)
+                try:
+                    carried = Carried(answered, chain)
+                    came = _apply_single(conn, store, handlers, progress, event, carried)
+                except StepFailedError as raised:
+                    came = raised
+            if not _went_on(
+                conn, store, handlers, done, awaited.Ran(progress, pending, event, came)
+            ):
                 break
-            done.apply.append(event)
             # Where the claim left the entity: no need to read it again for the next step.
-            progress = after
+            progress = replace(progress, generation=event.generation, last_applied=event.seq)
         return done
     finally:
         if chain is not None and chain.replies is not None:

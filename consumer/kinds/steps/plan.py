@@ -109,6 +109,23 @@ def plan(progress: Progress, events: Iterable[Event], *, baseline: bool = False)
     return result
 
 
+def taken(step_plan: Plan, pending: list[Event], done: Plan) -> tuple[Event | None, list[Event]]:
+    """The step ``step_plan`` applies first (None: none, and what it parks goes to ``done``),
+    and ``pending`` without it and without the stale; the plan's stale and end go to ``done``.
+
+    A lane applies an entity's steps one at a time: it plans, takes the first, drives it
+    and plans again from where that step left the entity.
+    """
+    done.stale += step_plan.stale
+    done.end = step_plan.end
+    if not step_plan.apply:
+        done.park += step_plan.park
+        return None, pending
+    event = step_plan.apply[0]
+    aside = {id(event), *(id(e) for e in step_plan.stale)}
+    return event, [e for e in pending if id(e) not in aside]
+
+
 Events = Mapping[str, Sequence[Event]]
 Claim = tuple[str, Progress, Progress]  # entity, where it stood, where its run leaves it
 

@@ -290,9 +290,14 @@ def _close(conn: Conn, asked: Closing, chain: Chain | None) -> None:
         script.send(conn, [asked.log, "COMMIT"])
         return
     nxt = chain.opening
-    done = script.answers(conn, [asked.log, "COMMIT", *nxt.parts()])
+    _chained_replies(chain, script.answers(conn, [asked.log, "COMMIT", *nxt.parts()]))
+
+
+def _chained_replies(chain: Chain, done: script.Answers) -> None:
+    """What a closing script with ``chain``'s opening answered: the opening's replies set,
+    or, failed, the closing's error raised unless its ``COMMIT`` answered."""
     if done.error is None:
-        chain.replies = nxt.replies(done.rows[2:])
+        chain.replies = chain.opening.replies(done.rows[2:])
     elif len(done.rows) < 2:
         raise done.error
 
@@ -302,10 +307,12 @@ def _alone_async(aconn: AsyncConn) -> AbstractAsyncContextManager[Any]:
     return nullcontext() if aconn.autocommit and idle else aconn.transaction()
 
 
-async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
+async def drive_async(
+    aconn: AsyncConn, handlers: Handlers, exchange: Exchange, carried: Carried = ALONE
+) -> Became:
     """``drive`` on the async ``aconn``: the same statements and call, in the same order."""
-    if scripted(aconn):
-        return await _drive_scripted_async(aconn, handlers, exchange)
+    if carried.answered is not None or scripted(aconn):
+        return await _drive_scripted_async(aconn, handlers, exchange, carried)
     steps = Driven(exchange)
     async with AsyncExitStack() as stack:
         step: psycopg.AsyncTransaction | None = None
@@ -326,9 +333,12 @@ async def drive_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) 
     return steps.result
 
 
-async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: Exchange) -> Became:
+async def _drive_scripted_async(
+    aconn: AsyncConn, handlers: Handlers, exchange: Exchange, carried: Carried = ALONE
+) -> Became:
     """``_drive_scripted`` on the async ``aconn``."""
     steps = Driven(exchange)
+    chain = carried.chain
     called = False
     try:
         for asked in steps:
@@ -336,10 +346,23 @@ async def _drive_scripted_async(aconn: AsyncConn, handlers: Handlers, exchange: 
                 called = True
                 await handlers.run_async(aconn, asked.event)
             elif isinstance(asked, Opening):
-                rows = await script.send_async(aconn, asked.parts())
-                steps.reply = asked.replies(rows)
+                if carried.answered is not None:  # sent with the previous step's closing
+                    steps.reply = carried.answered
+                else:
+                    rows = await script.send_async(aconn, asked.parts())
+                    steps.reply = asked.replies(rows)
             else:
-                await script.send_async(aconn, [asked.log, "COMMIT"])
+                await _close_async(aconn, asked, chain)
     finally:
-        await (roll_back_open_async if called else roll_back_scripts_async)(aconn)
+        if chain is None or chain.replies is None:
+            await (roll_back_open_async if called else roll_back_scripts_async)(aconn)
     return steps.result
+
+
+async def _close_async(aconn: AsyncConn, asked: Closing, chain: Chain | None) -> None:
+    """``_close`` on the async ``aconn``."""
+    if chain is None:
+        await script.send_async(aconn, [asked.log, "COMMIT"])
+        return
+    nxt = chain.opening
+    _chained_replies(chain, await script.answers_async(aconn, [asked.log, "COMMIT", *nxt.parts()]))
