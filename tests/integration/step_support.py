@@ -81,7 +81,10 @@ def runner(
     lent = Resources(
         ConsumerSettings.model_construct(**given), "inorder-test", carry=carry, redis=client
     )
-    applier.connect(lent)
+    try:
+        applier.connect(lent)
+    finally:
+        lent.close()  # the connection its start-up check opened; the lanes keep their own
     return applier
 
 

@@ -265,6 +265,38 @@ def test_an_unfinished_async_external_attempt_stops_for_review(
     assert reason.startswith("needs_review")
 
 
+def _ordinary_slots(schema: PgSchema) -> int:
+    """The connections the test server gives sessions without a reserved slot."""
+    with schema.connect(autocommit=True) as conn:
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting::int FROM pg_settings WHERE name IN "
+                "('max_connections', 'superuser_reserved_connections', 'reserved_connections')"
+            ).fetchall()
+        )
+    return int(
+        settings["max_connections"]
+        - settings["superuser_reserved_connections"]
+        - settings.get("reserved_connections", 0)
+    )
+
+
+def test_async_lanes_that_could_take_more_connections_than_the_server_gives_stop_start_up(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """The most async def lanes that fit beside the consumer's connection (two each) start;
+    one more is refused, naming the route, the connections and what to change."""
+    most = (_ordinary_slots(steps_db) - 1) // 2
+    fits = ss.runner(redis_client, redis_prefix, _async_text(most), database_url=steps_db.url)
+    assert fits.lanes.size == most
+    fits.close()
+    with pytest.raises(RoutesError) as refused:
+        ss.runner(redis_client, redis_prefix, _async_text(most + 1), database_url=steps_db.url)
+    [line] = refused.value.problems
+    assert line.startswith(f"route {ss.STREAM}: {most + 1} lanes hold up to {2 * most + 2} ")
+    assert line.endswith("lower lanes or raise max_connections")
+
+
 def test_an_async_handler_cannot_be_many() -> None:
     """async def with many = true is refused at start-up, naming the handler."""
     text = ss.routes_text(

@@ -18,7 +18,7 @@ from consumer.kinds._barrier import apply_guarded, refusal
 from consumer.kinds._base import Applier, Conn
 from consumer.kinds._outcome import Carried, Outcome, Refusal
 from consumer.kinds._resources import Resources
-from consumer.kinds.steps import metrics, traced
+from consumer.kinds.steps import budget, metrics, traced
 from consumer.kinds.steps.apply import apply_alone, apply_steps
 from consumer.kinds.steps.errors import PARK_CAP_REACHED, STEP_FAILED
 from consumer.kinds.steps.guarded import Drained, apply_parked
@@ -150,7 +150,12 @@ class StepApplier(Applier[StepRoute]):
         dsn, pool = None, None
         if url is not None:
             dsn = postgres.conninfo(url, program)
-            pool = postgres.pool(dsn, program, size) if size > 1 else None
+            if size > 1:
+                awaited = bool(self.handlers.awaited_types)
+                wrong = budget.problem(links.conn, self.route.stream, size, awaited=awaited)
+                if wrong is not None:
+                    raise RoutesError([wrong])
+                pool = postgres.pool(dsn, program, size)
         elif links.has_conn:  # a test kit's connection: the lanes open theirs alike
             dsn = postgres.dsn_of(links.conn)
         if dsn is None and self.handlers.awaited_types:
