@@ -10,9 +10,14 @@ last (the consumer's start and group join are left out).
 Each run also reports the CPU time one external step costs: the consumer process and
 its PostgreSQL backends (sampled from ``/proc`` while it runs), over the same span.
 
-A last run at 32 lanes makes one entity in 100 answer in 1 s instead: the slow ones
-should hold their own lanes only, so the figure stays near what the same work would
-take spread evenly (the ratio to the even 32-lane figure, and the steps/s).
+A run at 32 lanes makes one entity in 100 answer in 1 s instead: the slow ones should
+hold their own lanes only, so the figure stays near what the same work would take
+spread evenly (the ratio to the even 32-lane figure, and the steps/s).
+
+Last, the same 50 ms call made by an ``async def`` handler (``asyncio.sleep``, the step
+recorded on its async connection) at 32 and 128 lanes: its steps run on the lanes' one
+event loop, each lane's run of them handed over once. A lane then holds two PostgreSQL
+connections (its own, and the loop's for the run): 128 lanes need more than 256.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ ENTITIES = sized(2_000, 100)
 ONE_LANE_ENTITIES = sized(100, 10)
 STEPS = 3
 LANES = sized((1, 8, 32, 128), (1, 8, 32))
+ASYNC_LANES = sized((32, 128), (8,))
 SLOW_LANES = 32
 # Call time of the uneven run over the even one's (the same 6,000 steps): what its
 # steps/s would be if every lane stayed busy, as a share of the even figure.
@@ -124,10 +130,13 @@ def _steps_per_s(
     with _topic(bootstrap, events) as topic:
         prefix = f"bench.{uuid.uuid4().hex[:6]}"
         settings = consumer_settings(url, topic, routes, redis_key_prefix=prefix)
-        step_handlers.SLOW_CALLS.clear()
+        made = (
+            step_handlers.ASYNC_CALLS if function.endswith("_async") else step_handlers.SLOW_CALLS
+        )
+        made.clear()
         with _Cpu(url) as cpu:
             consume_until(settings, url, _DONE, entities)
-        calls = list(step_handlers.SLOW_CALLS)
+        calls = list(made)
     # From the first call to the end of the last, as a user timing their API would see it
     # (the consumer's start and group join are left out).
     first, last = min(start for _, _, start, _ in calls), max(end for *_, end in calls)
@@ -155,6 +164,9 @@ def run() -> list[BenchResult]:
             entities = ONE_LANE_ENTITIES if lanes == 1 else ENTITIES
             figures[lanes], cpu_ms[lanes] = _steps_per_s(url, lanes, entities, Path(folder))
         uneven, _ = _steps_per_s(url, SLOW_LANES, ENTITIES, Path(folder), "slow_now_and_then")
+        awaited = {
+            n: _steps_per_s(url, n, ENTITIES, Path(folder), "slow_call_async") for n in ASYNC_LANES
+        }
     best = max(figures, key=lambda n: figures[n])
     how = f"{ENTITIES:,} entities x {STEPS} steps, 50 ms external handler"
     results = [
@@ -203,4 +215,22 @@ def run() -> list[BenchResult]:
             "entities hold only their lanes)",
         ),
     ]
+    for n, (rate, cpu) in awaited.items():
+        results += [
+            BenchResult(
+                f"steps_external_async_lanes_{n}_per_s",
+                rate,
+                "steps/s",
+                f"{ENTITIES:,} entities x {STEPS} steps, async def handler awaiting 50 ms",
+            ),
+            BenchResult(
+                f"steps_external_async_lanes_{n}_vs_ideal", rate / (n / 0.05), "x", "of lanes x 20"
+            ),
+            BenchResult(
+                f"steps_external_async_cpu_ms_per_step.lanes_{n}",
+                cpu,
+                "ms",
+                "the consumer process and its PostgreSQL backends, first call to last",
+            ),
+        ]
     return results
