@@ -18,6 +18,11 @@ Last, the same 50 ms call made by an ``async def`` handler (``asyncio.sleep``, t
 recorded on its async connection) at 32 and 128 lanes: its steps run on the lanes' one
 event loop, each lane's run of them handed over once. A lane then holds two PostgreSQL
 connections (its own, and the loop's for the run): 128 lanes need more than 256.
+
+Beside them, at the widest setting, the leanest lanes that make the same calls and
+write the same rows (``lean_lanes``: threads, then one event loop; no Kafka, no plan):
+what the machine allows any lanes at that width, and the consumer's figure as a share
+of it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from types import TracebackType
 
 import psycopg
 
+from tests.benchmarks import lean_lanes
 from tests.benchmarks.bench_steps import _event, _fresh_tables, _topic
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
 from tests.benchmarks.machine import backends, cpu_s
@@ -43,7 +49,7 @@ ENTITIES = sized(2_000, 100)
 ONE_LANE_ENTITIES = sized(100, 10)
 STEPS = 3
 LANES = sized((1, 8, 32, 128), (1, 8, 32))
-ASYNC_LANES = sized((32, 128), (8,))
+ASYNC_LANES = sized((32, 128), (8, 32))
 SLOW_LANES = 32
 # Call time of the uneven run over the even one's (the same 6,000 steps): what its
 # steps/s would be if every lane stayed busy, as a share of the even figure.
@@ -167,6 +173,11 @@ def run() -> list[BenchResult]:
         awaited = {
             n: _steps_per_s(url, n, ENTITIES, Path(folder), "slow_call_async") for n in ASYNC_LANES
         }
+        widest = max(LANES)
+        lean = {
+            kind: lean_lanes.steps_per_s(url, widest, ENTITIES, awaited=kind == "async")
+            for kind in ("threads", "async")
+        }
     best = max(figures, key=lambda n: figures[n])
     how = f"{ENTITIES:,} entities x {STEPS} steps, 50 ms external handler"
     results = [
@@ -215,6 +226,37 @@ def run() -> list[BenchResult]:
             "entities hold only their lanes)",
         ),
     ]
+    mine = {"threads": figures[widest], "async": awaited.get(widest, (0.0, 0.0))[0]}
+    for kind, (rate, cpu) in lean.items():
+        results += [
+            BenchResult(
+                f"steps_external_lean_{kind}_{widest}_per_s",
+                rate,
+                "steps/s",
+                f"{widest} leanest lanes ({kind}): the same calls and rows, no consumer",
+            ),
+            BenchResult(
+                f"steps_external_lean_{kind}_{widest}_vs_ideal",
+                rate / (widest / 0.05),
+                "x",
+                "of lanes x 20 calls/s",
+            ),
+            BenchResult(
+                f"steps_external_lean_{kind}_cpu_ms_per_step",
+                cpu,
+                "ms",
+                "the lanes' process and its PostgreSQL backends",
+            ),
+        ]
+        if mine[kind]:
+            results.append(
+                BenchResult(
+                    f"steps_external_{kind}_{widest}_vs_lean",
+                    mine[kind] / rate,
+                    "x",
+                    f"the consumer's {widest} lanes against the leanest, same run",
+                )
+            )
     for n, (rate, cpu) in awaited.items():
         results += [
             BenchResult(
