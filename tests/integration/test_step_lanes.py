@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from itertools import pairwise
 
@@ -13,7 +15,9 @@ from hypothesis import strategies as st
 
 from consumer.errors import RoutesError
 from consumer.kinds.steps import StepApplier
+from consumer.kinds.steps.lanes import Lanes
 from consumer.routes import parse_routes
+from schemas.runtime import postgres
 from tests.conftest import PgSchema
 from tests.integration import step_handlers
 from tests.integration import step_support as ss
@@ -324,3 +328,40 @@ def test_a_lane_that_loses_its_connection_fails_the_batch_and_the_retry_applies_
     run.lanes.close()
     for entity in entities:
         assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 6, 8, 20])
+def test_busy_lanes_get_their_connections_opened_together_never_more_than_the_lanes(
+    steps_db: PgSchema, tasks: int
+) -> None:
+    """Tasks submitted at once have their connections opened together, before any asks
+    for one; the pool never holds more than the lanes, and keeps no minimum after."""
+    pool = postgres.pool(steps_db.url, "inorder-lanes/widen", 8)
+    lanes = Lanes(8, pool)
+    go = threading.Event()
+    held: list[int] = []
+    try:
+        for _ in range(tasks):
+
+            def task() -> None:
+                go.wait(10)
+                with lanes.connection() as conn:
+                    held.append(conn.info.backend_pid)
+
+            lanes.submit(task)
+        opening = pool.get_stats()["pool_size"]
+        # Before any task asked: all but one of the connections the busy lanes need (the
+        # pool's own growth opens that one when asked).
+        assert opening == max(0, min(tasks, 8) - 1)
+        go.set()
+        pool.wait(10)  # the ones being opened are open
+        deadline = time.monotonic() + 10
+        while len(held) < tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stats = pool.get_stats()
+        assert len(held) == tasks
+        assert stats["pool_size"] <= 8
+        assert stats["pool_min"] == 0
+    finally:
+        go.set()
+        lanes.close()

@@ -59,6 +59,7 @@ class Lanes:
         self._thread: threading.Thread | None = None
         self._apool: AsyncConnectionPool | None = None
         self._starting = threading.Lock()
+        self._busy = 0  # tasks submitted and not finished
 
     def run(
         self, conn: Conn, entities: Sequence[str], work: Callable[[Conn, str], T]
@@ -105,7 +106,36 @@ class Lanes:
         """Run ``task`` on the next free lane and return at once (``connection`` inside it)."""
         if self._executor is None:
             raise RuntimeError("these lanes run on the caller's connection: nothing to submit")
-        self._executor.submit(contextvars.copy_context().run, task)
+        with self._starting:
+            self._busy += 1
+            busy = self._busy
+        self._widen(busy)
+
+        def run() -> None:
+            try:
+                task()
+            finally:
+                with self._starting:
+                    self._busy -= 1
+
+        self._executor.submit(contextvars.copy_context().run, run)
+
+    def _widen(self, busy: int) -> None:
+        """Open at once, on the pool's workers, the connections ``busy`` lanes lack.
+
+        Left to itself the pool opens one connection at a time, as a lane waits for it,
+        so 128 lanes took over a second to get theirs while their entities waited. Raising
+        its minimum queues the openings together; setting it back at once lets idle ones
+        close as before. One is left to the pool's own growth, which may be opening one
+        now: the lanes never hold more than ``size``.
+        """
+        pool = self.pool
+        if pool is None:
+            return
+        lacking = min(busy, self.size) - pool.get_stats()["pool_size"] - 1
+        if lacking > 0:
+            pool.resize(lacking, self.size)
+            pool.resize(0, self.size)
 
     def connection(self) -> AbstractContextManager[Conn]:
         """A pooled connection for a submitted task; ``PoolTimeout`` while none can be had."""
