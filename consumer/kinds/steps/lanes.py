@@ -34,6 +34,19 @@ T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
+def lacking(busy: int, size: int, opened: int) -> int:
+    """How many connections to open at once for ``busy`` lanes of ``size``, the pool having
+    ``opened`` (open or opening).
+
+    Left to itself a pool opens one connection at a time, as a lane waits for it, so 128
+    lanes took over a second to get theirs while their entities waited. Raising its
+    minimum by this many queues the openings together on its workers; setting it back at
+    once lets idle ones close as before. One is left to the pool's own growth, which may
+    be opening one now: the lanes never hold more than ``size``.
+    """
+    return max(0, min(busy, size) - opened - 1)
+
+
 class Lanes:
     """Up to ``size`` entities applied at once, each lane on a pooled connection."""
 
@@ -121,20 +134,14 @@ class Lanes:
         self._executor.submit(contextvars.copy_context().run, run)
 
     def _widen(self, busy: int) -> None:
-        """Open at once, on the pool's workers, the connections ``busy`` lanes lack.
-
-        Left to itself the pool opens one connection at a time, as a lane waits for it,
-        so 128 lanes took over a second to get theirs while their entities waited. Raising
-        its minimum queues the openings together; setting it back at once lets idle ones
-        close as before. One is left to the pool's own growth, which may be opening one
-        now: the lanes never hold more than ``size``.
-        """
+        """Open at once, on the pool's workers, the connections ``busy`` lanes lack
+        (``lacking``)."""
         pool = self.pool
         if pool is None:
             return
-        lacking = min(busy, self.size) - pool.get_stats()["pool_size"] - 1
-        if lacking > 0:
-            pool.resize(lacking, self.size)
+        more = lacking(busy, self.size, pool.get_stats()["pool_size"])
+        if more:
+            pool.resize(more, self.size)
             pool.resize(0, self.size)
 
     def connection(self) -> AbstractContextManager[Conn]:
