@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 import psycopg
 
 from tests.benchmarks import lean_lanes
 from tests.benchmarks.bench_steps import _event, _fresh_tables, _topic
 from tests.benchmarks.fixtures import consume_until, consumer_settings, temp_schema
-from tests.benchmarks.machine import backends, cpu_s
+from tests.benchmarks.machine import SessionsCpu
 from tests.benchmarks.result import BenchResult
 from tests.benchmarks.scale import sized
 from tests.integration import step_handlers
@@ -75,55 +72,6 @@ FROM (SELECT entity_id, seq, row_number() OVER (PARTITION BY entity_id ORDER BY 
 """
 
 
-class _Cpu:
-    """CPU seconds this process and the consumer's PostgreSQL backends have used, sampled
-    every 0.2 s while the consumer runs; ``between`` reads the span of the steps."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._seen: dict[int, float] = {}
-        self._first: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-        self.samples: list[tuple[float, float]] = []  # (monotonic time, CPU seconds)
-
-    def _read(self) -> None:
-        for pid in backends(self.url, "inorder%"):
-            self._seen[pid] = max(cpu_s({pid}), self._seen.get(pid, 0.0))
-        theirs = sum(used - self._first.get(pid, 0.0) for pid, used in self._seen.items())
-        self.samples.append((time.monotonic(), time.process_time() + theirs))
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.2):
-            self._read()
-
-    def __enter__(self) -> _Cpu:
-        for pid in backends(self.url, "inorder%"):  # already there: counted from now
-            self._first[pid] = self._seen[pid] = cpu_s({pid})
-        self._read()
-        self._sampler.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._sampler.join()
-
-    def between(self, start: float, end: float) -> float:
-        """CPU seconds used from ``start`` to ``end`` (monotonic), read between samples."""
-        return self._at(end) - self._at(start)
-
-    def _at(self, when: float) -> float:
-        before = [s for s in self.samples if s[0] <= when] or self.samples[:1]
-        after = [s for s in self.samples if s[0] >= when] or self.samples[-1:]
-        (t0, c0), (t1, c1) = before[-1], after[0]
-        return c0 if t1 <= t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
-
-
 def _steps_per_s(
     url: str, lanes: int, entities: int, folder: Path, function: str = "slow_call"
 ) -> tuple[float, float]:
@@ -140,7 +88,7 @@ def _steps_per_s(
             step_handlers.ASYNC_CALLS if function.endswith("_async") else step_handlers.SLOW_CALLS
         )
         made.clear()
-        with _Cpu(url) as cpu:
+        with SessionsCpu(url, "inorder%") as cpu:
             consume_until(settings, url, _DONE, entities)
         calls = list(made)
     # From the first call to the end of the last, as a user timing their API would see it

@@ -18,11 +18,14 @@ import asyncio
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from tests.benchmarks.machine import backends, cpu_s
+from tests.benchmarks.machine import SessionsCpu
 from tests.integration import step_handlers
 
 APP = "lean-lanes"
@@ -63,39 +66,22 @@ def _fresh(url: str, entities: list[str]) -> None:
             )
 
 
+@dataclass(slots=True)
 class _Span:
-    """Wall and CPU time (this process and its ``APP`` backends) from ``begin`` to ``end``:
-    the lanes' connections are open before it begins."""
+    """Wall and CPU time (this process and its ``APP`` sessions) of the lanes' run, their
+    connections opened before it."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._first: dict[int, float] = {}
-        self._seen: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-        self.seconds = self.cpu_s = 0.0
+    url: str
+    seconds: float = 0.0
+    cpu_s: float = 0.0
 
-    def _read(self) -> None:
-        for pid in backends(self.url, APP):
-            self._seen[pid] = max(cpu_s({pid}), self._seen.get(pid, 0.0))
-
-    def _sample(self) -> None:  # a backend's CPU is read while it is there
-        while not self._stop.wait(0.2):
-            self._read()
-
-    def begin(self) -> None:
-        self._read()
-        self._first = dict(self._seen)
-        self._started, self._cpu = time.monotonic(), time.process_time()
-        self._sampler.start()
-
-    def end(self) -> None:
-        self.seconds = time.monotonic() - self._started
-        self._read()
-        self._stop.set()
-        self._sampler.join()
-        theirs = sum(used - self._first.get(pid, 0.0) for pid, used in self._seen.items())
-        self.cpu_s = time.process_time() - self._cpu + theirs
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        with SessionsCpu(self.url, APP) as cpu:
+            started = time.monotonic()
+            yield
+            ended = time.monotonic()
+        self.seconds, self.cpu_s = ended - started, cpu.between(started, ended)
 
 
 def _threads(url: str, lanes: int, entities: list[str], span: _Span) -> None:
@@ -118,12 +104,11 @@ def _threads(url: str, lanes: int, entities: list[str], span: _Span) -> None:
     conns = [psycopg.connect(url, autocommit=True, application_name=APP) for _ in range(lanes)]
     try:
         threads = [threading.Thread(target=lane, args=(c,)) for c in conns]
-        span.begin()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        span.end()
+        with span.timed():
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     finally:
         for conn in conns:
             conn.close()
@@ -148,9 +133,8 @@ async def _loop(url: str, lanes: int, entities: list[str], span: _Span) -> None:
         for _ in range(lanes)
     ]
     try:
-        span.begin()
-        await asyncio.gather(*(lane(c) for c in conns))
-        span.end()
+        with span.timed():
+            await asyncio.gather(*(lane(c) for c in conns))
     finally:
         for aconn in conns:
             await aconn.close()

@@ -9,8 +9,11 @@ next to its figures, so a slow run can be told from a slow change.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 import psycopg
 
@@ -78,3 +81,54 @@ def backends(url: str, app: str) -> set[int]:
             "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s", (app,)
         ).fetchall()
     return {row[0] for row in rows}
+
+
+class SessionsCpu:
+    """CPU seconds this process and its PostgreSQL sessions named ``app`` (a LIKE pattern)
+    have used, sampled every 0.2 s while it runs; ``between`` reads a span of it."""
+
+    def __init__(self, url: str, app: str) -> None:
+        self.url = url
+        self.app = app
+        self._seen: dict[int, float] = {}
+        self._first: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, CPU seconds)
+
+    def _read(self) -> None:
+        for pid in backends(self.url, self.app):
+            self._seen[pid] = max(cpu_s({pid}), self._seen.get(pid, 0.0))
+        theirs = sum(used - self._first.get(pid, 0.0) for pid, used in self._seen.items())
+        self.samples.append((time.monotonic(), time.process_time() + theirs))
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self._read()
+
+    def __enter__(self) -> SessionsCpu:
+        for pid in backends(self.url, self.app):  # already there: counted from now
+            self._first[pid] = self._seen[pid] = cpu_s({pid})
+        self._read()
+        self._sampler.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._sampler.join()
+        self._read()  # up to the end, not the last sample before it
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds used from ``start`` to ``end`` (monotonic), read between samples."""
+        return self._at(end) - self._at(start)
+
+    def _at(self, when: float) -> float:
+        before = [s for s in self.samples if s[0] <= when] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= when] or self.samples[-1:]
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 <= t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
