@@ -14,6 +14,7 @@ from consumer.kinds import batches, projection, steps
 from consumer.kinds._arrivals import Arrivals
 from consumer.kinds._barrier import apply_guarded
 from consumer.kinds._base import Applier, Kind
+from consumer.kinds._connections import connections_problem
 from consumer.kinds._outcome import Carried, Outcome, Refusal, Tally
 from consumer.kinds._plugin import (
     AdminTools,
@@ -50,4 +51,5 @@ __all__ = [
     "SweepReport",
     "Tally",
     "apply_guarded",
+    "connections_problem",
 ]

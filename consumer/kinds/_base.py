@@ -61,6 +61,11 @@ class Applier(abc.ABC, Generic[R]):
     def close(self) -> None:
         """Let go of what the applier holds beyond the program's connection (nothing here)."""
 
+    def connections(self) -> int:
+        """PostgreSQL connections of its own the applier may hold at once, once connected
+        (a step route's lanes; none here)."""
+        return 0
+
     def share(self) -> None:
         """Other consumers apply the same entities' events at the same moment (a share
         group): serialize what must not run twice at once (nothing here)."""

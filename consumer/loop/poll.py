@@ -14,7 +14,8 @@ from confluent_kafka import Message
 
 from consumer import deadletter
 from consumer.deadletter import DeadLetter
-from consumer.kinds import KINDS, Applier, Arrivals, Kind, Resources, Route
+from consumer.errors import RoutesError
+from consumer.kinds import KINDS, Applier, Arrivals, Kind, Resources, Route, connections_problem
 from schemas import DecodeError, Event
 from schemas.runtime.causes import Cause, cause
 from schemas.runtime.reading import Reading
@@ -49,9 +50,15 @@ class Routing:
                 kind.check(resources)
 
     def connect(self, resources: Resources[RouteSettings]) -> None:
-        """Check every route against the database (and bind what else its kind uses)."""
+        """Check every route against the database (and bind what else its kind uses), then
+        the connections they may hold together against the server's (``RoutesError``)."""
         for applier in self.appliers:
             applier.connect(resources)
+        held = {a.route.stream: a.connections() for a in self.appliers if a.connections()}
+        wrong = connections_problem(resources.conn, held) if held else None
+        if wrong is not None:
+            self.close()
+            raise RoutesError([wrong])
 
     def close(self) -> None:
         """Let go of what appliers hold beyond the consumer's connection (a lane pool)."""

@@ -10,6 +10,7 @@ from pydantic import SecretStr
 from consumer import tables
 from consumer.kinds import Arrivals, Resources
 from consumer.kinds.steps import StepApplier
+from consumer.loop.poll import Routing
 from consumer.routes import parse_routes
 from consumer.settings import ConsumerSettings
 from schemas import Event, encode
@@ -53,6 +54,23 @@ def prepare(schema: PgSchema) -> None:
         conn.execute(step_handlers.TABLE)
 
 
+def _lent(
+    client: redis.Redis, prefix: str, database_url: str | None, carry: bool, settings: Any
+) -> Resources[Any]:
+    """What a route is connected with in these tests: the consumer's settings, ``client``."""
+    given: dict[str, Any] = {
+        "redis_key_prefix": prefix.rstrip(":"),
+        "database_url": None,
+        "redis_url": None,
+        **settings,
+    }
+    if database_url is not None:
+        given["database_url"] = SecretStr(database_url)
+    return Resources(
+        ConsumerSettings.model_construct(**given), "inorder-test", carry=carry, redis=client
+    )
+
+
 def runner(
     client: redis.Redis,
     prefix: str,
@@ -70,22 +88,23 @@ def runner(
     """
     [route] = parse_routes(text)
     applier = StepApplier(route)  # type: ignore[arg-type]
-    given: dict[str, Any] = {
-        "redis_key_prefix": prefix.rstrip(":"),
-        "database_url": None,
-        "redis_url": None,
-        **settings,
-    }
-    if database_url is not None:
-        given["database_url"] = SecretStr(database_url)
-    lent = Resources(
-        ConsumerSettings.model_construct(**given), "inorder-test", carry=carry, redis=client
-    )
+    lent = _lent(client, prefix, database_url, carry, settings)
     try:
         applier.connect(lent)
     finally:
-        lent.close()  # the connection its start-up check opened; the lanes keep their own
+        lent.close()  # the connection connecting may have opened; the lanes keep their own
     return applier
+
+
+def routing(client: redis.Redis, prefix: str, text: str, database_url: str) -> Routing:
+    """Every route in ``text`` started and connected as the consumer connects them."""
+    started = Routing.start(parse_routes(text))
+    lent = _lent(client, prefix, database_url, False, {})
+    try:
+        started.connect(lent)
+    finally:
+        lent.close()
+    return started
 
 
 def settle(run: StepApplier) -> list[Event]:

@@ -289,16 +289,36 @@ def test_async_lanes_that_could_take_more_connections_than_the_server_gives_stop
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     """The most async def lanes that fit beside the consumer's connection (two each) start;
-    one more is refused, naming the route, the connections and what to change."""
+    one more is refused, naming the route's share, the total and what to change."""
     most = (_ordinary_slots(steps_db) - 1) // 2
-    fits = ss.runner(redis_client, redis_prefix, _async_text(most), database_url=steps_db.url)
-    assert fits.lanes.size == most
+    fits = ss.routing(redis_client, redis_prefix, _async_text(most), steps_db.url)
+    assert [a.connections() for a in fits.appliers] == [2 * most]
     fits.close()
     with pytest.raises(RoutesError) as refused:
-        ss.runner(redis_client, redis_prefix, _async_text(most + 1), database_url=steps_db.url)
+        ss.routing(redis_client, redis_prefix, _async_text(most + 1), steps_db.url)
     [line] = refused.value.problems
-    assert line.startswith(f"route {ss.STREAM}: {most + 1} lanes hold up to {2 * most + 2} ")
+    need = 2 * most + 2
+    assert line.startswith(f"the routes' lanes hold up to {need} PostgreSQL connections ")
+    assert f"({ss.STREAM} {need};" in line
     assert line.endswith("lower lanes or raise max_connections")
+
+
+def test_routes_whose_lanes_fit_alone_but_not_together_stop_start_up(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Two step routes whose lanes each fit the server, and not both: refused, each named
+    with its share; either alone starts."""
+    slots = _ordinary_slots(steps_db)
+    lanes = min(256, slots // 2 + 1)  # two of these exceed the slots, one fits
+    assert lanes + 1 <= slots < 2 * lanes + 1
+    ledger = _text(lanes)
+    seats = ledger.replace('stream = "ledger"', 'stream = "seats"').replace('"ledger.', '"seats.')
+    alone = ss.routing(redis_client, redis_prefix, seats, steps_db.url)
+    alone.close()
+    with pytest.raises(RoutesError) as refused:
+        ss.routing(redis_client, redis_prefix, ledger + seats, steps_db.url)
+    [line] = refused.value.problems
+    assert f"up to {2 * lanes} PostgreSQL connections (ledger {lanes}, seats {lanes};" in line
 
 
 def test_an_async_handler_cannot_be_many() -> None:

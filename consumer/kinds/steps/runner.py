@@ -16,9 +16,10 @@ import structlog
 from consumer.errors import RoutesError
 from consumer.kinds._barrier import apply_guarded, refusal
 from consumer.kinds._base import Applier, Conn
+from consumer.kinds._connections import lane_connections
 from consumer.kinds._outcome import Carried, Outcome, Refusal
 from consumer.kinds._resources import Resources
-from consumer.kinds.steps import budget, metrics, traced
+from consumer.kinds.steps import metrics, traced
 from consumer.kinds.steps.apply import apply_alone, apply_steps
 from consumer.kinds.steps.errors import PARK_CAP_REACHED, STEP_FAILED
 from consumer.kinds.steps.guarded import Drained, apply_parked
@@ -151,10 +152,6 @@ class StepApplier(Applier[StepRoute]):
         if url is not None:
             dsn = postgres.conninfo(url, program)
             if size > 1:
-                awaited = bool(self.handlers.awaited_types)
-                wrong = budget.problem(links.conn, self.route.stream, size, awaited=awaited)
-                if wrong is not None:
-                    raise RoutesError([wrong])
                 pool = postgres.pool(dsn, program, size)
         elif links.has_conn:  # a test kit's connection: the lanes open theirs alike
             dsn = postgres.dsn_of(links.conn)
@@ -163,6 +160,14 @@ class StepApplier(Applier[StepRoute]):
                 [f"route {self.route.stream}: async def handlers need the consumer's DATABASE_URL"]
             )
         return Lanes(size, pool, dsn=dsn, program=program)
+
+    def connections(self) -> int:
+        """The connections the route's lanes may hold at once (two a lane with async def
+        handlers); none without lanes of their own."""
+        lanes = self._lanes
+        if lanes is None or lanes.pool is None:
+            return 0
+        return lane_connections(lanes.size, awaited=bool(self.handlers.awaited_types))
 
     def share(self) -> None:
         """An entity's one-by-one steps (external calls) run under its lock from now on."""
