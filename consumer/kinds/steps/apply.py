@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 import psycopg
 import structlog
@@ -19,7 +20,7 @@ from consumer.kinds.steps.errors import (
 from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
-from consumer.kinds.steps.lanes import AsyncConn, Lanes
+from consumer.kinds.steps.lanes import Lanes
 from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share, taken
 from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.rollback import roll_back_scripts
@@ -29,8 +30,8 @@ from consumer.kinds.steps.single import (
     Carried,
     Chain,
     drive,
+    next_opening,
     one_step,
-    opening,
     scripted,
 )
 from consumer.kinds.steps.store import Conn, StepStore
@@ -110,19 +111,6 @@ def _unfinished(conn: Conn, store: StepStore, handlers: Handlers, event: Event) 
     return _stop(conn, store, event.entity_id, event.seq, reason)
 
 
-def _awaited(
-    lanes: Lanes, store: StepStore, handlers: Handlers, first: awaited.Ran, done: Plan
-) -> awaited.Ran:
-    """``first.event`` and the awaited steps due after it, on the lanes' event loop."""
-
-    async def run(aconn: AsyncConn) -> awaited.Ran:
-        return await awaited.run(
-            aconn, store, handlers, first.progress, first.event, first.pending, done
-        )
-
-    return lanes.awaiting(run)
-
-
 def _went_on(
     conn: Conn, store: StepStore, handlers: Handlers, done: Plan, ran: awaited.Ran
 ) -> bool:
@@ -141,19 +129,6 @@ def _went_on(
         return False
     done.apply.append(event)
     return True
-
-
-def _chained(
-    store: StepStore, handlers: Handlers, event: Event, after: Progress, upcoming: Plan
-) -> Chain | None:
-    """The opening of ``upcoming``'s first step (the plan once ``event`` applied), to send
-    with ``event``'s closing when both are driven on the lane's connection (neither is
-    ``async def``)."""
-    if handlers.awaited(event) or not upcoming.apply or handlers.awaited(upcoming.apply[0]):
-        return None
-    nxt = upcoming.apply[0]
-    external, idempotent = handlers.external(nxt), handlers.idempotent(nxt)
-    return Chain(opening(store, after, nxt, external=external, idempotent=idempotent))
 
 
 def apply_alone(
@@ -201,7 +176,7 @@ def _apply_pending(
 
     On a lane's connection the read carries the first step's opening, guessed
     (``made``), and a step's closing the next step's (the step due once it applied,
-    ``_chained``): one round trip before each call, not two.
+    ``single.next_opening``): one round trip before each call, not two.
     """
     lane = scripted(conn)  # a lane's connection: its steps go as scripts
     first = firsts({entity_id: pending})[entity_id]
@@ -232,13 +207,22 @@ def _apply_pending(
             chain = None
             came: Became | StepFailedError
             if handlers.awaited(event):  # it, and the awaited steps after it, on the loop
-                ran = _awaited(lanes, store, handlers, awaited.Ran(progress, pending, event), done)
+                drive_run = partial(
+                    awaited.run,
+                    store=store,
+                    handlers=handlers,
+                    progress=progress,
+                    event=event,
+                    pending=pending,
+                    done=done,
+                )
+                ran = lanes.awaiting(drive_run)
                 progress, pending, event, came = ran.progress, ran.pending, ran.event, ran.came
             else:
                 if lane and pending:
                     after = replace(progress, generation=event.generation, last_applied=event.seq)
                     upcoming = plan(after, pending, baseline=store.route.baseline)
-                    chain = _chained(store, handlers, event, after, upcoming)
+                    chain = next_opening(store, handlers, after, upcoming, awaited=False)
                 try:
                     carried = Carried(answered, chain)
                     came = _apply_single(conn, store, handlers, progress, event, carried)

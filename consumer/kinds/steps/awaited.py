@@ -19,7 +19,7 @@ from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Plan, Progress, plan, taken
 from consumer.kinds.steps.rollback import roll_back_scripts_async
-from consumer.kinds.steps.single import Became, Carried, Chain, drive_async, one_step, opening
+from consumer.kinds.steps.single import Became, Carried, Chain, drive_async, next_opening, one_step
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
 
@@ -35,19 +35,7 @@ class Ran:
     progress: Progress
     pending: list[Event]
     event: Event
-    came: Became | StepFailedError = Became.APPLIED
-
-
-def _next_opening(
-    store: StepStore, handlers: Handlers, after: Progress, upcoming: Plan | None
-) -> Chain | None:
-    """The opening of the step due once the current one applied, to send with its closing,
-    when that step is awaited too (else the run ends there)."""
-    if upcoming is None or not upcoming.apply or not handlers.awaited(upcoming.apply[0]):
-        return None
-    nxt = upcoming.apply[0]
-    external, idempotent = handlers.external(nxt), handlers.idempotent(nxt)
-    return Chain(opening(store, after, nxt, external=external, idempotent=idempotent))
+    came: Became | StepFailedError
 
 
 async def run(
@@ -67,7 +55,7 @@ async def run(
         while True:
             after = replace(progress, generation=event.generation, last_applied=event.seq)
             upcoming = plan(after, pending, baseline=baseline) if pending else None
-            chain = _next_opening(store, handlers, after, upcoming)
+            chain = next_opening(store, handlers, after, upcoming, awaited=True)
             external, idempotent = handlers.external(event), handlers.idempotent(event)
             exchange = one_step(store, progress, event, external=external, idempotent=idempotent)
             try:

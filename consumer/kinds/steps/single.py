@@ -33,7 +33,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
-from consumer.kinds.steps.plan import Progress
+from consumer.kinds.steps.plan import Plan, Progress
 from consumer.kinds.steps.rollback import (
     roll_back_open,
     roll_back_open_async,
@@ -136,6 +136,19 @@ class Chain:
 
     opening: Opening
     replies: Replies | None = None
+
+
+def next_opening(
+    store: StepStore, handlers: Handlers, after: Progress, upcoming: Plan | None, *, awaited: bool
+) -> Chain | None:
+    """The opening of ``upcoming``'s first step (the plan once the step before applied, from
+    ``after``), to send with that step's closing when both are driven alike: ``awaited``
+    on the loop's async connection, else on the lane's own. None: it opens itself."""
+    if upcoming is None or not upcoming.apply or handlers.awaited(upcoming.apply[0]) != awaited:
+        return None
+    nxt = upcoming.apply[0]
+    external, idempotent = handlers.external(nxt), handlers.idempotent(nxt)
+    return Chain(opening(store, after, nxt, external=external, idempotent=idempotent))
 
 
 @dataclass(frozen=True, slots=True)
