@@ -54,7 +54,7 @@ class Routing:
         the connections they may hold together against the server's (``RoutesError``)."""
         for applier in self.appliers:
             applier.connect(resources)
-        held = {a.route.stream: a.connections() for a in self.appliers if a.connections()}
+        held = {a.route.stream: n for a in self.appliers if (n := a.connections())}
         wrong = connections_problem(resources.conn, held) if held else None
         if wrong is not None:
             self.close()

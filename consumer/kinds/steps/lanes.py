@@ -71,7 +71,7 @@ class Lanes:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._apool: AsyncConnectionPool | None = None
-        self._starting = threading.Lock()
+        self._lock = threading.Lock()  # the event loop's start, and the count of busy lanes
         self._busy = 0  # tasks submitted and not finished
 
     def run(
@@ -119,7 +119,7 @@ class Lanes:
         """Run ``task`` on the next free lane and return at once (``connection`` inside it)."""
         if self._executor is None:
             raise RuntimeError("these lanes run on the caller's connection: nothing to submit")
-        with self._starting:
+        with self._lock:
             self._busy += 1
             busy = self._busy
         self._widen(busy)
@@ -128,7 +128,7 @@ class Lanes:
             try:
                 task()
             finally:
-                with self._starting:
+                with self._lock:
                     self._busy -= 1
 
         self._executor.submit(contextvars.copy_context().run, run)
@@ -164,7 +164,7 @@ class Lanes:
         return asyncio.run_coroutine_threadsafe(step(), loop).result()
 
     def _async(self) -> tuple[asyncio.AbstractEventLoop, AsyncConnectionPool]:
-        with self._starting:
+        with self._lock:
             if self._loop is None or self._apool is None:
                 if self.dsn is None:
                     raise RuntimeError("async def steps need a database to connect to")
@@ -184,7 +184,7 @@ class Lanes:
             executor.shutdown(wait=True)
         if pool is not None:
             pool.close()
-        with self._starting:
+        with self._lock:
             loop, thread, apool = self._loop, self._thread, self._apool
             self._loop = self._thread = self._apool = None
         if loop is not None and apool is not None:

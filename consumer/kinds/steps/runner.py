@@ -151,8 +151,7 @@ class StepApplier(Applier[StepRoute]):
         dsn, pool = None, None
         if url is not None:
             dsn = postgres.conninfo(url, program)
-            if size > 1:
-                pool = postgres.pool(dsn, program, size)
+            pool = postgres.pool(dsn, program, size) if size > 1 else None
         elif links.has_conn:  # a test kit's connection: the lanes open theirs alike
             dsn = postgres.dsn_of(links.conn)
         if dsn is None and self.handlers.awaited_types:
