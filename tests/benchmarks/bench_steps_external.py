@@ -128,30 +128,20 @@ def run() -> list[BenchResult]:
         }
     best = max(figures, key=lambda n: figures[n])
     how = f"{ENTITIES:,} entities x {STEPS} steps, 50 ms external handler"
-    results = [
-        BenchResult(
-            f"steps_external_lanes_{n}_per_s",
-            v,
-            "steps/s",
+    spent = "the consumer process and its PostgreSQL backends, first call to last"
+    results = []
+    for n, v in figures.items():
+        results += _lane_figures(
+            (
+                f"steps_external_lanes_{n}_per_s",
+                f"steps_external_lanes_{n}_vs_ideal",
+                f"steps_external_cpu_ms_per_step.lanes_{n}",
+            ),
+            n,
+            (v, cpu_ms[n]),
             how if n > 1 else f"{ONE_LANE_ENTITIES} entities x {STEPS} steps, same handler",
+            spent,
         )
-        for n, v in figures.items()
-    ]
-    results += [
-        BenchResult(
-            f"steps_external_lanes_{n}_vs_ideal", v / (n / 0.05), "x", "of lanes x 20 calls/s"
-        )
-        for n, v in figures.items()
-    ]
-    results += [
-        BenchResult(
-            f"steps_external_cpu_ms_per_step.lanes_{n}",
-            v,
-            "ms",
-            "the consumer process and its PostgreSQL backends, first call to last",
-        )
-        for n, v in cpu_ms.items()
-    ]
     results += [
         BenchResult(
             "steps_external_per_s", figures[best], "steps/s", f"best: {best} lanes; goal >= 1,000"
@@ -176,26 +166,17 @@ def run() -> list[BenchResult]:
     ]
     mine = {"threads": figures[widest], "async": awaited.get(widest, (0.0, 0.0))[0]}
     for kind, (rate, cpu) in lean.items():
-        results += [
-            BenchResult(
+        results += _lane_figures(
+            (
                 f"steps_external_lean_{kind}_{widest}_per_s",
-                rate,
-                "steps/s",
-                f"{widest} leanest lanes ({kind}): the same calls and rows, no consumer",
-            ),
-            BenchResult(
                 f"steps_external_lean_{kind}_{widest}_vs_ideal",
-                rate / (widest / 0.05),
-                "x",
-                "of lanes x 20 calls/s",
-            ),
-            BenchResult(
                 f"steps_external_lean_{kind}_cpu_ms_per_step",
-                cpu,
-                "ms",
-                "the lanes' process and its PostgreSQL backends",
             ),
-        ]
+            widest,
+            (rate, cpu),
+            f"{widest} leanest lanes ({kind}): the same calls and rows, no consumer",
+            "the lanes' process and its PostgreSQL backends",
+        )
         if mine[kind]:
             results.append(
                 BenchResult(
@@ -205,22 +186,29 @@ def run() -> list[BenchResult]:
                     f"the consumer's {widest} lanes against the leanest, same run",
                 )
             )
-    for n, (rate, cpu) in awaited.items():
-        results += [
-            BenchResult(
+    for n, measured in awaited.items():
+        results += _lane_figures(
+            (
                 f"steps_external_async_lanes_{n}_per_s",
-                rate,
-                "steps/s",
-                f"{ENTITIES:,} entities x {STEPS} steps, async def handler awaiting 50 ms",
-            ),
-            BenchResult(
-                f"steps_external_async_lanes_{n}_vs_ideal", rate / (n / 0.05), "x", "of lanes x 20"
-            ),
-            BenchResult(
+                f"steps_external_async_lanes_{n}_vs_ideal",
                 f"steps_external_async_cpu_ms_per_step.lanes_{n}",
-                cpu,
-                "ms",
-                "the consumer process and its PostgreSQL backends, first call to last",
             ),
-        ]
+            n,
+            measured,
+            f"{ENTITIES:,} entities x {STEPS} steps, async def handler awaiting 50 ms",
+            spent,
+        )
     return results
+
+
+def _lane_figures(
+    names: tuple[str, str, str], lanes: int, measured: tuple[float, float], how: str, spent: str
+) -> list[BenchResult]:
+    """One lane setting's steps/s, its share of the ideal (lanes x 20 calls/s) and its CPU
+    milliseconds a step (``spent``: whose), under ``names`` in that order."""
+    rate, cpu = measured
+    return [
+        BenchResult(names[0], rate, "steps/s", how),
+        BenchResult(names[1], rate / (lanes / 0.05), "x", "of lanes x 20 calls/s"),
+        BenchResult(names[2], cpu, "ms", spent),
+    ]
