@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
+from tests.benchmarks import machine
 from tests.benchmarks.machine import CpuTimes, during
 
 
@@ -26,3 +31,21 @@ def test_the_live_reading_only_grows() -> None:
     assert second.busy >= first.busy > 0
     assert second.idle >= first.idle
     assert second.steal >= first.steal
+
+
+def test_the_sampler_leaves_its_own_cpu_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU the sampling thread spends is not counted as the measured program's."""
+
+    def spinning(url: str, app: str) -> set[int]:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.05:  # a sample that costs 50 ms of CPU
+            pass
+        return set()
+
+    monkeypatch.setattr(machine, "backends", spinning)
+    with machine.SessionsCpu("postgresql://unused", "nobody%") as cpu:
+        start = time.monotonic()
+        time.sleep(1.1)  # this thread idle: about five samples taken meanwhile
+        end = time.monotonic()
+    assert len(cpu.samples) >= 4
+    assert cpu.between(start, end) < 0.05
