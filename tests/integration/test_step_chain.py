@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from consumer.kinds.steps import script
+from consumer.kinds.steps import made, script
 from consumer.kinds.steps.apply import apply_alone
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import Lanes
@@ -144,19 +144,14 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
     handlers = _handlers(_function(kind, seen))
     done = apply_alone(lane, step_store, handlers, lanes, "a", events)
     assert [e.seq for e in done.apply] == [1, 2, 3]
-    # Called, step 1 was opened by the script that read the entity's progress; awaited,
-    # by a script of its own on the loop's connection. Steps 2 and 3 by the script that
+    # Step 1 was opened by the script that read the entity's progress (awaited, both on
+    # the loop's connection, in the one hand-over); steps 2 and 3 by the script that
     # logged and committed the step before. (The commits are the attempts' and, once
     # chained, the step's before.)
     read = scripts[0]
     assert read[0][0].startswith("WITH ins AS (INSERT INTO inorder_step_progress")
-    if kind == "called":
-        assert len(scripts) == 4  # the read with the opening, two closings chained, the last
-        assert handed == []
-    else:
-        assert len(scripts) == 5  # the read, the opening, two closings chained, the last
-        assert len(read) == 1
-        assert handed == [1]
+    assert len(scripts) == 4  # the read with the opening, two closings chained, the last
+    assert handed == ([] if kind == "called" else [1])
     assert sent[0].count("COMMIT") == 1
     for parts in sent[1:]:
         assert parts.count("COMMIT") == 2
@@ -169,6 +164,61 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
     ]
     assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])
     assert ss.applied(pg_schema) == [(1, 1), (1, 2), (1, 3)]
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_a_guessed_opening_that_does_not_stand_is_rolled_back_and_the_due_step_opens_itself(
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Step 1 came again after it applied: the read's opening for it, guessed, writes
+    nothing; 2 and 3 apply once, each once called (awaited: a second hand-over)."""
+    calls: list[int] = []
+    handed: list[int] = []
+    awaiting = lanes.awaiting
+
+    def handed_over(work: Any) -> Any:
+        handed.append(1)
+        return awaiting(work)
+
+    monkeypatch.setattr(lanes, "awaiting", handed_over)
+    handlers = _handlers(_function(kind, lambda event: calls.append(event.seq)), idempotent=False)
+    apply_alone(lane, step_store, handlers, lanes, "a", [ss.step(1)])
+    assert calls == [1]
+    done = apply_alone(lane, step_store, handlers, lanes, "a", [ss.step(s) for s in (1, 2, 3)])
+    assert [e.seq for e in done.stale] == [1]
+    assert [e.seq for e in done.apply] == [2, 3]
+    assert done.stopped is None
+    assert calls == [1, 2, 3]
+    assert handed == ([] if kind == "called" else [1, 1, 1])
+    assert _seen(pg_schema) == ([(1, True), (2, True), (3, True)], 3, [1, 2, 3])
+    assert lane.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_an_awaited_entity_the_loop_finds_no_row_of_is_read_by_its_lane(
+    pg_schema: PgSchema,
+    step_store: StepStore,
+    lane: psycopg.Connection[Any],
+    lanes: Lanes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No progress row in the loop's snapshot: the lane reads the entity (under a lock,
+    should it need one) and hands the run over from there; every step applies once."""
+
+    async def no_row(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(made, "read_async", no_row)
+    calls: list[int] = []
+    handlers = _handlers(_function("awaited", lambda event: calls.append(event.seq)))
+    done = apply_alone(lane, step_store, handlers, lanes, "a", [ss.step(s) for s in (1, 2)])
+    assert [e.seq for e in done.apply] == [1, 2]
+    assert calls == [1, 2]
+    assert _seen(pg_schema) == ([(1, True), (2, True)], 2, [1, 2])
     assert lane.info.transaction_status == TransactionStatus.IDLE
 
 

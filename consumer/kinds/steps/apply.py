@@ -163,6 +163,39 @@ def apply_alone(
         return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
 
 
+def _read(
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    entity_id: str,
+    pending: list[Event],
+    done: Plan,
+) -> tuple[Progress, Chain | None, awaited.Ran | None]:
+    """Where the entity stands before its first step (the earliest of ``pending``); with
+    that step's opening when it was guessed and stood (``made``), or, the step awaited,
+    the run the loop drove from it (``awaited.read_and_run``)."""
+    first = firsts({entity_id: pending})[entity_id]
+    lane = scripted(conn)  # a lane's connection: its steps go as scripts
+    if lane and handlers.awaited(first):  # read on the loop, with the run from there
+        looped = lanes.awaiting(
+            partial(
+                awaited.read_and_run,
+                store=store,
+                handlers=handlers,
+                first=first,
+                pending=pending,
+                done=done,
+            )
+        )
+        if looped is not None:
+            return looped.progress, None, looped.ran
+    if lane:  # read with the first step's opening, guessed (``made``)
+        progress, chain = made.read(conn, store, handlers, first, pending)
+        return progress, chain, None
+    return store.made(conn, first), None, None
+
+
 def _apply_pending(
     conn: Conn,
     store: StepStore,
@@ -176,58 +209,63 @@ def _apply_pending(
 
     On a lane's connection the read carries the first step's opening, guessed
     (``made``), and a step's closing the next step's (the step due once it applied,
-    ``single.next_opening``): one round trip before each call, not two.
+    ``single.next_opening``): one round trip before each call, not two. An entity whose
+    first step is ``async def`` is read on the loop, with that step's opening, and its
+    run driven there in the same hand-over (``awaited.read_and_run``).
     """
     lane = scripted(conn)  # a lane's connection: its steps go as scripts
-    first = firsts({entity_id: pending})[entity_id]
     # The plan once the last step applied, made to carry its opening with that step's
     # closing: the loop goes on from there (the same progress and events) and uses it.
     upcoming: Plan | None = None
     # The opening the last closing carried (or the read, guessed): answered or, failed,
     # rolled back.
     chain: Chain | None = None
+    read_run: awaited.Ran | None  # a run the loop drove with the read, settled first
     try:
-        if lane:  # read with the first step's opening, guessed (``made``)
-            progress, chain = made.read(conn, store, handlers, first, pending)
-        else:
-            progress = store.made(conn, first)
+        progress, chain, read_run = _read(conn, store, handlers, lanes, entity_id, pending, done)
         # Where it stood, with its park mark: whether Redis may hold parks of it to drain.
         done.start = progress
-        while pending:
-            step_plan = (
-                plan(progress, pending, baseline=store.route.baseline)
-                if upcoming is None
-                else upcoming
-            )
-            upcoming = None
-            event, pending = taken(step_plan, pending, done)
-            if event is None:
-                break
-            answered = None if chain is None else chain.replies
-            chain = None
+        while pending or read_run is not None:
             came: Became | StepFailedError
-            if handlers.awaited(event):  # it, and the awaited steps after it, on the loop
-                drive_run = partial(
-                    awaited.run,
-                    store=store,
-                    handlers=handlers,
-                    progress=progress,
-                    event=event,
-                    pending=pending,
-                    done=done,
-                )
-                ran = lanes.awaiting(drive_run)
+            if read_run is not None:  # driven by the loop with the read
+                ran, read_run = read_run, None
                 progress, pending, event, came = ran.progress, ran.pending, ran.event, ran.came
             else:
-                if lane and pending:
-                    after = replace(progress, generation=event.generation, last_applied=event.seq)
-                    upcoming = plan(after, pending, baseline=store.route.baseline)
-                    chain = next_opening(store, handlers, after, upcoming, awaited=False)
-                try:
-                    carried = Carried(answered, chain)
-                    came = _apply_single(conn, store, handlers, progress, event, carried)
-                except StepFailedError as raised:
-                    came = raised
+                step_plan = (
+                    plan(progress, pending, baseline=store.route.baseline)
+                    if upcoming is None
+                    else upcoming
+                )
+                upcoming = None
+                nxt, pending = taken(step_plan, pending, done)
+                if nxt is None:
+                    break
+                event = nxt
+                answered = None if chain is None else chain.replies
+                chain = None
+                if handlers.awaited(event):  # it, and the awaited steps after it, on the loop
+                    drive_run = partial(
+                        awaited.run,
+                        store=store,
+                        handlers=handlers,
+                        due=awaited.Due(progress, event, pending),
+                        done=done,
+                    )
+                    ran = lanes.awaiting(drive_run)
+                    progress, pending, event = ran.progress, ran.pending, ran.event
+                    came = ran.came
+                else:
+                    if lane and pending:
+                        after = replace(
+                            progress, generation=event.generation, last_applied=event.seq
+                        )
+                        upcoming = plan(after, pending, baseline=store.route.baseline)
+                        chain = next_opening(store, handlers, after, upcoming, awaited=False)
+                    try:
+                        carried = Carried(answered, chain)
+                        came = _apply_single(conn, store, handlers, progress, event, carried)
+                    except StepFailedError as raised:
+                        came = raised
             if not _went_on(
                 conn, store, handlers, done, awaited.Ran(progress, pending, event, came)
             ):

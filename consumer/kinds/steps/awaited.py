@@ -8,18 +8,31 @@ of its own besides its function's. The run ends at the first step that did not a
 (it raised, was claimed elsewhere, found an unfinished call) or that is not awaited,
 or when nothing more is due: that last step and where the entity stood before it go
 back to the lane, which settles it as it settles a step it drove itself.
+
+An entity whose first due step is awaited is read on the loop too (``read_and_run``),
+its first opening guessed and sent with the read, as the lane's own read does for its
+steps: the lane's thread then waits through the whole entity, its connection unused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from consumer.kinds.steps import made
 from consumer.kinds.steps.errors import StepFailedError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Plan, Progress, plan, taken
 from consumer.kinds.steps.rollback import roll_back_scripts_async
-from consumer.kinds.steps.single import Became, Carried, Chain, drive_async, next_opening, one_step
+from consumer.kinds.steps.single import (
+    Became,
+    Carried,
+    Chain,
+    Replies,
+    drive_async,
+    next_opening,
+    one_step,
+)
 from consumer.kinds.steps.store import StepStore
 from schemas import Event
 
@@ -38,18 +51,21 @@ class Ran:
     came: Became | StepFailedError
 
 
-async def run(
-    aconn: AsyncConn,
-    store: StepStore,
-    handlers: Handlers,
-    progress: Progress,
-    event: Event,
-    pending: list[Event],
-    done: Plan,
-) -> Ran:
-    """Drive ``event`` (awaited, due from ``progress``) and the awaited steps due after it."""
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Where a run starts: the entity's progress, the awaited step due from it and the
+    events behind that step; ``answered``, its opening, when the read sent it."""
+
+    progress: Progress
+    event: Event
+    pending: list[Event]
+    answered: Replies | None = None
+
+
+async def run(aconn: AsyncConn, store: StepStore, handlers: Handlers, due: Due, done: Plan) -> Ran:
+    """Drive ``due.event`` and the awaited steps due after it."""
     baseline = store.route.baseline
-    answered = None
+    progress, event, pending, answered = due.progress, due.event, due.pending, due.answered
     chain: Chain | None = None
     try:
         while True:
@@ -73,3 +89,40 @@ async def run(
     finally:
         if chain is not None and chain.replies is not None:
             await roll_back_scripts_async(aconn)  # a next step carried but not driven
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """An entity read on the loop: where it stood and, when the opening of its first
+    step, guessed, stood, the run driven from there (else None: the lane plans it)."""
+
+    progress: Progress
+    ran: Ran | None
+
+
+async def read_and_run(
+    aconn: AsyncConn,
+    store: StepStore,
+    handlers: Handlers,
+    first: Event,
+    pending: list[Event],
+    done: Plan,
+) -> Read | None:
+    """Read the entity whose first step (``first``, the earliest of ``pending``) is
+    awaited on the loop, with that step's opening (``made.read_async``), and drive the run
+    from it when the opening stood: one hand-over and one round trip before the first
+    call. None: no row came, and the lane reads it itself."""
+    got = await made.read_async(aconn, store, handlers, first, pending)
+    if got is None:
+        return None
+    progress, chain = got
+    if chain is None or chain.replies is None:
+        return Read(progress, None)
+    try:
+        event, rest = taken(plan(progress, pending, baseline=store.route.baseline), pending, done)
+        assert event is first  # the opening was guessed for it
+    except BaseException:
+        await roll_back_scripts_async(aconn)
+        raise
+    due = Due(progress, event, rest, chain.replies)
+    return Read(progress, await run(aconn, store, handlers, due, done))

@@ -15,6 +15,10 @@ did (another applier may move the entity between the two): an attempt recorded, 
 claim made without one, stands for the step's own opening (``single.Carried``), the
 step driven from the guessed start. Otherwise nothing was written: the guessed
 transaction is rolled back and the step, planned from the read, sends its own opening.
+
+An entity whose first step is ``async def`` is read on the lanes' event loop instead
+(``read_async``), on the async connection its run of awaited steps then goes on with:
+the read carries that step's opening as the lane's read carries its own steps'.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from dataclasses import replace
 
 from consumer.kinds.steps import script
 from consumer.kinds.steps.handlers import Handlers
+from consumer.kinds.steps.lanes import AsyncConn
 from consumer.kinds.steps.plan import Progress, plan
-from consumer.kinds.steps.rollback import roll_back_scripts
+from consumer.kinds.steps.rollback import roll_back_scripts, roll_back_scripts_async
 from consumer.kinds.steps.single import Chain, opening
 from consumer.kinds.steps.store import Conn, StepStore
 from schemas import Event
@@ -37,12 +42,18 @@ def _start(first: Event) -> Progress:
 
 
 def guessed(
-    store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
+    store: StepStore,
+    handlers: Handlers,
+    first: Event,
+    pending: list[Event],
+    *,
+    awaited: bool = False,
 ) -> Chain | None:
     """The opening of ``first`` from one seq before it, conditional on the entity standing
     there; None unless the plan of ``pending`` from there applies ``first`` first, or when
-    ``first`` is not opened by script (``async def``)."""
-    if handlers.awaited(first) or is_snapshot(first):
+    ``first`` is not opened where the read is sent (``awaited``: on the loop's async
+    connection, where an ``async def`` step opens; else on the lane's own)."""
+    if handlers.awaited(first) != awaited or is_snapshot(first):
         return None
     start = _start(first)
     due = plan(start, pending, baseline=store.route.baseline)
@@ -54,6 +65,23 @@ def guessed(
     )
 
 
+def _parts(chain: Chain | None, store: StepStore, first: Event) -> list[script.Part]:
+    """The read's script: the progress, then the guessed opening (if any)."""
+    return [store.made_query(first), *(chain.opening.parts() if chain is not None else [])]
+
+
+def _stood(chain: Chain | None, done: script.Answers) -> bool:
+    """Whether the guessed opening stood (its replies then set on ``chain``): an attempt
+    recorded, or a claim made where the step records none."""
+    if chain is None or done.error is not None:
+        return False
+    fresh, claimed = chain.opening.replies(done.rows[1:])
+    recorded = fresh is not None if chain.opening.attempt is not None else claimed is not None
+    if recorded:
+        chain.replies = (fresh, claimed)
+    return recorded
+
+
 def read(
     conn: Conn, store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
 ) -> tuple[Progress, Chain | None]:
@@ -62,21 +90,40 @@ def read(
     stands (``Chain.replies`` set: the connection is then in that step's transaction, to
     be driven or rolled back) and the progress then the guessed start."""
     chain = guessed(store, handlers, first, pending)
-    parts = [store.made_query(first), *(chain.opening.parts() if chain is not None else [])]
-    done = script.answers(conn, parts)
+    done = script.answers(conn, _parts(chain, store, first))
     if not done.rows:  # the read itself failed
         assert done.error is not None
         roll_back_scripts(conn)
         raise done.error
     row = done.rows[0]
-    if chain is not None and done.error is None:
-        fresh, claimed = chain.opening.replies(done.rows[1:])
-        recorded = fresh is not None if chain.opening.attempt is not None else claimed is not None
-        if recorded:
-            chain.replies = (fresh, claimed)
-            # The park mark as read (none read: the row under a lock, in the step's
-            # transaction, which moved only its progress).
-            parked = store.made_from(conn, first, row).parked
-            return replace(_start(first), parked=parked), chain
+    if _stood(chain, done):
+        # The park mark as read (none read: the row under a lock, in the step's
+        # transaction, which moved only its progress).
+        parked = store.made_from(conn, first, row).parked
+        return replace(_start(first), parked=parked), chain
     roll_back_scripts(conn)  # nothing guessed was written
     return store.made_from(conn, first, row), None
+
+
+async def read_async(
+    aconn: AsyncConn, store: StepStore, handlers: Handlers, first: Event, pending: list[Event]
+) -> tuple[Progress, Chain | None] | None:
+    """``read`` on the loop's ``aconn``, guessing the opening of ``first``, an ``async def``
+    step; None, with nothing left open, when no row came (made meanwhile by another
+    transaction): the lane then reads it under a lock, as ``read`` does."""
+    chain = guessed(store, handlers, first, pending, awaited=True)
+    done = await script.answers_async(aconn, _parts(chain, store, first))
+    if not done.rows:
+        assert done.error is not None
+        await roll_back_scripts_async(aconn)
+        raise done.error
+    row = done.rows[0]
+    stood = _stood(chain, done)
+    if row is None:
+        await roll_back_scripts_async(aconn)
+        return None
+    progress = store.made_row(row)
+    if stood:
+        return replace(_start(first), parked=progress.parked), chain
+    await roll_back_scripts_async(aconn)
+    return progress, None

@@ -152,6 +152,11 @@ class StepStore:
         if row is None:
             with conn.transaction():
                 return self.lock(conn, {event.entity_id: event})[event.entity_id]
+        return self.made_row(row)
+
+    @staticmethod
+    def made_row(row: Any) -> Progress:
+        """The progress in a row ``made_query`` answered."""
         return Progress(row[0], row[1], row[2], None if row[3] is None else (row[3], row[4]))
 
     def read(self, conn: Conn, entity_ids: Sequence[str]) -> dict[str, Progress]:
