@@ -70,6 +70,20 @@ def lanes(pg_schema: PgSchema) -> Iterator[Lanes]:
     one.close()
 
 
+@pytest.fixture
+def handed(lanes: Lanes, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lanes' hand-overs to their event loop, one 1 each."""
+    seen: list[int] = []
+    awaiting = lanes.awaiting
+
+    def handed_over(work: Any) -> Any:
+        seen.append(1)
+        return awaiting(work)
+
+    monkeypatch.setattr(lanes, "awaiting", handed_over)
+    return seen
+
+
 def _seen(schema: PgSchema, entity: str = "a") -> tuple[Any, ...]:
     """What another session sees of ``entity``: its attempts (seq, finished), its progress,
     its logged steps."""
@@ -110,6 +124,7 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
     lane: psycopg.Connection[Any],
     lanes: Lanes,
     kind: str,
+    handed: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """During each call the steps before it are logged and its own attempt is committed;
@@ -118,8 +133,6 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
     scripts: list[list[Any]] = []  # every script the lane sent, its parts
     sent: list[list[Any]] = []  # the script the lane sent last before each call
     answers, answers_async = script.answers, script.answers_async
-    handed: list[int] = []  # the hand-overs to the lanes' event loop
-    awaiting = lanes.awaiting
 
     def spied(conn: Any, parts: Any) -> Any:
         scripts.append(list(parts))
@@ -129,17 +142,12 @@ def test_between_two_calls_the_step_before_is_committed_and_the_next_attempt_too
         scripts.append(list(parts))
         return await answers_async(aconn, parts)
 
-    def handed_over(work: Any) -> Any:
-        handed.append(1)
-        return awaiting(work)
-
     def seen(event: Event) -> None:
         during.append(_seen(pg_schema))
         sent.append(scripts[-1])
 
     monkeypatch.setattr(script, "answers", spied)
     monkeypatch.setattr(script, "answers_async", spied_async)
-    monkeypatch.setattr(lanes, "awaiting", handed_over)
     events = [ss.step(s) for s in (1, 2, 3)]
     handlers = _handlers(_function(kind, seen))
     done = apply_alone(lane, step_store, handlers, lanes, "a", events)
@@ -173,19 +181,11 @@ def test_a_guessed_opening_that_does_not_stand_is_rolled_back_and_the_due_step_o
     lane: psycopg.Connection[Any],
     lanes: Lanes,
     kind: str,
-    monkeypatch: pytest.MonkeyPatch,
+    handed: list[int],
 ) -> None:
     """Step 1 came again after it applied: the read's opening for it, guessed, writes
     nothing; 2 and 3 apply once, each once called (awaited: a second hand-over)."""
     calls: list[int] = []
-    handed: list[int] = []
-    awaiting = lanes.awaiting
-
-    def handed_over(work: Any) -> Any:
-        handed.append(1)
-        return awaiting(work)
-
-    monkeypatch.setattr(lanes, "awaiting", handed_over)
     handlers = _handlers(_function(kind, lambda event: calls.append(event.seq)), idempotent=False)
     apply_alone(lane, step_store, handlers, lanes, "a", [ss.step(1)])
     assert calls == [1]
