@@ -34,15 +34,14 @@ def medians(rounds: Sequence[Sequence[BenchResult]]) -> list[BenchResult]:
         if len(taken) == 1:
             merged.append(result)
             continue
-        note = f"{result.note}; median of {len(taken)} rounds".lstrip("; ")
+        note = "; ".join(filter(None, (result.note, f"median of {len(taken)} rounds")))
         merged.append(replace(result, value=statistics.median(taken), note=note))
     return merged
 
 
 def median_figures(rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """``medians`` for figures read back by name (a baseline commit's)."""
-    names = {name: None for figures in rounds for name in figures}
-    return {
-        name: statistics.median([figures[name] for figures in rounds if name in figures])
-        for name in names
-    }
+    named = [
+        [BenchResult(name, value, "") for name, value in figures.items()] for figures in rounds
+    ]
+    return {result.name: result.value for result in medians(named)}
