@@ -118,12 +118,11 @@ async def read_async(
         await roll_back_scripts_async(aconn)
         raise done.error
     row = done.rows[0]
-    stood = _stood(chain, done)
     if row is None:
         await roll_back_scripts_async(aconn)
         return None
     progress = store.made_row(row)
-    if stood:
+    if _stood(chain, done):
         return replace(_start(first), parked=progress.parked), chain
     await roll_back_scripts_async(aconn)
     return progress, None
