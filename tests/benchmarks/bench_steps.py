@@ -114,9 +114,14 @@ def _fresh_tables(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS applied_steps")
         conn.execute(step_handlers.TABLE)
-        # The consumer's tables belong to its migrations: emptied, never dropped.
+        # The consumer's tables belong to its migrations: emptied, never dropped. Every
+        # table a step run writes, the calls' attempts too: a run that met the attempts of
+        # the run before, for the same entities and seqs, took other paths than a fresh one.
         tables.migrate(conn)
-        conn.execute("TRUNCATE inorder_step_progress, inorder_step_log")
+        conn.execute(
+            "TRUNCATE inorder_step_progress, inorder_step_log, inorder_step_attempts,"
+            " inorder_step_failures"
+        )
         conn.execute(
             "CREATE TABLE IF NOT EXISTS ledger_view (entity_id text PRIMARY KEY,"
             " generation bigint, seq bigint, amount bigint)"
