@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consumer import examples
 from consumer.routes import parse_routes
@@ -121,6 +121,18 @@ def parking_settings_for(
         redis_key_prefix=prefix.rstrip(":"),
         **overrides,
     )
+
+
+def committed(settings: ConsumerSettings, topic: str) -> int:
+    """The group's committed offset of ``topic``'s partition 0 (-1001: none)."""
+    reader = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": settings.group_id}
+    )
+    try:
+        [where] = reader.committed([TopicPartition(topic, 0)], timeout=10)
+        return int(where.offset)
+    finally:
+        reader.close()
 
 
 @contextmanager

@@ -224,6 +224,17 @@ def gated_call(conn: Any, event: Event) -> None:
     record(conn, event)
 
 
+async def gated_call_async(aconn: Any, event: Event) -> None:
+    """``gated_call`` awaited: boom… entities fail, flaky… ones lose their connection once
+    (its server session ended), the rest record the step."""
+    if event.entity_id.startswith("boom"):
+        raise ConnectionError("the mail API answered 503")
+    if event.entity_id.startswith("flaky") and event.entity_id not in LOST_ONCE:
+        LOST_ONCE.add(event.entity_id)
+        await aconn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    await record_async(aconn, event)
+
+
 def fail_while_flagged(conn: Any, event: Event) -> None:
     """Raises while the file ``INORDER_TEST_FAIL_FLAG`` names exists; records once it is gone."""
     flag = os.environ.get("INORDER_TEST_FAIL_FLAG")

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from consumer.kinds.steps.parking import ParkingLot
-from consumer.settings import ConsumerSettings
 from schemas import Event, headers
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -59,18 +57,6 @@ def _mailed(seq: int, entity: str) -> Event:
     return ss.step(seq, entity, event_type="ledger.mailed")
 
 
-def _committed(settings: ConsumerSettings, topic: str) -> int:
-    """The group's committed offset of partition 0 (-1001: none)."""
-    reader = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": settings.group_id}
-    )
-    try:
-        [where] = reader.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(where.offset)
-    finally:
-        reader.close()
-
-
 def _sample(name: str) -> float:
     return REGISTRY.get_sample_value(name, {"route": ss.STREAM}) or 0.0
 
@@ -99,17 +85,17 @@ def test_a_slow_entity_holds_its_lane_while_later_batches_apply_and_offsets_wait
         later = [_mailed(s, e) for s in (1, 2) for e in others] + [_mailed(2, "slow")]
         cs.send_events(services.kafka_bootstrap, topic, later)
         wait_until(lambda: all(ss.applied(steps_db, e) == [(1, 1), (1, 2)] for e in others))
-        wait_until(lambda: _committed(settings, topic) == 3)
+        wait_until(lambda: cs.committed(settings, topic) == 3)
         assert ss.applied(steps_db, "slow") == []
         # slow:2 waits in the entity's lane, not in Redis, and the gauge shows both.
         key = ParkingLot(redis_client, settings.redis_key_prefix).entity_key(ss.STREAM, "slow")
         assert redis_client.zcard(key) == 0
         assert _lane_events() == 2.0
         wait_until(lambda: _sample("steps_lane_oldest_age_seconds") >= 1.0)
-        assert _committed(settings, topic) == 3
+        assert cs.committed(settings, topic) == 3
         gate.set()
         wait_until(lambda: ss.applied(steps_db, "slow") == [(1, 1), (1, 2)])
-        wait_until(lambda: _committed(settings, topic) == 4 + len(later))
+        wait_until(lambda: cs.committed(settings, topic) == 4 + len(later))
         wait_until(lambda: _lane_events() == 0.0)
         assert _sample("steps_lane_oldest_age_seconds") == 0.0
     assert step_handlers.GATED == [("slow", 1), ("slow", 2)]
@@ -132,7 +118,7 @@ def test_a_lane_that_loses_the_database_pauses_and_applies_once_in_order(
         cs.send_events(services.kafka_bootstrap, topic, events)
         for entity in entities:
             wait_until(lambda e=entity: ss.applied(steps_db, e) == [(1, 1), (1, 2), (1, 3)])
-        wait_until(lambda: _committed(settings, topic) == len(events))
+        wait_until(lambda: cs.committed(settings, topic) == len(events))
     assert sorted(step_handlers.LOST_ONCE) == ["flaky-a", "flaky-b"]
     for entity in entities:
         assert ss.progress(steps_db, entity)[:2] == (1, 3)
@@ -156,7 +142,7 @@ def test_stopping_waits_for_the_lanes_and_commits_what_they_finished(
         wait_until(lambda: ss.applied(steps_db, "n1") == [(1, 1)])
         threading.Timer(1.0, gate.set).start()  # opens while the consumer is stopping
     assert ss.applied(steps_db, "slow") == [(1, 1), (1, 2)]
-    assert _committed(settings, topic) == len(events)
+    assert cs.committed(settings, topic) == len(events)
 
 
 def test_parks_drains_stops_and_holds_happen_in_the_lane(
@@ -190,7 +176,7 @@ def test_parks_drains_stops_and_holds_happen_in_the_lane(
         wait_until(lambda: _lane_events() == 4.0)  # slow: 1, 3, 4, 5
         gate.set()
         wait_until(lambda: (ss.progress(steps_db, "slow") or (0, 0, False))[2])
-        wait_until(lambda: _committed(settings, topic) == 9)
+        wait_until(lambda: cs.committed(settings, topic) == 9)
     assert not redis_client.exists(lot.entity_key(ss.STREAM, "p"))
     assert ss.applied(steps_db, "slow") == [(1, 1)]
     assert lot.parked_seqs(ss.STREAM, "slow") == [3, 4]
@@ -226,4 +212,4 @@ def test_a_row_locked_elsewhere_holds_its_own_entity_only(
             wait_until(lambda: all(ss.applied(steps_db, e) == [(1, 1)] for e in others))
             assert ss.applied(steps_db, "locked") == [(1, 1)]
         wait_until(lambda: ss.applied(steps_db, "locked") == [(1, 1), (1, 2)])
-        wait_until(lambda: _committed(settings, topic) == 5)
+        wait_until(lambda: cs.committed(settings, topic) == 5)

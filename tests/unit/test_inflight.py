@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +29,15 @@ def _event(entity: str, seq: int, copy: int = 0) -> Event:
 
 
 class _Lanes:
-    """Threads standing in for ``Lanes``: a task per submit, a dummy connection each."""
+    """Threads standing in for ``Lanes``: a task per submit, a dummy connection each; and
+    one event loop on a thread of its own, ``size`` coroutine turns on it at once."""
 
     def __init__(self, size: int) -> None:
         self.pool = ThreadPoolExecutor(max_workers=size)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self._room = asyncio.Semaphore(size)
 
     def submit(self, task: Callable[[], None]) -> None:
         self.pool.submit(task)
@@ -38,6 +45,19 @@ class _Lanes:
     @contextmanager
     def connection(self) -> Iterator[Any]:
         yield object()
+
+    def spawn(self, turn: Callable[[], Awaitable[None]]) -> None:
+        async def run() -> None:
+            async with self._room:
+                await turn()
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
 
 
 class _Log:
@@ -54,22 +74,42 @@ class _Log:
     def work(
         self, _conn: Any, entity: str, events: list[Event], _raw: Mapping[Event, bytes]
     ) -> Outcome:
+        self._enter(entity)
+        try:
+            time.sleep(0.0005 * len(events))
+            return self._applied(entity, events)
+        finally:
+            self._leave(entity)
+
+    async def work_looped(
+        self, entity: str, events: list[Event], _raw: Mapping[Event, bytes]
+    ) -> Outcome:
+        """``work`` as a coroutine: other turns run on the loop while it waits."""
+        self._enter(entity)
+        try:
+            await asyncio.sleep(0.0005 * len(events))
+            return self._applied(entity, events)
+        finally:
+            self._leave(entity)
+
+    def _enter(self, entity: str) -> None:
         with self.lock:
             self.overlaps += entity in self.active
             self.active.add(entity)
-        try:
-            time.sleep(0.0005 * len(events))
-            with self.lock:
-                if entity in self.lose:
-                    self.lose.discard(entity)
-                    raise psycopg.OperationalError("server closed the connection unexpectedly")
-                if not events:
-                    self.drains.append(entity)
-                self.applied.setdefault(entity, []).extend(e.event_id for e in events)
-            return Outcome(applied=list(events))
-        finally:
-            with self.lock:
-                self.active.discard(entity)
+
+    def _applied(self, entity: str, events: list[Event]) -> Outcome:
+        with self.lock:
+            if entity in self.lose:
+                self.lose.discard(entity)
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            if not events:
+                self.drains.append(entity)
+            self.applied.setdefault(entity, []).extend(e.event_id for e in events)
+        return Outcome(applied=list(events))
+
+    def _leave(self, entity: str) -> None:
+        with self.lock:
+            self.active.discard(entity)
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,7 +117,8 @@ class _Log:
 def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_taken_once(
     data: st.DataObject,
 ) -> None:
-    """Any batches, repeats, lanes, room and outages: each entity's events once, as they arrived."""
+    """Any batches, repeats, lanes, room and outages, turns on threads or coroutines on one
+    loop: each entity's events once, as they arrived."""
     entities = [f"e{i}" for i in range(data.draw(st.integers(1, 6)))]
     arrivals = data.draw(
         st.lists(st.tuples(st.sampled_from(entities), st.integers(1, 4)), min_size=1, max_size=40)
@@ -92,6 +133,7 @@ def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_take
         log.work,
         most_entities=data.draw(st.integers(1, 4)),
         most_events=data.draw(st.integers(1, 8)),
+        looped=log.work_looped if data.draw(st.booleans()) else None,
     )
     taken: list[str] = []
     failures = 0
@@ -113,7 +155,7 @@ def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_take
         collect(0.0)
     while inflight.entities:
         collect(None)
-    lanes.pool.shutdown(wait=True)
+    lanes.shutdown()
     assert log.overlaps == 0
     assert failures == len(lose & {e.entity_id for e in events})
     assert sorted(taken) == sorted(e.event_id for e in events)
@@ -122,14 +164,24 @@ def test_each_entity_in_one_lane_at_a_time_its_events_in_arrival_order_each_take
     assert inflight.events == 0
 
 
-def test_an_entity_added_without_events_is_drained_in_its_lane() -> None:
+@pytest.fixture(params=["threads", "looped"])
+def looped(request: pytest.FixtureRequest) -> bool:
+    """Turns as tasks on threads, or as coroutines on one event loop."""
+    return bool(request.param == "looped")
+
+
+def _inflight(lanes: Any, log: _Log, looped: bool, **room: int) -> InFlight:
+    return InFlight(lanes, log.work, looped=log.work_looped if looped else None, **room)
+
+
+def test_an_entity_added_without_events_is_drained_in_its_lane(looped: bool) -> None:
     """No events: the lane runs the work once with none (to drain what the entity parked)."""
     log = _Log(set())
     lanes = _Lanes(2)
-    inflight = InFlight(lanes, log.work, most_entities=2, most_events=4)
+    inflight = _inflight(lanes, log, looped, most_entities=2, most_events=4)
     inflight.add("p", [], {})
     turns = inflight.finished(None)
-    lanes.pool.shutdown(wait=True)
+    lanes.shutdown()
     assert (log.drains, [t.entity for t in turns], inflight.entities) == (["p"], ["p"], 0)
 
 
@@ -142,6 +194,9 @@ class _Held:
     def submit(self, task: Callable[[], None]) -> None:
         self.tasks.append(task)
 
+    def spawn(self, turn: Callable[[], Awaitable[None]]) -> None:
+        self.tasks.append(lambda: asyncio.run(turn()))
+
     @contextmanager
     def connection(self) -> Iterator[Any]:
         yield object()
@@ -151,11 +206,11 @@ class _Held:
             task()
 
 
-def test_a_drain_asked_for_still_happens_when_events_join_the_queue_first() -> None:
+def test_a_drain_asked_for_still_happens_when_events_join_the_queue_first(looped: bool) -> None:
     """A drain-only turn, then (stale) events before the lane starts: applied, then drained."""
     log = _Log(set())
     lanes = _Held()
-    inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
+    inflight = _inflight(lanes, log, looped, most_entities=2, most_events=8)
     again = _event("p", 1, copy=1)
     inflight.add("p", [], {})
     inflight.add("p", [again], Arrivals([(again, b"")]))
@@ -169,11 +224,13 @@ def test_a_drain_asked_for_still_happens_when_events_join_the_queue_first() -> N
     assert inflight.entities == 0
 
 
-def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry() -> None:
+def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry(
+    looped: bool,
+) -> None:
     """Work that lost the database stays queued; events that come meanwhile wait behind it."""
     log = _Log({"a"})
     lanes = _Lanes(2)
-    inflight = InFlight(lanes, log.work, most_entities=2, most_events=8)
+    inflight = _inflight(lanes, log, looped, most_entities=2, most_events=8)
     first, second = _event("a", 1), _event("a", 2)
     inflight.add("a", [first], Arrivals([(first, b"")]))
     [turn] = inflight.finished(None)
@@ -183,7 +240,7 @@ def test_an_outage_keeps_the_entity_queued_and_later_events_behind_until_retry()
     assert inflight.finished(None) == []
     assert inflight.retry() == 1
     [turn] = inflight.finished(None)
-    lanes.pool.shutdown(wait=True)
+    lanes.shutdown()
     assert [e.seq for e in turn.taken] == [1, 2]
     assert (log.applied["a"], inflight.entities, inflight.events) == (
         [first.event_id, second.event_id],
@@ -212,5 +269,5 @@ def test_the_oldest_age_counts_from_when_the_oldest_unfinished_event_was_taken()
     assert inflight.oldest_age() >= 0.2  # the first event's, not the newer one's
     release.set()
     inflight.finished(None)
-    lanes.pool.shutdown(wait=True)
+    lanes.shutdown()
     assert (inflight.oldest_age(), log.applied["a"]) == (0.0, [first.event_id, second.event_id])

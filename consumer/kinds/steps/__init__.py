@@ -3,7 +3,9 @@
 Following one poll batch down: ``route`` (settings, handlers imported), ``runner``
 (the route's applier), ``apply`` (transactions, external calls one by one), ``plan``
 and ``ladder`` (the pure decisions: what applies, parks or is stale; how to try again),
-``handlers`` (the one module calling the users' functions), ``store`` (every
+``handlers`` (the one module calling the users' functions), ``lanes`` and ``inflight``
+(entities applied one by one past the batch; ``looped``: as coroutines on the lanes'
+event loop, for ``async def`` handlers), ``store`` (every
 statement), ``parking`` (the Redis keys and scripts), ``transaction`` (pipelined
 commits). Beside the loop: ``duties`` (what the
 sweeper repairs: ``gaps``), ``inspect`` (explain and audit), ``commands`` (gaps,

@@ -21,7 +21,17 @@ from consumer.kinds.steps.failures import failed
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.ladder import Failure, Rung, climb, tries
 from consumer.kinds.steps.lanes import Lanes
-from consumer.kinds.steps.plan import Events, Plan, Progress, claimed, firsts, plan, share, taken
+from consumer.kinds.steps.plan import (
+    Events,
+    Plan,
+    Progress,
+    claimed,
+    copies_apart,
+    firsts,
+    plan,
+    share,
+    taken,
+)
 from consumer.kinds.steps.retries import Action
 from consumer.kinds.steps.rollback import roll_back_scripts
 from consumer.kinds.steps.single import (
@@ -37,7 +47,6 @@ from consumer.kinds.steps.single import (
 from consumer.kinds.steps.store import Conn, StepStore
 from consumer.kinds.steps.transaction import pipelined_transaction, plain_transaction
 from schemas import Event
-from schemas.snapshot import is_snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -146,21 +155,33 @@ def apply_alone(
     is found by the claim, not by reading again.
     """
     done = Plan()
-    pending: list[Event] = []
-    seen: set[tuple[int, int, bool]] = set()
-    for event in events:  # a version delivered twice: the first copy counts, the rest are stale
-        copy = (*event.version, is_snapshot(event))  # a snapshot may share its version
-        if copy in seen:
-            done.stale.append(event)
-        else:
-            seen.add(copy)
-            pending.append(event)
+    pending = copies_apart(events, done)  # a version delivered twice: the first copy counts
     with entity_held(conn, store.route.stream, entity_id, shared=store.shared) as held:
         if not held:  # another consumer runs the entity now: it drains these after
             done.end = store.made(conn, firsts({entity_id: pending})[entity_id])
             done.park += pending
             return done
-        return _apply_pending(conn, store, handlers, lanes, entity_id, pending, done)
+        at = _read(conn, store, handlers, lanes, entity_id, pending, done)
+        return _apply_pending(conn, store, handlers, lanes, pending, done, at)
+
+
+def apply_read(
+    conn: Conn,
+    store: StepStore,
+    handlers: Handlers,
+    lanes: Lanes,
+    read: awaited.Read,
+    done: Plan,
+) -> Plan:
+    """``apply_alone`` going on from an entity the loop read and ran (``looped``): its
+    last step settled here, and the steps behind it applied one by one."""
+    ran = read.ran
+    assert ran is not None  # a read with no run is planned from the start
+    at = (read.progress, None, ran)
+    return _apply_pending(conn, store, handlers, lanes, ran.pending, done, at)
+
+
+Read = tuple[Progress, Chain | None, awaited.Ran | None]
 
 
 def _read(
@@ -171,7 +192,7 @@ def _read(
     entity_id: str,
     pending: list[Event],
     done: Plan,
-) -> tuple[Progress, Chain | None, awaited.Ran | None]:
+) -> Read:
     """Where the entity stands before its first step (the earliest of ``pending``); with
     that step's opening when it was guessed and stood (``made``), or, the step awaited,
     the run the loop drove from it (``awaited.read_and_run``)."""
@@ -201,11 +222,12 @@ def _apply_pending(
     store: StepStore,
     handlers: Handlers,
     lanes: Lanes,
-    entity_id: str,
     pending: list[Event],
     done: Plan,
+    read: Read,
 ) -> Plan:
-    """``apply_alone`` past its copies: progress read once, then each step claimed from it.
+    """``apply_alone`` past its copies, from where ``read`` found the entity (with the
+    opening sent with the read, or a run driven from it): each step claimed from there.
 
     On a lane's connection the read carries the first step's opening, guessed
     (``made``), and a step's closing the next step's (the step due once it applied,
@@ -213,7 +235,6 @@ def _apply_pending(
     first step is ``async def`` is read on the loop, with that step's opening, and its
     run driven there in the same hand-over (``awaited.read_and_run``).
     """
-    lane = scripted(conn)  # a lane's connection: its steps go as scripts
     # The plan once the last step applied, made to carry its opening with that step's
     # closing: the loop goes on from there (the same progress and events) and uses it.
     upcoming: Plan | None = None
@@ -222,7 +243,10 @@ def _apply_pending(
     chain: Chain | None = None
     read_run: awaited.Ran | None  # a run the loop drove with the read, settled first
     try:
-        progress, chain, read_run = _read(conn, store, handlers, lanes, entity_id, pending, done)
+        progress, chain, read_run = read
+        # A lane's connection (its steps go as scripts): idle, or in the opening its read
+        # carried.
+        lane = chain is not None or scripted(conn)
         # Where it stood, with its park mark: whether Redis may hold parks of it to drain.
         done.start = progress
         while pending or read_run is not None:

@@ -12,6 +12,8 @@ back to the lane, which settles it as it settles a step it drove itself.
 An entity whose first due step is awaited is read on the loop too (``read_and_run``),
 its first opening guessed and sent with the read, as the lane's own read does for its
 steps: the lane's thread then waits through the whole entity, its connection unused.
+A lane's turn that is itself a coroutine on the loop (``looped``) reads and runs its
+entity the same way (``read_entity``), with no thread waiting.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from consumer.kinds.steps import made
 from consumer.kinds.steps.errors import StepFailedError
 from consumer.kinds.steps.handlers import Handlers
 from consumer.kinds.steps.lanes import AsyncConn
-from consumer.kinds.steps.plan import Plan, Progress, plan, taken
+from consumer.kinds.steps.plan import Plan, Progress, copies_apart, firsts, plan, taken
 from consumer.kinds.steps.rollback import roll_back_scripts_async
 from consumer.kinds.steps.single import (
     Became,
@@ -126,3 +128,14 @@ async def read_and_run(
         raise
     due = Due(progress, event, rest, chain.replies)
     return Read(progress, await run(aconn, store, handlers, due, done))
+
+
+async def read_entity(
+    aconn: AsyncConn, store: StepStore, handlers: Handlers, events: list[Event], done: Plan
+) -> Read | None:
+    """``read_and_run`` for one entity's events, every one an awaited step, past their
+    copies (stale, into ``done``), from the earliest: a lane's turn on the loop."""
+    pending = copies_apart(events, done)
+    entity_id = pending[0].entity_id
+    first = firsts({entity_id: pending})[entity_id]
+    return await read_and_run(aconn, store, handlers, first, pending, done)

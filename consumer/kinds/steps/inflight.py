@@ -11,13 +11,17 @@ Work an outage stopped keeps its entity queued (events of later batches still jo
 it) and runs again at ``retry``, once the loop has waited the outage out. Room is
 bounded: ``add`` waits while ``most_entities`` entities are queued with work running,
 or ``most_events`` events are queued, as the whole batch used to wait.
+
+Given ``looped`` work (a route with ``async def`` steps), a turn is a coroutine on the
+lanes' event loop instead of a thread's task: the same queue, chunks and bookkeeping,
+each chunk awaited.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,16 +34,22 @@ from schemas import Event
 # Applies one entity's queued events on a lane's connection: (connection, entity,
 # events, their values). No events: drain what the entity has parked.
 Work = Callable[[Conn, str, list[Event], Mapping[Event, bytes]], Outcome]
+# The same as a coroutine on the lanes' event loop, which finds its own connections.
+LoopedWork = Callable[[str, list[Event], Mapping[Event, bytes]], Awaitable[Outcome]]
 
 
 class Submits(Protocol):
-    """Where the work runs: ``Lanes`` (a thread per lane, a pooled connection each)."""
+    """Where the work runs: ``Lanes`` (a thread per lane, a pooled connection each; or
+    coroutines on its event loop)."""
 
     def submit(self, task: Callable[[], None]) -> None:
         """Run ``task`` on a lane."""
 
     def connection(self) -> AbstractContextManager[Conn]:
         """The lane's connection while ``task`` runs."""
+
+    def spawn(self, turn: Callable[[], Awaitable[None]]) -> None:
+        """Run the coroutine ``turn()`` on the lanes' event loop."""
 
 
 @dataclass(slots=True)
@@ -55,9 +65,19 @@ class Finished:
 class InFlight:
     """Each queued entity's events, run by at most one lane at a time."""
 
-    def __init__(self, lanes: Submits, work: Work, *, most_entities: int, most_events: int) -> None:
+    def __init__(
+        self,
+        lanes: Submits,
+        work: Work,
+        *,
+        most_entities: int,
+        most_events: int,
+        looped: LoopedWork | None = None,
+    ) -> None:
         self._lanes = lanes
         self._work = work
+        # Given, every turn runs as a coroutine on the lanes' event loop and applies by it.
+        self._work_looped = looped
         self.most_entities = most_entities
         self.most_events = most_events
         self._changed = threading.Condition()
@@ -118,7 +138,10 @@ class InFlight:
         self._start(entity)
 
     def _start(self, entity: str) -> None:
-        self._lanes.submit(lambda: self._run(entity))
+        if self._work_looped is not None:
+            self._lanes.spawn(lambda: self._run_looped(entity))
+        else:
+            self._lanes.submit(lambda: self._run(entity))
 
     def _room(self, entity: str) -> bool:
         if entity in self._queues:
@@ -151,42 +174,93 @@ class InFlight:
         turn = Finished(entity)
         try:
             with self._lanes.connection() as conn:
-                while True:
-                    with self._changed:
-                        queued = self._queues[entity]
-                        drain = entity in self._drains
-                        self._drains.discard(entity)
-                        if not queued and not drain:  # done: the entity leaves its lane
-                            del self._queues[entity]
-                            self._running.discard(entity)
-                            return
-                        self._queues[entity] = []
-                        if queued:
-                            self._applying[entity] = queued[0][2]
-                    chunk = [event for event, _, _ in queued]
-                    raw = Arrivals((event, value) for event, value, _ in queued)
+                while (chunk := self._next(entity)) is not None:
                     try:
-                        outcome = self._work(conn, entity, chunk, raw) if chunk else Outcome()
-                        if drain:
+                        events, raw = chunk.events, chunk.raw
+                        outcome = self._work(conn, entity, events, raw) if events else Outcome()
+                        if chunk.drain:
                             outcome = merge(outcome, self._work(conn, entity, [], {}))
                     except BaseException:
-                        with self._changed:  # put back in front of what came meanwhile
-                            self._queues[entity] = queued + self._queues[entity]
-                            if drain:
-                                self._drains.add(entity)
-                            self._applying.pop(entity, None)
+                        self._put_back(entity, chunk)
                         raise
-                    turn.outcome = merge(turn.outcome, outcome)
-                    turn.taken += chunk
-                    with self._changed:
-                        self._applying.pop(entity, None)
+                    self._took(turn, chunk, outcome)
         except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides
-            turn.error = exc
-            with self._changed:  # it stays queued, for ``retry``
-                self._running.discard(entity)
-                self._stalled.add(entity)
+            self._stall(turn, exc)
         finally:
-            with self._changed:
-                self._events -= len(turn.taken)
-                self._finished.append(turn)
-                self._changed.notify_all()
+            self._end(turn)
+
+    async def _run_looped(self, entity: str) -> None:
+        """``_run`` as a coroutine on the lanes' event loop (``work_looped``)."""
+        work = self._work_looped
+        assert work is not None
+        turn = Finished(entity)
+        try:
+            while (chunk := self._next(entity)) is not None:
+                try:
+                    events = chunk.events
+                    outcome = await work(entity, events, chunk.raw) if events else Outcome()
+                    if chunk.drain:
+                        outcome = merge(outcome, await work(entity, [], {}))
+                except BaseException:
+                    self._put_back(entity, chunk)
+                    raise
+                self._took(turn, chunk, outcome)
+        except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides
+            self._stall(turn, exc)
+        finally:
+            self._end(turn)
+
+    def _next(self, entity: str) -> _Chunk | None:
+        """What the entity's lane applies next: all it has queued, and whether to drain
+        after; None: nothing, and the entity leaves its lane."""
+        with self._changed:
+            queued = self._queues[entity]
+            drain = entity in self._drains
+            self._drains.discard(entity)
+            if not queued and not drain:
+                del self._queues[entity]
+                self._running.discard(entity)
+                return None
+            self._queues[entity] = []
+            if queued:
+                self._applying[entity] = queued[0][2]
+        events = [event for event, _, _ in queued]
+        return _Chunk(queued, events, Arrivals((e, value) for e, value, _ in queued), drain)
+
+    def _put_back(self, entity: str, chunk: _Chunk) -> None:
+        """A chunk that did not finish, in front of what came meanwhile."""
+        with self._changed:
+            self._queues[entity] = chunk.queued + self._queues[entity]
+            if chunk.drain:
+                self._drains.add(entity)
+            self._applying.pop(entity, None)
+
+    def _took(self, turn: Finished, chunk: _Chunk, outcome: Outcome) -> None:
+        turn.outcome = merge(turn.outcome, outcome)
+        turn.taken += chunk.events
+        with self._changed:
+            self._applying.pop(turn.entity, None)
+
+    def _stall(self, turn: Finished, error: Exception) -> None:
+        """The turn stopped on ``error``: the entity stays queued, for ``retry``."""
+        turn.error = error
+        with self._changed:
+            self._running.discard(turn.entity)
+            self._stalled.add(turn.entity)
+
+    def _end(self, turn: Finished) -> None:
+        with self._changed:
+            self._events -= len(turn.taken)
+            self._finished.append(turn)
+            self._changed.notify_all()
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What a lane took from an entity's queue: as queued, the events, their values, and
+    whether to drain the entity after them."""
+
+    queued: list[tuple[Event, bytes, float]]
+    events: list[Event]
+    raw: Mapping[Event, bytes]
+    drain: bool

@@ -11,7 +11,9 @@ connection, one entity after another.
 
 An ``async def`` step runs on the lanes' event loop (one thread, started on first use),
 on a pooled async connection, while its lane waits for it: the lanes' async steps are
-awaited concurrently.
+awaited concurrently. A route with such steps may instead run each entity's turn as a
+coroutine on that loop (``spawn``), up to ``size`` at once, with no thread of its own:
+what it must do on a blocking connection it hands to a lane's thread (``blocking``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
@@ -32,6 +34,12 @@ from schemas.runtime import postgres
 
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
+
+
+def _enter(context: contextvars.Context) -> None:
+    """Take the caller's context variables (its bound log context) into this task's."""
+    for var, value in context.items():
+        var.set(value)
 
 
 def lacking(busy: int, size: int, opened: int) -> int:
@@ -73,6 +81,8 @@ class Lanes:
         self._apool: AsyncConnectionPool | None = None
         self._lock = threading.Lock()  # the event loop's start, and the count of busy lanes
         self._busy = 0  # tasks submitted and not finished
+        self._turns: asyncio.Semaphore | None = None  # coroutine turns running at once
+        self._spawned = 0  # coroutine turns running or waiting (counted on the loop only)
 
     def run(
         self, conn: Conn, entities: Sequence[str], work: Callable[[Conn, str], T]
@@ -156,12 +166,61 @@ class Lanes:
         context = contextvars.copy_context()
 
         async def step() -> T:
-            for var, value in context.items():  # the lane's bound log context
-                var.set(value)
+            _enter(context)  # the lane's bound log context
             async with apool.connection() as aconn:
                 return await work(aconn)
 
         return asyncio.run_coroutine_threadsafe(step(), loop).result()
+
+    @property
+    def looped(self) -> bool:
+        """Whether turns may run as coroutines (``spawn``): lanes of their own, and a
+        database for the loop's connections."""
+        return self.parallel and self.dsn is not None
+
+    def spawn(self, turn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``turn()`` on the lanes' event loop, after the ``size`` turns before it
+        that still run; return at once. It logs with the caller's bound context."""
+        loop, apool = self._async()
+        room = self._turns
+        assert room is not None  # made with the loop
+        context = contextvars.copy_context()
+
+        async def run() -> None:
+            _enter(context)
+            self._spawned += 1
+            try:
+                # As ``_widen`` for the threads' pool: the connections the turns waiting
+                # and running lack, opened together.
+                more = lacking(self._spawned, self.size, apool.get_stats()["pool_size"])
+                if more:
+                    await apool.resize(more, self.size)
+                    await apool.resize(0, self.size)
+                async with room:
+                    await turn()
+            finally:
+                self._spawned -= 1
+
+        asyncio.run_coroutine_threadsafe(run(), loop)
+
+    def aconnection(self) -> AbstractAsyncContextManager[AsyncConn]:
+        """A pooled async connection for a turn on the loop."""
+        _, apool = self._async()
+        return apool.connection()
+
+    async def blocking(self, work: Callable[[Conn], T]) -> T:
+        """``work(connection)`` on a lane's thread and pooled connection, awaited by a turn
+        on the loop (which goes on with other turns meanwhile)."""
+        executor, pool = self._executor, self.pool
+        if executor is None or pool is None:
+            raise RuntimeError("these lanes have no threads of their own")
+
+        def run() -> T:
+            with pool.connection() as conn:
+                return work(conn)
+
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(executor, context.run, run)
 
     def _async(self) -> tuple[asyncio.AbstractEventLoop, AsyncConnectionPool]:
         with self._lock:
@@ -174,6 +233,7 @@ class Lanes:
                 apool = postgres.async_pool(self.dsn, self._program, self.size)
                 asyncio.run_coroutine_threadsafe(apool.open(), loop).result()
                 self._loop, self._thread, self._apool = loop, thread, apool
+                self._turns = asyncio.Semaphore(self.size)
             return self._loop, self._apool
 
     def close(self) -> None:
@@ -187,6 +247,7 @@ class Lanes:
         with self._lock:
             loop, thread, apool = self._loop, self._thread, self._apool
             self._loop = self._thread = self._apool = None
+            self._turns = None
         if loop is not None and apool is not None:
             asyncio.run_coroutine_threadsafe(apool.close(), loop).result()
             loop.call_soon_threadsafe(loop.stop)

@@ -126,6 +126,21 @@ def taken(step_plan: Plan, pending: list[Event], done: Plan) -> tuple[Event | No
     return event, [e for e in pending if id(e) not in aside]
 
 
+def copies_apart(events: Iterable[Event], done: Plan) -> list[Event]:
+    """``events`` with each version once, in the order they came; the later copies of a
+    version delivered twice go to ``done`` as stale (a snapshot may share its version)."""
+    pending: list[Event] = []
+    seen: set[tuple[int, int, bool]] = set()
+    for event in events:
+        copy = (*event.version, is_snapshot(event))
+        if copy in seen:
+            done.stale.append(event)
+        else:
+            seen.add(copy)
+            pending.append(event)
+    return pending
+
+
 Events = Mapping[str, Sequence[Event]]
 Claim = tuple[str, Progress, Progress]  # entity, where it stood, where its run leaves it
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from consumer.errors import RoutesError
-from consumer.kinds._barrier import apply_guarded, refusal
+from consumer.kinds._barrier import apply_guarded, refusal, reset
 from consumer.kinds._base import Applier, Conn
 from consumer.kinds._connections import lane_connections
-from consumer.kinds._outcome import Carried, Outcome, Refusal
+from consumer.kinds._outcome import Carried, Outcome, Refusal, merge
 from consumer.kinds._resources import Resources
-from consumer.kinds.steps import metrics, traced
-from consumer.kinds.steps.apply import apply_alone, apply_steps
+from consumer.kinds.steps import awaited, looped, metrics, traced
+from consumer.kinds.steps.apply import apply_alone, apply_read, apply_steps
 from consumer.kinds.steps.errors import PARK_CAP_REACHED, STEP_FAILED
 from consumer.kinds.steps.guarded import Drained, apply_parked
 from consumer.kinds.steps.handlers import Handlers
@@ -36,6 +36,7 @@ from consumer.kinds.steps.transaction import pipelined_transaction
 from schemas import DecodeError, Event, decode, tracing
 from schemas.codec import MAX_MESSAGE_BYTES
 from schemas.runtime import postgres
+from schemas.runtime.causes import Cause, cause
 from schemas.runtime.outages import waited_out
 
 if TYPE_CHECKING:
@@ -119,11 +120,13 @@ class StepApplier(Applier[StepRoute]):
             self._lanes = self._bind_lanes(links)
             if links.carry and self._lanes.parallel:
                 size = self._lanes.size
+                on_loop = bool(self.handlers.awaited_types) and self._lanes.looped
                 self._inflight = InFlight(
                     self._lanes,
                     self._in_lane,
                     most_entities=size * ENTITIES_PER_LANE,
                     most_events=size * EVENTS_PER_LANE,
+                    looped=self._in_lane_looped if on_loop else None,
                 )
         lot.check_layout()
         left = lot.legacy(self.route.stream)
@@ -288,6 +291,56 @@ class StepApplier(Applier[StepRoute]):
             self._drain(conn, [entity], outcome, carry=False)
             return outcome
         return apply_guarded(_Alone(self, entity), conn, events, raw)
+
+    async def _in_lane_looped(
+        self, entity: str, events: list[Event], raw: Mapping[Event, bytes]
+    ) -> Outcome:
+        """A lane's work as a coroutine on the lanes' event loop (``looped``): an entity of
+        awaited steps read and run there, the rest on a lane's thread."""
+        lanes = self.lanes
+        if not looped.takes(self.handlers, self.store.shared, events):
+            return await lanes.blocking(lambda conn: self._in_lane(conn, entity, events, raw))
+        done = Plan()
+        try:
+            async with lanes.aconnection() as aconn:
+                read = await awaited.read_entity(aconn, self.store, self.handlers, events, done)
+        except Exception as exc:
+            if cause(exc) is not Cause.INPUT:
+                raise
+            return await lanes.blocking(lambda conn: self._again(conn, entity, events, done, raw))
+        then = looped.next_after(read, done)
+        if then is looped.Next.AGAIN:
+            return await lanes.blocking(lambda conn: self._in_lane(conn, entity, events, raw))
+        if then is looped.Next.DONE:
+            outcome = Outcome()
+            _add(outcome, {entity: done})
+            return outcome
+        assert read is not None
+
+        def settle(conn: Conn) -> Outcome:
+            try:
+                if then is looped.Next.ON:
+                    apply_read(conn, self.store, self.handlers, lanes, read, done)
+            except Exception as exc:
+                if cause(exc) is not Cause.INPUT:
+                    raise
+                reset(conn)
+                return self._again(conn, entity, events, done, raw)
+            outcome = Outcome()
+            self._after(conn, {entity: done}, raw, outcome, carry=False)
+            return outcome
+
+        return await lanes.blocking(settle)
+
+    def _again(
+        self, conn: Conn, entity: str, events: list[Event], done: Plan, raw: Mapping[Event, bytes]
+    ) -> Outcome:
+        """What the loop settled before its part raised for its input, counted, and the
+        chunk's other events applied from the start behind the barrier (``looped.split``)."""
+        settled, rest = looped.split(events, done)
+        outcome = Outcome()
+        _add(outcome, {entity: settled})
+        return merge(outcome, self._in_lane(conn, entity, rest, raw) if rest else Outcome())
 
     def alone(
         self, conn: Conn, entity: str, events: Sequence[Event], raw: Mapping[Event, bytes]
