@@ -225,8 +225,12 @@ def gated_call(conn: Any, event: Event) -> None:
 
 
 async def gated_call_async(aconn: Any, event: Event) -> None:
-    """``gated_call`` awaited: boom… entities fail, flaky… ones lose their connection once
-    (its server session ended), the rest record the step."""
+    """``gated_call`` awaited: slow… entities wait at ``GATE`` (the loop serving others
+    meanwhile), boom… ones fail, flaky… ones lose their connection once (its server
+    session ended), the rest record the step."""
+    if event.entity_id.startswith("slow"):
+        GATED.append((event.entity_id, event.seq))
+        await asyncio.to_thread(GATE.wait, 60)
     if event.entity_id.startswith("boom"):
         raise ConnectionError("the mail API answered 503")
     if event.entity_id.startswith("flaky") and event.entity_id not in LOST_ONCE:

@@ -8,6 +8,7 @@ lane's thread. Whatever the path, each step applies once and in order.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -201,3 +202,31 @@ def test_a_turn_on_the_loop_that_loses_the_database_pauses_and_applies_once_in_o
     for entity in entities[:-1]:
         assert ss.progress(steps_db, entity)[:2] == (1, 3)
     assert ss.applied(steps_db, "boom") == []
+
+
+def test_stopping_waits_for_a_turn_on_the_loop_and_commits_past_it(
+    steps_db: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    redis_prefix: str,
+) -> None:
+    """Stop while an awaited call hangs: the consumer waits for its turn, then commits past
+    it; the turns beside it went on meanwhile."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(_text("gated_call_async"))
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
+    events = [_awaited(1, "slow"), _awaited(1, "n1"), _awaited(2, "slow")]
+    step_handlers.GATE.clear()
+    step_handlers.GATED.clear()
+    try:
+        with cs.running(settings):
+            cs.send_events(services.kafka_bootstrap, topic, events)
+            wait_until(lambda: step_handlers.GATED == [("slow", 1)])
+            wait_until(lambda: ss.applied(steps_db, "n1") == [(1, 1)])
+            threading.Timer(1.0, step_handlers.GATE.set).start()  # opens while stopping
+    finally:
+        step_handlers.GATE.set()
+    assert ss.applied(steps_db, "slow") == [(1, 1), (1, 2)]
+    assert cs.committed(settings, topic) == len(events)
