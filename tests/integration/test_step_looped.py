@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from consumer.kinds.steps import StepApplier
+from consumer.settings import ConsumerSettings
 from schemas import Event
 from tests.conftest import PgSchema, TopicFactory
 from tests.integration import consumer_support as cs
@@ -175,6 +176,21 @@ def test_any_order_duplicates_and_cuts_of_awaited_steps_apply_each_once_in_order
         assert _parked(redis_client, run, entity) == []
 
 
+def _consumer(
+    schema: PgSchema,
+    services: Services,
+    topic_factory: TopicFactory,
+    folder: Path,
+    prefix: str,
+) -> tuple[ConsumerSettings, str]:
+    """A consumer's settings for the route of ``gated_call_async``, and its topic (one
+    partition)."""
+    routes = folder / "routes.toml"
+    routes.write_text(_text("gated_call_async"))
+    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
+    return cs.parking_settings_for(schema, services, routes, topic, dlq, prefix), topic
+
+
 def test_a_turn_on_the_loop_that_loses_the_database_pauses_and_applies_once_in_order(
     steps_db: PgSchema,
     services: Services,
@@ -185,10 +201,7 @@ def test_a_turn_on_the_loop_that_loses_the_database_pauses_and_applies_once_in_o
     """Through the consumer: two entities' awaited calls lose their connection, one's call
     fails; the loop waits the outage out, every other step applies once in order, the
     failing entity stops, and the offsets pass them all."""
-    routes = tmp_path / "routes.toml"
-    routes.write_text(_text("gated_call_async"))
-    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
+    settings, topic = _consumer(steps_db, services, topic_factory, tmp_path, redis_prefix)
     entities = ["flaky-a", "flaky-b", "n1", "n2", "boom"]
     events = [_awaited(s, e) for s in (1, 2, 3) for e in entities]
     step_handlers.LOST_ONCE.clear()
@@ -213,10 +226,7 @@ def test_stopping_waits_for_a_turn_on_the_loop_and_commits_past_it(
 ) -> None:
     """Stop while an awaited call hangs: the consumer waits for its turn, then commits past
     it; the turns beside it went on meanwhile."""
-    routes = tmp_path / "routes.toml"
-    routes.write_text(_text("gated_call_async"))
-    topic, dlq = topic_factory("events", partitions=1), topic_factory("dlq")
-    settings = cs.parking_settings_for(steps_db, services, routes, topic, dlq, redis_prefix)
+    settings, topic = _consumer(steps_db, services, topic_factory, tmp_path, redis_prefix)
     events = [_awaited(1, "slow"), _awaited(1, "n1"), _awaited(2, "slow")]
     step_handlers.GATE.clear()
     step_handlers.GATED.clear()
