@@ -181,7 +181,9 @@ def apply_read(
     return _apply_pending(conn, store, handlers, lanes, ran.pending, done, at)
 
 
-Read = tuple[Progress, Chain | None, awaited.Ran | None]
+# Where an entity's steps start from: its progress as read, the opening the read carried
+# (answered) and the run the loop drove with the read (``_read``).
+Start = tuple[Progress, Chain | None, awaited.Ran | None]
 
 
 def _read(
@@ -192,7 +194,7 @@ def _read(
     entity_id: str,
     pending: list[Event],
     done: Plan,
-) -> Read:
+) -> Start:
     """Where the entity stands before its first step (the earliest of ``pending``); with
     that step's opening when it was guessed and stood (``made``), or, the step awaited,
     the run the loop drove from it (``awaited.read_and_run``)."""
@@ -224,9 +226,9 @@ def _apply_pending(
     lanes: Lanes,
     pending: list[Event],
     done: Plan,
-    read: Read,
+    at: Start,
 ) -> Plan:
-    """``apply_alone`` past its copies, from where ``read`` found the entity (with the
+    """``apply_alone`` past its copies, from where ``at`` found the entity (with the
     opening sent with the read, or a run driven from it): each step claimed from there.
 
     On a lane's connection the read carries the first step's opening, guessed
@@ -243,7 +245,7 @@ def _apply_pending(
     chain: Chain | None = None
     read_run: awaited.Ran | None  # a run the loop drove with the read, settled first
     try:
-        progress, chain, read_run = read
+        progress, chain, read_run = at
         # A lane's connection (its steps go as scripts): idle, or in the opening its read
         # carried.
         lane = chain is not None or scripted(conn)
