@@ -38,8 +38,8 @@ class Applier(abc.ABC, Generic[R]):
     """One route at work in the consumer: a kind's applier subclasses this.
 
     ``connect`` and ``apply`` are the kind's own. ``collect`` (work carried past its poll
-    batch, when connected with ``Resources.carry``) and ``close`` (connections of the
-    applier's own, a step route's lanes) do nothing unless a kind needs them.
+    batch, when connected with ``Resources.carry``), ``ready`` and ``close`` (connections
+    of the applier's own, a step route's lanes) do nothing unless a kind needs them.
     """
 
     route: R
@@ -57,6 +57,10 @@ class Applier(abc.ABC, Generic[R]):
         ``wait``: how long to wait for some to finish (None: until all has).
         """
         return Carried()
+
+    def ready(self) -> None:
+        """Open what the route keeps open from start-up, once the connections every route
+        may hold are known to fit the server (nothing here)."""
 
     def close(self) -> None:
         """Let go of what the applier holds beyond the program's connection (nothing here)."""

@@ -51,7 +51,8 @@ class Routing:
 
     def connect(self, resources: Resources[RouteSettings]) -> None:
         """Check every route against the database (and bind what else its kind uses), then
-        the connections they may hold together against the server's (``RoutesError``)."""
+        the connections they may hold together against the server's (``RoutesError``);
+        only then open what routes keep open from the start."""
         for applier in self.appliers:
             applier.connect(resources)
         held = {a.route.stream: n for a in self.appliers if (n := a.connections())}
@@ -59,6 +60,8 @@ class Routing:
         if wrong is not None:
             self.close()
             raise RoutesError([wrong])
+        for applier in self.appliers:
+            applier.ready()
 
     def close(self) -> None:
         """Let go of what appliers hold beyond the consumer's connection (a lane pool)."""

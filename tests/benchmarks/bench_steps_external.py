@@ -19,6 +19,11 @@ recorded on its async connection) at 32 and 128 lanes: its steps run on the lane
 event loop, each lane's run of them handed over once. A lane then holds two PostgreSQL
 connections (its own, and the loop's for the run): 128 lanes need more than 256.
 
+Every lane setting keeps its lanes' connections open from the consumer's start
+(``keep_lanes_open``), as a route tuned for bursts does; one more run at the widest
+setting opens them as lanes first need them (the default), its connections' start
+inside the measured span.
+
 Beside them, at the widest setting, the leanest lanes that make the same calls and
 write the same rows (``lean_lanes``: threads, then one event loop; no Kafka, no plan):
 what the machine allows any lanes at that width, and the consumer's figure as a share
@@ -58,6 +63,7 @@ ROUTES = """[[route]]
 stream = "ledger"
 kind = "step"
 lanes = {lanes}
+keep_lanes_open = {kept}
 [route.handlers."ledger.added"]
 function = "tests.integration.step_handlers:{function}"
 external = true
@@ -73,12 +79,18 @@ FROM (SELECT entity_id, seq, row_number() OVER (PARTITION BY entity_id ORDER BY 
 
 
 def _steps_per_s(
-    url: str, lanes: int, entities: int, folder: Path, function: str = "slow_call"
+    url: str,
+    lanes: int,
+    entities: int,
+    folder: Path,
+    function: str = "slow_call",
+    *,
+    kept: bool = True,
 ) -> tuple[float, float]:
-    """Steps per second, and CPU milliseconds per step."""
+    """Steps per second, and CPU milliseconds per step (``kept``: ``keep_lanes_open``)."""
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    routes = Path(folder, f"lanes{lanes}-{function}.toml")
-    routes.write_text(ROUTES.format(lanes=lanes, function=function))
+    routes = Path(folder, f"lanes{lanes}-{function}-{kept}.toml")
+    routes.write_text(ROUTES.format(lanes=lanes, function=function, kept=str(kept).lower()))
     events = [_event(e, s) for s in range(1, STEPS + 1) for e in range(entities)]
     _fresh_tables(url)
     with _topic(bootstrap, events) as topic:
@@ -117,6 +129,7 @@ def run() -> list[BenchResult]:
         for lanes in LANES:
             entities = ONE_LANE_ENTITIES if lanes == 1 else ENTITIES
             figures[lanes], cpu_ms[lanes] = _steps_per_s(url, lanes, entities, Path(folder))
+        on_demand = _steps_per_s(url, max(LANES), ENTITIES, Path(folder), kept=False)
         uneven, _ = _steps_per_s(url, SLOW_LANES, ENTITIES, Path(folder), "slow_now_and_then")
         awaited = {
             n: _steps_per_s(url, n, ENTITIES, Path(folder), "slow_call_async") for n in ASYNC_LANES
@@ -142,6 +155,17 @@ def run() -> list[BenchResult]:
             how if n > 1 else f"{ONE_LANE_ENTITIES} entities x {STEPS} steps, same handler",
             spent,
         )
+    results += _lane_figures(
+        (
+            f"steps_external_lanes_{widest}_on_demand_per_s",
+            f"steps_external_lanes_{widest}_on_demand_vs_ideal",
+            f"steps_external_cpu_ms_per_step.lanes_{widest}_on_demand",
+        ),
+        widest,
+        on_demand,
+        f"{widest} lanes connecting as they are first needed (keep_lanes_open off)",
+        spent,
+    )
     results += [
         BenchResult(
             "steps_external_per_s", figures[best], "steps/s", f"best: {best} lanes; goal >= 1,000"

@@ -93,6 +93,7 @@ def runner(
         applier.connect(lent)
     finally:
         lent.close()  # the connection connecting may have opened; the lanes keep their own
+    applier.ready()
     return applier
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from itertools import pairwise
 
 import psycopg
@@ -350,14 +352,95 @@ def test_a_lane_that_loses_its_connection_fails_the_batch_and_the_retry_applies_
         assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
 
 
+def _lane_backends(db: PgSchema, since: object) -> int:
+    """The route's lane sessions open on the server that started after ``since``."""
+    with db.connect(autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            " AND backend_start >= %s",
+            (f"inorder-lanes/{ss.STREAM}", since),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _when(count: Callable[[], int], expected: int) -> int:
+    """``count()`` once it is ``expected``, or after 10 s whatever it is then."""
+    deadline = time.monotonic() + 10
+    seen = count()
+    while seen != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = count()
+    return seen
+
+
+# Each route's handlers, and the connections its 4 lanes keep open: the threads' (a plain
+# handler beside the awaited one), the event loop's too; the loop's alone when every
+# handler is awaited (the turns run on the loop).
+KEPT = {
+    "plain": ("slow_call", False, 4),
+    "async": ("slow_call_async", False, 8),
+    "only_async": ("slow_call_async", True, 4),
+}
+
+
+@pytest.mark.parametrize("handlers", list(KEPT))
+@pytest.mark.parametrize("kept", [True, False])
+def test_kept_lanes_open_their_connections_at_start_up_and_keep_them_through_their_work(
+    steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str, kept: bool, handlers: str
+) -> None:
+    """keep_lanes_open: the connections the lanes' turns take are open when start-up ends,
+    and still are after a burst; unset, none opens before a lane needs it."""
+    function, alone, every = KEPT[handlers]
+    with steps_db.connect(autocommit=True) as conn:
+        since = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert since is not None
+    text = _text(4, function=function)
+    if alone:
+        text = text.replace('"ledger.added" = "tests.integration.step_handlers:record"\n', "")
+    if kept:
+        text = text.replace("lanes = 4\n", "lanes = 4\nkeep_lanes_open = true\n")
+    run = ss.runner(redis_client, redis_prefix, text, database_url=steps_db.url, carry=True)
+    count = partial(_lane_backends, steps_db, since[0])
+    try:
+        if kept:
+            assert count() == every  # start-up waited for them
+        else:
+            time.sleep(0.5)
+            assert count() == 0
+        entities = [f"k{i}" for i in range(12)]
+        events = [ss.step(s, e, event_type="ledger.mailed") for e in entities for s in (1, 2)]
+        with steps_db.connect(autocommit=True) as conn:
+            assert ss.feed(run, conn, events) == []
+        assert ss.settle(run) == []
+        for entity in entities:
+            assert ss.applied(steps_db, entity) == [(1, 1), (1, 2)]
+        assert 1 <= count() <= 8
+        if kept:
+            assert count() == every  # none closed after a burst
+            pool = run.lanes.pool
+            assert pool is not None
+            assert pool.get_stats()["pool_min"] == (0 if alone else 4)
+            apool = run.lanes._apool  # the event loop's, for async def steps
+            assert (apool is not None) == function.endswith("_async")
+            assert apool is None or apool.get_stats()["pool_min"] == 4
+    finally:
+        run.close()
+    assert _when(count, 0) == 0
+
+
+@pytest.mark.parametrize("kept", [False, True])
 @pytest.mark.parametrize("tasks", [1, 2, 6, 8, 20])
 def test_busy_lanes_get_their_connections_opened_together_never_more_than_the_lanes(
-    steps_db: PgSchema, tasks: int
+    steps_db: PgSchema, tasks: int, kept: bool
 ) -> None:
     """Tasks submitted at once have their connections opened together, before any asks
-    for one; the pool never holds more than the lanes, and keeps no minimum after."""
+    for one; the pool never holds more than the lanes, and keeps no minimum after unless
+    the lanes are kept open (then all of them, throughout)."""
     pool = postgres.pool(steps_db.url, "inorder-lanes/widen", 8)
     lanes = Lanes(8, pool)
+    if kept:
+        assert lanes.keep_open(threads=True, awaited=False, wait_s=10)
     go = threading.Event()
     held: list[int] = []
     try:
@@ -371,8 +454,8 @@ def test_busy_lanes_get_their_connections_opened_together_never_more_than_the_la
             lanes.submit(task)
         opening = pool.get_stats()["pool_size"]
         # Before any task asked: all but one of the connections the busy lanes need (the
-        # pool's own growth opens that one when asked).
-        assert opening == max(0, min(tasks, 8) - 1)
+        # pool's own growth opens that one when asked); kept open, every lane's.
+        assert opening == (8 if kept else max(0, min(tasks, 8) - 1))
         go.set()
         pool.wait(10)  # the ones being opened are open
         deadline = time.monotonic() + 10
@@ -381,7 +464,8 @@ def test_busy_lanes_get_their_connections_opened_together_never_more_than_the_la
         stats = pool.get_stats()
         assert len(held) == tasks
         assert stats["pool_size"] <= 8
-        assert stats["pool_min"] == 0
+        assert stats["pool_size"] == 8 or not kept
+        assert stats["pool_min"] == (8 if kept else 0)
     finally:
         go.set()
         lanes.close()

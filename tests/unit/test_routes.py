@@ -198,3 +198,14 @@ def test_step_lanes_unset_follow_the_consumer_setting() -> None:
     text = '[[route]]\nstream = "a"\nkind = "step"\n'
     [unset, own] = parse_routes(text + text.replace('"a"', '"b"') + "lanes = 8\n")
     assert (unset.lanes, own.lanes) == (None, 8)  # type: ignore[union-attr]
+
+
+def test_keep_lanes_open_is_a_flag_off_unless_set() -> None:
+    """keep_lanes_open is false unless set true; anything but true or false is one problem."""
+    text = '[[route]]\nstream = "a"\nkind = "step"\nlanes = 8\n'
+    [unset, kept] = parse_routes(text + text.replace('"a"', '"b"') + "keep_lanes_open = true\n")
+    assert (unset.keep_lanes_open, kept.keep_lanes_open) == (False, True)  # type: ignore[union-attr]
+    for value in ('"yes"', "1", "0"):
+        with pytest.raises(RoutesError, match="keep_lanes_open must be true or false") as refused:
+            parse_routes(text + f"keep_lanes_open = {value}\n")
+        assert len(refused.value.problems) == 1

@@ -14,6 +14,10 @@ on a pooled async connection, while its lane waits for it: the lanes' async step
 awaited concurrently. A route with such steps may instead run each entity's turn as a
 coroutine on that loop (``spawn``), up to ``size`` at once, with no thread of its own:
 what it must do on a blocking connection it hands to a lane's thread (``blocking``).
+
+Left to themselves the lanes' pools open a connection when a lane first needs one and
+close it after ten idle minutes; ``keep_open`` opens every one the lanes may hold at
+once and keeps them (a backend's start costs the server more CPU than many steps).
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from consumer.kinds.steps.store import Conn
 from schemas.runtime import postgres
@@ -53,6 +58,14 @@ def lacking(busy: int, size: int, opened: int) -> int:
     be opening one now: the lanes never hold more than ``size``.
     """
     return max(0, min(busy, size) - opened - 1)
+
+
+def widening(busy: int, size: int, opened: int, floor: int) -> tuple[int, int] | None:
+    """The minimum to raise the pool to, so that it opens what ``busy`` lanes lack
+    (``lacking``), and the one to set back right after: ``floor``, the connections kept
+    open (``keep_open``), else none. None when nothing lacks."""
+    more = lacking(busy, size, opened)
+    return (max(more, floor), floor) if more else None
 
 
 class Lanes:
@@ -83,6 +96,10 @@ class Lanes:
         self._busy = 0  # tasks submitted and not finished
         self._turns: asyncio.Semaphore | None = None  # coroutine turns running at once
         self._spawned = 0  # coroutine turns running or waiting (counted on the loop only)
+        # The connections each pool keeps open, idle or not (``keep_open``): the threads',
+        # and the event loop's.
+        self._floor = 0
+        self._afloor = 0
 
     def run(
         self, conn: Conn, entities: Sequence[str], work: Callable[[Conn, str], T]
@@ -143,16 +160,46 @@ class Lanes:
 
         self._executor.submit(contextvars.copy_context().run, run)
 
+    def keep_open(self, *, threads: bool, awaited: bool, wait_s: float) -> bool:
+        """Open a connection for every lane and keep them open, idle or not: the threads'
+        (``threads``), the event loop's (``awaited``). Waits up to ``wait_s`` for them all;
+        False when some were still opening then (they go on opening)."""
+        pool = self.pool
+        if pool is None or self._executor is None:
+            return True  # one lane, on the caller's connection
+        size, deadline = self.size, time.monotonic() + wait_s
+        if threads:
+            self._floor = size
+            pool.resize(size, size)
+        if awaited and self.dsn is not None:
+            loop, apool = self._async()
+            self._afloor = size
+
+            async def fill() -> None:
+                await apool.resize(size, size)
+                await apool.wait(max(0.0, deadline - time.monotonic()))
+
+            try:
+                asyncio.run_coroutine_threadsafe(fill(), loop).result()
+            except PoolTimeout:
+                return False
+        try:
+            if threads:
+                pool.wait(max(0.0, deadline - time.monotonic()))
+        except PoolTimeout:
+            return False
+        return True
+
     def _widen(self, busy: int) -> None:
         """Open at once, on the pool's workers, the connections ``busy`` lanes lack
         (``lacking``)."""
         pool = self.pool
         if pool is None:
             return
-        more = lacking(busy, self.size, pool.get_stats()["pool_size"])
-        if more:
-            pool.resize(more, self.size)
-            pool.resize(0, self.size)
+        sizes = widening(busy, self.size, pool.get_stats()["pool_size"], self._floor)
+        if sizes is not None:
+            pool.resize(sizes[0], self.size)
+            pool.resize(sizes[1], self.size)
 
     def connection(self) -> AbstractContextManager[Conn]:
         """A pooled connection for a submitted task; ``PoolTimeout`` while none can be had."""
@@ -192,10 +239,11 @@ class Lanes:
             try:
                 # As ``_widen`` for the threads' pool: the connections the turns waiting
                 # and running lack, opened together.
-                more = lacking(self._spawned, self.size, apool.get_stats()["pool_size"])
-                if more:
-                    await apool.resize(more, self.size)
-                    await apool.resize(0, self.size)
+                opened = apool.get_stats()["pool_size"]
+                sizes = widening(self._spawned, self.size, opened, self._afloor)
+                if sizes is not None:
+                    await apool.resize(sizes[0], self.size)
+                    await apool.resize(sizes[1], self.size)
                 async with room:
                     await turn()
             finally:

@@ -92,6 +92,12 @@ class StepRoute(OneStream):
         "(unset: the consumer's `INORDER_STEP_LANES`, 1 unless set)",
         None,
     )
+    keep_lanes_open: bool = setting(
+        "With more than one lane: open every connection the lanes may hold at start-up and "
+        "keep them open, so a burst of external steps never waits for its lanes to connect "
+        "(off: each opens when a lane first needs it and closes after ten idle minutes)",
+        False,
+    )
     baseline: bool = setting(
         "A `<stream>.snapshot` event (`inorder-producer snapshot`) newer than where an entity "
         "stands moves it on to the snapshot's version, logged as the snapshot (a handler for "
@@ -195,6 +201,7 @@ def parse(spec: Spec) -> StepRoute:
         max_parked_bytes=spec.positive("max_parked_bytes", StepRoute),
         park_ttl_s=spec.positive("park_ttl_s", StepRoute),
         lanes=_lanes(spec),
+        keep_lanes_open=spec.flag("keep_lanes_open", StepRoute),
         baseline=spec.flag("baseline", StepRoute),
         snapshot_when_unrecoverable=_snapshot_asked(spec),
     )

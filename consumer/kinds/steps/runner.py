@@ -46,6 +46,8 @@ log = structlog.get_logger(__name__)
 
 # Parked events fetched per entity and round while draining.
 DRAIN_WINDOW = 500
+# How long start-up waits for the connections of lanes kept open (``keep_lanes_open``).
+OPEN_WAIT_S = 30.0
 # Room in the lanes past the poll batch, per lane: entities queued with work running,
 # and events queued. Beyond it the batch waits, as it did before lanes carried on.
 ENTITIES_PER_LANE = 2
@@ -100,6 +102,7 @@ class StepApplier(Applier[StepRoute]):
         # The largest parked member read back: what the consumer takes, and a trace stamp.
         self._parked_cap = MAX_MESSAGE_BYTES + tracing.STAMP_ROOM
         self._lanes: Lanes | None = None
+        self._on_loop = False  # the lanes' turns run as coroutines on their event loop
         # Entities in lanes past their poll batch (only in the consumer's loop).
         self._inflight: InFlight | None = None
 
@@ -121,6 +124,7 @@ class StepApplier(Applier[StepRoute]):
             if links.carry and self._lanes.parallel:
                 size = self._lanes.size
                 on_loop = bool(self.handlers.awaited_types) and self._lanes.looped
+                self._on_loop = on_loop
                 self._inflight = InFlight(
                     self._lanes,
                     self._in_lane,
@@ -174,6 +178,24 @@ class StepApplier(Applier[StepRoute]):
     def share(self) -> None:
         """An entity's one-by-one steps (external calls) run under its lock from now on."""
         self.store.shared = True
+
+    def ready(self) -> None:
+        """With ``keep_lanes_open``, open the lanes' connections and keep them: the threads'
+        unless every turn runs on the event loop (every handler ``async def``), and the
+        loop's for ``async def`` handlers. Start-up waits for them, up to ``OPEN_WAIT_S``."""
+        lanes = self._lanes
+        if not self.route.keep_lanes_open or lanes is None:
+            return
+        awaited = self.handlers.awaited_types
+        only_awaited = self._on_loop and awaited == frozenset(self.handlers.functions)
+        if not lanes.keep_open(threads=not only_awaited, awaited=bool(awaited), wait_s=OPEN_WAIT_S):
+            log.warning(
+                "lanes_still_opening",
+                route=self.route.stream,
+                lanes=lanes.size,
+                waited_s=OPEN_WAIT_S,
+                hint="the database is slow to start sessions; the rest open in the background",
+            )
 
     def close(self) -> None:
         """Close the lanes' connections (the consumer is stopping; ``collect`` came first)."""
