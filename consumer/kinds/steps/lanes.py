@@ -17,7 +17,8 @@ what it must do on a blocking connection it hands to a lane's thread (``blocking
 
 Left to themselves the lanes' pools open a connection when a lane first needs one and
 close it after ten idle minutes; ``keep_open`` opens every one the lanes may hold at
-once and keeps them (a backend's start costs the server more CPU than many steps).
+once and keeps them (a session's start and first step cost its backend about as much
+CPU as a dozen steps after them).
 """
 
 from __future__ import annotations
