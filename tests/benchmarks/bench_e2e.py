@@ -26,6 +26,9 @@ from tests.benchmarks.result import BenchResult
 from tests.support.services import ROOT
 
 DEMO = ROOT / "deploy" / "local" / "demo.py"
+# Where the demo keeps its state: the running stack's folder, which a baseline's tree
+# (``make bench BASELINE=...``, a worktree of its own) shares with this one.
+DEMO_STATE = Path(os.environ.get("INORDER_STACK_DIR", ROOT / ".stack")) / "demo"
 
 
 def _demo(*args: str) -> None:
@@ -44,7 +47,7 @@ def run() -> list[BenchResult]:
         try:
             _demo("up", "--entities", "200", "--events", "25", "--summary-json", str(summary))
             figures = json.loads(summary.read_text())
-            routes = parse_routes(Path(ROOT, ".stack", "demo", "routes.toml").read_text())
+            routes = parse_routes(Path(DEMO_STATE, "routes.toml").read_text())
             with psycopg.connect(db) as outbox, psycopg.connect(db, autocommit=True) as views:
                 started = time.perf_counter()
                 report = Audit(outbox, views, KINDS).run(routes)
