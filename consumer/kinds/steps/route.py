@@ -93,9 +93,9 @@ class StepRoute(OneStream):
         None,
     )
     keep_lanes_open: bool = setting(
-        "With more than one lane: open every connection the lanes may hold at start-up and "
-        "keep them open, so a burst of external steps never waits for its lanes to connect "
-        "(off: each opens when a lane first needs it and closes after ten idle minutes)",
+        "With more than one lane: open the lanes' connections at start-up and keep them "
+        "open, so a burst of external steps never waits for its lanes to connect (off: each "
+        "opens when a lane first needs it and closes after ten idle minutes)",
         False,
     )
     baseline: bool = setting(
