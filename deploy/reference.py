@@ -257,7 +257,7 @@ def event_table() -> str:
 def _shown(value: Any) -> str:
     if value is MISSING:
         return "required"
-    if value is None:
+    if value is None or value == "":
         return "unset"
     return f"`{json.dumps(value)}`"
 

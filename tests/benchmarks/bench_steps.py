@@ -2,7 +2,8 @@
 
 Events: 500 entities x 60 steps, interleaved entity by entity. The step function
 appends one row per step (the test handler), called once per step; the same rows are
-written by a ``many`` function (one call and one statement per batch), and a function
+written by a ``many`` function (one call and one statement per batch) and by an ``sql``
+handler (the statement run for each step, a batch's sent together), and a function
 that does nothing measures the ordering alone. On the same topic, the projection
 consumer writes the newest step of each entity. A second topic carries the same
 events with 10% of them moved up to 5 places earlier within their entity, so they
@@ -47,6 +48,12 @@ NOOP_ROUTES = STEP_ROUTES.replace("step_handlers:record", "step_handlers:nothing
 MANY_ROUTES = STEP_ROUTES.replace(
     '"tests.integration.step_handlers:record"',
     '{ function = "tests.integration.step_handlers:record_many", many = true }',
+)
+# The same row a step, written by a statement the consumer runs for each step.
+SQL_ROUTES = STEP_ROUTES.replace(
+    '"tests.integration.step_handlers:record"',
+    '{ sql = "INSERT INTO applied_steps (entity_id, generation, seq, event_type) VALUES '
+    '(%(entity_id)s, %(generation)s, %(seq)s, %(event_type)s)" }',
 )
 PROJECTION_ROUTES = """[[route]]
 stream = "ledger"
@@ -157,6 +164,8 @@ def run() -> list[BenchResult]:
     ):
         steps_file, projection_file = Path(folder, "steps.toml"), Path(folder, "projection.toml")
         noop_file, many_file = Path(folder, "noop.toml"), Path(folder, "many.toml")
+        sql_file = Path(folder, "sql.toml")
+        sql_file.write_text(SQL_ROUTES)
         steps_file.write_text(STEP_ROUTES)
         noop_file.write_text(NOOP_ROUTES)
         many_file.write_text(MANY_ROUTES)
@@ -167,6 +176,8 @@ def run() -> list[BenchResult]:
         in_order = _run(url, ordered, steps_file, progress, prefix)
         _fresh_tables(url)
         many = _run(url, ordered, many_file, progress, prefix)
+        _fresh_tables(url)
+        statement = _run(url, ordered, sql_file, progress, prefix)
         projection = _run(url, ordered, projection_file, projected, prefix)
         _fresh_tables(url)
         reordered = _run(url, shuffled, steps_file, progress, prefix)
@@ -178,6 +189,8 @@ def run() -> list[BenchResult]:
         BenchResult("steps_vs_projection", in_order / projection, "x", "goal >= 0.5"),
         BenchResult("steps_many_per_s", many, "steps/s", "same rows, one many call per batch"),
         BenchResult("steps_many_vs_projection", many / projection, "x", "set-based step function"),
+        BenchResult("steps_sql_per_s", statement, "steps/s", "same rows, an sql handler"),
+        BenchResult("steps_sql_vs_projection", statement / projection, "x", "goal >= 0.5"),
         BenchResult("steps_noop_per_s", noop, "steps/s", "same, step function does nothing"),
         BenchResult("steps_noop_vs_projection", noop / projection, "x", "ordering cost alone"),
         BenchResult("steps_reordered_per_s", reordered, "steps/s", "10% up to 5 places early"),

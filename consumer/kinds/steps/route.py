@@ -20,6 +20,8 @@ entity's sequence::
     many = true                      # takes a list of events: one call per batch
     [route.handlers."seat_ledger.seats_moved".retry]
     attempts = 4                     # a raising step is called again later (``retries``)
+    [route.handlers."seat_ledger.renamed"]
+    sql = "UPDATE seats SET name = %(payload)s->>'name' WHERE account = %(entity_id)s"
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -36,6 +38,7 @@ import psycopg
 from consumer.errors import RoutesError
 from consumer.kinds._route import OneStream
 from consumer.kinds._spec import Spec, names, setting
+from consumer.kinds.steps import statement
 from consumer.kinds.steps.retries import MOST_ATTEMPTS, MOST_BACKOFF_S, Retry, Then
 
 FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -48,7 +51,17 @@ _FLAGS = ("external", "idempotent", "many")
 class Handler:
     """The function that performs one event type's step, as ``module:function``."""
 
-    function: str = setting("The handler, `module:function`; a string alone is this")
+    function: str = setting(
+        "The handler, `module:function`; a string alone is this (one of `function` and `sql`)",
+        "",
+    )
+    sql: str = setting(
+        "In place of a function: one SQL statement run for each step, in its transaction, "
+        "its parameters the event's fields as `%(seq)s` (`event_id`, `event_type`, "
+        "`entity_type`, `entity_id`, `generation`, `seq`, `occurred_at`, `payload` as "
+        "jsonb); a poll batch's steps of the type are sent together, each in order",
+        "",
+    )
     external: bool = setting(
         "It acts outside PostgreSQL (a mail, an HTTP call): each attempt is recorded first",
         False,
@@ -128,6 +141,8 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
     for unknown in sorted(set(value) - names(Handler)):
         spec.problem(f"unknown setting {unknown!r} for handler {event_type}")
     retry = _retry(spec, event_type, value)
+    if "sql" in value:
+        return _statement(spec, event_type, value, retry)
     function = value.get("function")
     if not isinstance(function, str) or not FUNCTION.match(function):
         spec.problem(f"handler for {event_type} must be 'module:function', got {function!r}")
@@ -147,7 +162,36 @@ def _handler(spec: Spec, event_type: str, value: Any) -> Handler | None:
             "have taken effect, so it is never made again by itself (drop retry, or set "
             "idempotent = true if a second call is harmless)"
         )
-    return Handler(function, **{k: flags[k] is True for k in _FLAGS}, retry=retry)
+    return Handler(
+        function,
+        external=flags["external"] is True,
+        idempotent=flags["idempotent"] is True,
+        many=flags["many"] is True,
+        retry=retry,
+    )
+
+
+def _statement(
+    spec: Spec, event_type: str, value: Mapping[str, Any], retry: Retry | None
+) -> Handler | None:
+    """A handler given as ``sql``: the statement read (``statement.problem``); no function,
+    and none of the flags, which a statement inside the step's transaction has no use for."""
+    sql = value["sql"]
+    where = f"sql of handler {event_type}"
+    if not isinstance(sql, str):
+        spec.problem(f"{where} must be a string")
+        return None
+    wrong = statement.problem(sql)
+    if wrong is not None:
+        spec.problem(f"{where} {wrong}")
+        return None
+    for name in ("function", *_FLAGS):
+        if name in value:
+            spec.problem(
+                f"handler {event_type} has sql: {name} does not go with it (the statement "
+                "runs inside the step's transaction, for every step of the batch together)"
+            )
+    return Handler(sql=sql, retry=retry)
 
 
 def _retry(spec: Spec, event_type: str, value: Mapping[str, Any]) -> Retry | None:
@@ -232,6 +276,12 @@ def resolve(route: StepRoute) -> dict[str, Entry]:
     found: dict[str, Entry] = {}
     problems = []
     for event_type, handler in route.handlers.items():
+        if handler.sql:  # run for the batch's steps together, as a many function is
+            found[event_type] = (
+                replace(handler, many=True, function=f"sql of {event_type}"),
+                statement.runner(handler.sql),
+            )
+            continue
         module_name, _, name = handler.function.partition(":")
         try:
             function = getattr(importlib.import_module(module_name), name)

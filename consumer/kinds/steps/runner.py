@@ -19,7 +19,7 @@ from consumer.kinds._base import Applier, Conn
 from consumer.kinds._connections import lane_connections
 from consumer.kinds._outcome import Carried, Outcome, Refusal, merge
 from consumer.kinds._resources import Resources
-from consumer.kinds.steps import awaited, looped, metrics, traced
+from consumer.kinds.steps import awaited, looped, metrics, statement, traced
 from consumer.kinds.steps.apply import apply_alone, apply_read, apply_steps
 from consumer.kinds.steps.errors import PARK_CAP_REACHED, STEP_FAILED
 from consumer.kinds.steps.guarded import Drained, apply_parked
@@ -116,7 +116,9 @@ class StepApplier(Applier[StepRoute]):
         return self._lot
 
     def connect(self, links: Resources[RouteSettings]) -> None:
-        """Bind the parking lot (``RoutesError`` when there is no Redis) and the lanes."""
+        """Check the handlers' statements against the database, bind the parking lot
+        (``RoutesError`` when there is no Redis) and the lanes."""
+        self._check_statements(links)
         lot = lot_of(links)
         self._parked_cap = links.settings.max_message_bytes + tracing.STAMP_ROOM
         if self._lanes is None:
@@ -142,6 +144,20 @@ class StepApplier(Applier[StepRoute]):
                 hint="run inorder-consumer migrate once no 0.1.0 consumer runs: it moves them",
             )
         self._lot = lot
+
+    def _check_statements(self, links: Resources[RouteSettings]) -> None:
+        """``RoutesError`` naming each handler whose ``sql`` does not prepare on the
+        database (unchecked where the route is connected with none, as a test may be)."""
+        statements = {t: h.sql for t, h in self.route.handlers.items() if h.sql}
+        if not statements or (links.settings.database_url is None and not links.has_conn):
+            return
+        wrong = [
+            f"route {self.route.stream}: sql of handler {event_type} does not prepare: {why}"
+            for event_type, sql in statements.items()
+            if (why := statement.check(links.conn, sql)) is not None
+        ]
+        if wrong:
+            raise RoutesError(wrong)
 
     @property
     def lanes(self) -> Lanes:
