@@ -22,6 +22,13 @@ from tests.integration import step_support as ss
 
 
 @pytest.fixture
+def steps_db(pg_schema: PgSchema) -> PgSchema:
+    """The test's schema with the consumer's tables and the log the step handlers write."""
+    ss.prepare(pg_schema)
+    return pg_schema
+
+
+@pytest.fixture
 def outbox(pg_schema: PgSchema) -> PgSchema:
     """The test's schema with the outbox table (every migration) in it."""
     rs.prepare_outbox(pg_schema)

@@ -25,12 +25,6 @@ GATED_ROUTE = (
 )
 
 
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
-
-
 def _routes(folder: Path, *, max_parked: int = 1000) -> Path:
     path = folder / "routes.toml"
     text = ss.routes_text(max_parked=max_parked, extra=GATED_ROUTE)

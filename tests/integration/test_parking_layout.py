@@ -21,12 +21,6 @@ from tests.support.redis_server import private_redis
 from tests.support.services import ROOT
 
 
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
-
-
 def _migrate(
     steps_db: PgSchema, redis_prefix: str, tmp_path: Path, **more: str
 ) -> subprocess.CompletedProcess[str]:

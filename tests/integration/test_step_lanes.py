@@ -42,12 +42,6 @@ def _text(lanes: int, *, idempotent: bool = True, function: str = "slow_call") -
     )
 
 
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
-
-
 def test_lanes_call_out_for_many_entities_at_once_each_entity_in_order(
     steps_db: PgSchema, redis_client: redis.Redis, redis_prefix: str
 ) -> None:

@@ -12,7 +12,6 @@ import threading
 import uuid
 from pathlib import Path
 
-import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,12 +36,6 @@ def _text(function: str = "record_async", lanes: int = 4) -> str:
     )
     text = ss.routes_text(extra=extra)
     return text.replace('kind = "step"\n', f'kind = "step"\nlanes = {lanes}\n')
-
-
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
 
 
 def _awaited(seq: int, entity: str) -> Event:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 import uuid
 
-import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,12 +17,6 @@ from tests.integration import step_handlers
 from tests.integration import step_support as ss
 
 ATTEMPTS = 3
-
-
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
 
 
 def _routes(then: str) -> str:

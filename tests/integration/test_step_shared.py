@@ -9,7 +9,6 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
-import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,12 +21,6 @@ from tests.integration import step_support as ss
 
 # Not idempotent: a call a second member took for a cut one would stop the entity.
 from tests.integration.test_step_lanes import _text
-
-
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
 
 
 def _member(run: StepApplier, db: PgSchema, batches: list[list[Event]]) -> None:

@@ -31,12 +31,6 @@ def _routes(sql: str, *, lanes: int = 1, extra: str = "") -> str:
     )
 
 
-@pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
-
-
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -25,12 +25,6 @@ from tests.support.services import Services
 
 
 @pytest.fixture
-def steps_db(pg_schema: PgSchema) -> PgSchema:
-    ss.prepare(pg_schema)
-    return pg_schema
-
-
-@pytest.fixture
 def routes(tmp_path: Path) -> Path:
     path = tmp_path / "routes.toml"
     path.write_text(ss.routes_text())
