@@ -276,11 +276,14 @@ def test_the_step_handler_example_applies_in_order_and_mails_once(
     seats = driver.conn.execute("SELECT seats FROM seat_totals").fetchone()
     assert seats == (7,)
     assert billing == [("ann@example.com", "goodbye", closed.event_id)]
-    if route == "step-route":  # the reference route also names a many handler
+    if route == "step-route":  # the reference route also names a many and an sql handler
         moved = [event("s1", 4, "seat_ledger.seats_moved", {"count": -1})]
         moved.append(event("s1", 5, "seat_ledger.seats_moved", {"count": -2}))
         driver.send(moved)
         assert driver.conn.execute("SELECT seats FROM seat_totals").fetchone() == (4,)
+        set_to = event("s1", 6, "seat_ledger.seats_set", {"count": 10})
+        driver.send([event("s1", 7, "seat_ledger.seats_moved", {"count": 1}), set_to])
+        assert driver.conn.execute("SELECT seats FROM seat_totals").fetchone() == (11,)
 
 
 def test_the_batch_route_example_is_a_valid_routes_file() -> None:

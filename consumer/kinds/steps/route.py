@@ -20,8 +20,8 @@ entity's sequence::
     many = true                      # takes a list of events: one call per batch
     [route.handlers."seat_ledger.seats_moved".retry]
     attempts = 4                     # a raising step is called again later (``retries``)
-    [route.handlers."seat_ledger.renamed"]
-    sql = "UPDATE seats SET name = %(payload)s->>'name' WHERE account = %(entity_id)s"
+    [route.handlers."seat_ledger.seats_set"]   # one statement a step, no function
+    sql = "UPDATE seat_totals SET seats = %(seq)s WHERE subscription_id = %(entity_id)s"
 """
 
 from __future__ import annotations
