@@ -102,7 +102,6 @@ class StepApplier(Applier[StepRoute]):
         # The largest parked member read back: what the consumer takes, and a trace stamp.
         self._parked_cap = MAX_MESSAGE_BYTES + tracing.STAMP_ROOM
         self._lanes: Lanes | None = None
-        self._on_loop = False  # the lanes' turns run as coroutines on their event loop
         # Entities in lanes past their poll batch (only in the consumer's loop).
         self._inflight: InFlight | None = None
 
@@ -126,7 +125,6 @@ class StepApplier(Applier[StepRoute]):
             if links.carry and self._lanes.parallel:
                 size = self._lanes.size
                 on_loop = bool(self.handlers.awaited_types) and self._lanes.looped
-                self._on_loop = on_loop
                 self._inflight = InFlight(
                     self._lanes,
                     self._in_lane,
@@ -203,7 +201,9 @@ class StepApplier(Applier[StepRoute]):
         if not self.route.keep_lanes_open or lanes is None:
             return
         awaited = self.handlers.awaited_types
-        only_awaited = self._on_loop and awaited == frozenset(self.handlers.functions)
+        # The turns run on the loop (as ``connect`` chose) and no handler needs a thread.
+        on_loop = self._inflight is not None and bool(awaited) and lanes.looped
+        only_awaited = on_loop and awaited == frozenset(self.handlers.functions)
         if not lanes.keep_open(threads=not only_awaited, awaited=bool(awaited), wait_s=OPEN_WAIT_S):
             log.warning(
                 "lanes_still_opening",
